@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Prepare everything the server (and, with --test, the test suite) needs, idempotently.
+#
+#   scripts/setup.sh          Python venv in .venv with torch, ChatTTS and the server
+#   scripts/setup.sh --test   the same plus test tools, Chromium and ffmpeg (apt)
+#
+# TTS_TORCH_SPEC overrides the torch requirement (default torch==2.13.0, which on the
+# project's build machines is a local CPU wheel; a CUDA host can pass e.g. "torch==2.11.0").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_test=0
+[[ "${1:-}" == "--test" ]] && want_test=1
+
+PYTHON="${TTS_PYTHON:-python3.11}"
+VENV=.venv
+TORCH_SPEC="${TTS_TORCH_SPEC:-torch==2.13.0}"
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+    log "creating $VENV with $PYTHON"
+    "$PYTHON" -m venv "$VENV"
+    "$VENV/bin/pip" install --quiet --upgrade pip
+fi
+pip=("$VENV/bin/pip" install --quiet --disable-pip-version-check)
+
+# torch first: any unpinned torch requirement resolved by pip later would otherwise pull
+# a multi-GB CUDA build on a machine that has none.
+if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+    log "installing $TORCH_SPEC"
+    # Unquoted on purpose: the spec may carry pip options (e.g. --index-url for CUDA).
+    # shellcheck disable=SC2086
+    "${pip[@]}" $TORCH_SPEC
+fi
+
+extras=""
+[[ $want_test == 1 ]] && extras="[test]"
+stamp="$VENV/.setup-stamp$extras"
+fingerprint=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$fingerprint" ]]; then
+    log "installing the project${extras}"
+    "${pip[@]}" -e ".${extras}"
+    echo "$fingerprint" > "$stamp"
+fi
+
+# PyPI's torchaudio wheels ship a compiled extension built against CUDA torch; beside a
+# CPU torch it fails to load and takes `import torchaudio` down with it. ChatTTS and
+# vocos only use torchaudio's pure-Python MelSpectrogram, which does not need it, and
+# torchaudio skips the extension when its library files are absent. So on a CPU torch we
+# move those files into lib/cuda-only/ (undo by moving them back).
+"$VENV/bin/python" - <<'PY'
+import importlib.util, pathlib, sys
+import torch
+spec = importlib.util.find_spec("torchaudio")
+if spec is None or torch.version.cuda is not None:
+    sys.exit(0)
+lib = pathlib.Path(spec.origin).parent / "lib"
+libs = sorted(lib.glob("*.so"))
+if libs:
+    aside = lib / "cuda-only"
+    aside.mkdir(exist_ok=True)
+    for path in libs:
+        path.rename(aside / path.name)
+    print(f"[setup] torchaudio: moved {len(libs)} CUDA-only libraries to {aside}", file=sys.stderr)
+PY
+"$VENV/bin/python" -c "import torchaudio.transforms, ChatTTS" \
+    || { log "ChatTTS does not import: see the output above"; exit 1; }
+
+apt_install() {
+    local missing=()
+    for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+    [[ ${#missing[@]} == 0 ]] && return 0
+    if [[ $(id -u) != 0 ]]; then
+        log "missing system packages: ${missing[*]} (run: sudo apt-get install ${missing[*]})"
+        return 1
+    fi
+    log "apt-get install ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+if command -v dpkg >/dev/null; then
+    # ffmpeg: pydub's encoder for mp3/ogg/flac responses; libsndfile1: soundfile users.
+    apt_install ffmpeg || log "compressed formats (mp3/ogg/flac) will be unavailable"
+    if [[ $want_test == 1 ]]; then
+        apt_install chromium || { log "the browser tests need chromium"; exit 1; }
+    fi
+fi
+log "ready"

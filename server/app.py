@@ -1,0 +1,318 @@
+"""The FastAPI application: HTTP routes and the WebSocket endpoint, on one port.
+
+``create_app(settings)`` builds everything from the settings; nothing lives at module
+level. The engine loads on its own thread after start-up, so /health answers at once and
+/ready turns true when the engine is loaded and warm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from fastapi import FastAPI, Request, WebSocket
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, Field
+from starlette.websockets import WebSocketState
+from streaming.segment import Segmenter, SegmenterConfig
+from streaming.text import prepare_text
+
+from server.auth import TokenAuth, bearer_token, websocket_token
+from server.config import Settings
+from server.engines.base import SynthesisRequest, VoiceSpec
+from server.engines.select import EngineFactory, engine_factory
+from server.errors import InvalidRequest, LimitExceeded, TTSError, Unauthorized, Unavailable
+from server.metrics import Metrics
+from server.session import Session
+from server.worker import EngineWorker
+from streaming import protocol as p
+from streaming.audio import Resampler, float_to_pcm16, wav_bytes
+
+logger = logging.getLogger(__name__)
+
+WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+
+AudioFormat = Literal["wav", "pcm", "json", "mp3", "ogg", "flac"]
+_MEDIA_TYPES = {
+    "wav": "audio/wav",
+    "pcm": "audio/L16",
+    "mp3": "audio/mpeg",
+    "ogg": "audio/ogg",
+    "flac": "audio/flac",
+}
+
+
+class TTSRequest(BaseModel):
+    """Body of POST /v1/tts (the seed article's fields, plus format and voice controls)."""
+
+    text: str = Field(..., min_length=1, description="text to speak")
+    speaker: str | None = Field(
+        None, description="engine speaker string (ChatTTS: sample_random_speaker())"
+    )
+    seed: int | None = Field(None, ge=0, le=p.MAX_SEED, description="voice/sampling seed")
+    speed: float = Field(1.0, ge=p.MIN_SPEED, le=p.MAX_SPEED, description="speed factor")
+    format: AudioFormat | None = Field(None, description="wav (default), pcm, json, mp3, ogg, flac")
+    sample_rate: int | None = Field(None, description="output rate; default the engine's")
+
+
+class AppState:
+    """Everything the routes share, built from the settings."""
+
+    def __init__(self, settings: Settings, factory: EngineFactory | None = None) -> None:
+        self.settings = settings
+        self.metrics = Metrics()
+        self.auth = TokenAuth(settings.tokens)
+        factory = factory or engine_factory(settings)
+        self.worker = EngineWorker(factory, self.metrics, warm_up=settings.warm_up)
+        self.connections = 0
+
+
+def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> FastAPI:
+    """The app for ``settings``; ``engine`` overrides the engine choice (tests use it)."""
+    state = AppState(settings, engine)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if not state.auth.enabled:
+            logger.warning(
+                "no tokens configured (--token-file / TTS_TOKENS): the API is open to anyone"
+            )
+        state.worker.start()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(state.worker.stop)
+
+    app = FastAPI(title="chattts-stream", version="0.1.0", lifespan=lifespan)
+    app.state.tts = state
+
+    @app.exception_handler(TTSError)
+    async def tts_error(request: Request, exc: TTSError) -> JSONResponse:
+        state.metrics.errors.labels(kind=exc.code).inc()
+        return JSONResponse(exc.to_body(), status_code=exc.http_status)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        state.metrics.errors.labels(kind="invalid_request").inc()
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in err['loc'][1:])}: {err['msg']}"
+            for err in exc.errors()
+        )
+        body = {"error": {"code": "invalid_request", "message": problems or "invalid request"}}
+        return JSONResponse(body, status_code=422)
+
+    @app.middleware("http")
+    async def count_requests(request: Request, call_next: Any) -> Response:
+        response: Response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        state.metrics.http_requests.labels(route=path, status=str(response.status_code)).inc()
+        return response
+
+    def require_token(request: Request) -> None:
+        if not state.auth.accepts(bearer_token(request.headers)):
+            raise Unauthorized("missing or invalid bearer token")
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        """Liveness: the process serves HTTP."""
+        return {"status": "ok"}
+
+    @app.get("/ready")
+    async def ready() -> JSONResponse:
+        """Readiness: the engine is loaded and warmed up."""
+        status = state.worker.status
+        body = {
+            "ready": state.worker.ready,
+            "state": status.state,
+            "engine": status.engine,
+            "degraded": status.degraded,
+            "detail": status.detail,
+            "load_seconds": status.load_seconds,
+            "sample_rate": state.worker.engine.sample_rate_hz if state.worker.engine else None,
+        }
+        return JSONResponse(body, status_code=200 if state.worker.ready else 503)
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        if settings.protect_metrics:
+            require_token(request)
+        return Response(state.metrics.render(), media_type=state.metrics.content_type)
+
+    @app.post("/v1/tts", response_model=None)
+    async def tts(body: TTSRequest, request: Request) -> Response:
+        require_token(request)
+        return await synthesize_http(state, body, request.headers.get("accept", ""))
+
+    @app.get("/")
+    async def index() -> FileResponse:
+        return FileResponse(WEB_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+    if WEB_DIR.is_dir():
+        app.mount("/web", StaticFiles(directory=WEB_DIR), name="web")
+
+    @app.websocket("/v1/stream")
+    async def stream(websocket: WebSocket) -> None:
+        await run_websocket(state, websocket)
+
+    return app
+
+
+async def run_websocket(state: AppState, websocket: WebSocket) -> None:
+    """Authenticate, apply the connection limit, then run a session."""
+    settings = state.settings
+    metrics = state.metrics
+    offered = list(websocket.scope.get("subprotocols") or [])
+    token = websocket_token(websocket.headers, offered, websocket.query_params)
+    refusal: TTSError | None = None
+    if not state.auth.accepts(token):
+        refusal = Unauthorized("missing or invalid token")
+    elif not state.worker.ready:
+        refusal = Unavailable(f"the engine is {state.worker.status.state}", code="not_ready")
+    elif state.connections >= settings.max_connections:
+        refusal = Unavailable(
+            f"the server holds its maximum of {settings.max_connections} connections",
+            code="too_many_connections",
+            limit=settings.max_connections,
+        )
+    if refusal is not None:
+        metrics.sessions_refused.labels(reason=refusal.code).inc()
+        await websocket.send_denial_response(
+            JSONResponse(refusal.to_body(), status_code=refusal.http_status)
+        )
+        return
+    subprotocol = p.SUBPROTOCOL if p.SUBPROTOCOL in offered else None
+    state.connections += 1
+    metrics.sessions.inc()
+    metrics.active_sessions.inc()
+    session_id = secrets.token_hex(4)
+    try:
+        await websocket.accept(subprotocol=subprotocol)
+        logger.info("[%s] connected from %s", session_id, websocket.client)
+        await Session(websocket, settings, state.worker, metrics, session_id).run()
+    except Exception:
+        logger.exception("[%s] session failed", session_id)
+        metrics.errors.labels(kind="internal_error").inc()
+        if websocket.application_state == WebSocketState.CONNECTED:
+            with contextlib.suppress(Exception):
+                await websocket.close(code=1011, reason="internal error")
+    finally:
+        state.connections -= 1
+        metrics.active_sessions.dec()
+        logger.info("[%s] disconnected", session_id)
+
+
+async def synthesize_http(state: AppState, body: TTSRequest, accept: str) -> Response:
+    """POST /v1/tts: the whole text, segmented like a stream, returned as one file."""
+    settings = state.settings
+    started = time.perf_counter()
+    if len(body.text) > settings.max_http_text_chars:
+        raise LimitExceeded(
+            f"text of {len(body.text)} characters exceeds the limit of {settings.max_http_text_chars}",
+            code="text_too_long",
+            limit=settings.max_http_text_chars,
+        )
+    if body.sample_rate is not None and body.sample_rate not in p.SUPPORTED_SAMPLE_RATES_HZ:
+        raise InvalidRequest(
+            "sample_rate must be one of " + ", ".join(map(str, p.SUPPORTED_SAMPLE_RATES_HZ))
+        )
+    fmt: str = body.format or ("json" if "application/json" in accept else "wav")
+    worker = state.worker
+    if not worker.ready:
+        raise Unavailable(f"the engine is {worker.status.state}", code="not_ready")
+    segmenter = Segmenter(
+        SegmenterConfig(
+            max_chars=settings.segment_max_chars, first_min_chars=settings.segment_max_chars
+        )
+    )
+    segments = [*segmenter.push(body.text), *segmenter.flush()]
+    voice = VoiceSpec(
+        voice=body.speaker, seed=body.seed if body.seed is not None else 0, speed=body.speed
+    )
+    pieces: list[np.ndarray] = []
+    removed: list[dict[str, object]] = []
+    spoken_texts: list[str] = []
+    deadline = time.perf_counter() + settings.http_timeout_s
+    for segment in segments:
+        prepared = prepare_text(segment.text)
+        removed += [{"start": segment.start + r.start, "chars": r.chars} for r in prepared.removed]
+        if not prepared.spoken:
+            continue
+        spoken_texts.append(prepared.spoken)
+        job = worker.submit(SynthesisRequest(prepared.spoken, voice))
+        remaining = max(deadline - time.perf_counter(), 0.001)
+        async for chunk in job.chunks(remaining):
+            if not pieces:
+                state.metrics.ttfa.labels(route="http").observe(time.perf_counter() - started)
+            pieces.append(chunk)
+    if removed:
+        state.metrics.removed_characters.inc(sum(len(str(r["chars"])) for r in removed))
+    if not spoken_texts:
+        raise InvalidRequest(
+            "the text contains nothing that can be spoken", code="nothing_to_speak"
+        )
+    engine_rate = worker.sample_rate_hz
+    audio = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
+    rate = body.sample_rate or engine_rate
+    if rate != engine_rate:
+        resampler = Resampler(engine_rate, rate)
+        audio = np.concatenate([resampler.process(audio), resampler.flush()])
+    elapsed_s = time.perf_counter() - started
+    state.metrics.http_latency.observe(elapsed_s)
+    state.metrics.audio_seconds.inc(audio.size / rate)
+    headers = {
+        "X-TTS-Inference-Ms": f"{elapsed_s * 1000:.1f}",
+        "X-TTS-Engine": state.worker.status.engine or "",
+        # JSON with \u escapes: header values must be ASCII.
+        "X-TTS-Removed": json.dumps(removed) if removed else "",
+    }
+    headers = {k: v for k, v in headers.items() if v}
+    if fmt == "json":
+        return JSONResponse(
+            {
+                "audio_data": np.clip(audio, -1.0, 1.0).round(5).tolist(),
+                "sample_rate": rate,
+                "inference_time_ms": round(elapsed_s * 1000, 1),
+                "spoken": " ".join(spoken_texts),
+                "removed": removed,
+            },
+            headers=headers,
+        )
+    pcm = float_to_pcm16(audio)
+    if fmt == "wav":
+        return Response(wav_bytes(pcm, rate), media_type=_MEDIA_TYPES["wav"], headers=headers)
+    if fmt == "pcm":
+        headers["X-TTS-Sample-Rate"] = str(rate)
+        return Response(
+            pcm, media_type=f"{_MEDIA_TYPES['pcm']};rate={rate};channels=1", headers=headers
+        )
+    encoded = await asyncio.to_thread(_encode_compressed, pcm, rate, fmt)
+    return Response(encoded, media_type=_MEDIA_TYPES[fmt], headers=headers)
+
+
+def _encode_compressed(pcm: bytes, rate: int, fmt: str) -> bytes:
+    """mp3/ogg/flac through pydub (ffmpeg); a clear 501 when ffmpeg is missing."""
+    import shutil
+
+    from pydub import AudioSegment
+
+    if shutil.which("ffmpeg") is None:
+        raise Unavailable(
+            f"format {fmt} needs ffmpeg, which is not installed", code="format_unavailable"
+        )
+    segment = AudioSegment(data=pcm, sample_width=2, frame_rate=rate, channels=1)
+    out = io.BytesIO()
+    codec = {"ogg": "libopus", "mp3": "libmp3lame", "flac": "flac"}[fmt]
+    segment.export(out, format=fmt, codec=codec)
+    return out.getvalue()

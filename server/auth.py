@@ -1,0 +1,59 @@
+"""Bearer-token checks for HTTP requests and WebSocket upgrades."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable, Mapping
+
+from streaming.protocol import TOKEN_SUBPROTOCOL_PREFIX
+
+
+class TokenAuth:
+    """Accepts a request when it presents one of the configured tokens.
+
+    With no tokens configured every request is accepted (the app logs a warning at
+    start). Comparison is constant-time and looks at every configured token, so timing
+    reveals neither which token matched nor how much of one did.
+    """
+
+    def __init__(self, tokens: Iterable[str]) -> None:
+        self._tokens = tuple(t.encode() for t in tokens)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._tokens)
+
+    def accepts(self, presented: str | None) -> bool:
+        if not self._tokens:
+            return True
+        if presented is None:
+            return False
+        candidate = presented.encode()
+        matched = False
+        for token in self._tokens:
+            matched |= hmac.compare_digest(candidate, token)
+        return matched
+
+
+def bearer_token(headers: Mapping[str, str]) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, if any."""
+    value = headers.get("authorization")
+    if not value:
+        return None
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def websocket_token(
+    headers: Mapping[str, str], subprotocols: Iterable[str], query: Mapping[str, str]
+) -> str | None:
+    """The token a WebSocket client presented: header, then subprotocol, then query."""
+    token = bearer_token(headers)
+    if token is not None:
+        return token
+    for protocol in subprotocols:
+        if protocol.startswith(TOKEN_SUBPROTOCOL_PREFIX):
+            return protocol[len(TOKEN_SUBPROTOCOL_PREFIX) :]
+    return query.get("token") or None

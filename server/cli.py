@@ -1,0 +1,113 @@
+"""Command line: ``chattts-stream serve | make-checkpoint | download-weights``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from server.config import Settings, add_arguments, build_settings
+
+logger = logging.getLogger(__name__)
+
+WEIGHTS_REPO = "2Noise/ChatTTS"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="chattts-stream",
+        description="Streaming Chinese TTS server on ChatTTS: text deltas in over a WebSocket, PCM audio out.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser(
+        "serve",
+        help="run the server",
+        description="Run the HTTP + WebSocket server. Every flag also reads a TTS_* environment variable.",
+    )
+    add_arguments(serve)
+    checkpoint = commands.add_parser(
+        "make-checkpoint",
+        help="write a random-weight ChatTTS checkpoint (for tests and benchmarks: its audio is noise)",
+    )
+    checkpoint.add_argument("path", help="directory to write")
+    checkpoint.add_argument(
+        "--full", action="store_true", help="ChatTTS's real dimensions (~1.1 GB) instead of tiny"
+    )
+    checkpoint.add_argument("--seed", type=int, default=0)
+    download = commands.add_parser(
+        "download-weights",
+        help=f"download the real ChatTTS weights from Hugging Face ({WEIGHTS_REPO}); needs internet access",
+    )
+    download.add_argument("path", help="directory to write (then: serve --model-dir PATH)")
+    return parser
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def serve(settings: Settings) -> int:
+    import uvicorn
+
+    from server.app import create_app
+
+    configure_logging(settings.log_level)
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        ws="websockets-sansio",
+        loop="uvloop" if _has_uvloop() else "asyncio",
+        ws_max_size=settings.transport_max_bytes,
+        log_level=settings.log_level,
+        timeout_graceful_shutdown=10,
+        log_config=None,
+    )
+    server = uvicorn.Server(config)
+    logger.info(
+        "serving on http://%s:%d (engine: %s)",
+        settings.host,
+        settings.port,
+        settings.resolved_engine(),
+    )
+    server.run()
+    return 0
+
+
+def _has_uvloop() -> bool:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def download_weights(path: str) -> int:
+    from huggingface_hub import snapshot_download
+
+    target = snapshot_download(repo_id=WEIGHTS_REPO, local_dir=path, allow_patterns=["asset/*"])
+    print(f"ChatTTS weights in {target}; run: chattts-stream serve --model-dir {target}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return serve(build_settings(args))
+    if args.command == "make-checkpoint":
+        from server.checkpoint import main as checkpoint_main
+
+        forwarded = [args.path, "--seed", str(args.seed), *(["--full"] if args.full else [])]
+        return checkpoint_main(forwarded)
+    if args.command == "download-weights":
+        return download_weights(args.path)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""A small async client for ``/v1/stream``, for agents and tests.
+
+    async with StreamClient.connect("ws://localhost:8000/v1/stream", token="...") as tts:
+        ctx = await tts.start(seed=42)
+        async for delta in llm_tokens():
+            await tts.send_text(delta, ctx)
+        await tts.end(ctx)
+        result = await tts.collect(ctx)     # segments, PCM, done
+        # or: async for event in tts.events(): ...   (dicts and AudioFrame objects)
+
+One reader: ``events()`` and ``collect()`` consume the same stream of server messages;
+``collect(ctx)`` keeps what belongs to other contexts for their own ``collect``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection, connect
+
+from streaming import protocol as p
+
+
+@dataclass(frozen=True)
+class AudioFrame:
+    stream: int
+    segment: int
+    sequence: int
+    pcm: bytes  # int16 little-endian mono
+
+    @property
+    def samples(self) -> int:
+        return len(self.pcm) // 2
+
+
+Event = dict[str, Any] | AudioFrame
+
+
+@dataclass
+class ContextResult:
+    """Everything the server sent for one context, up to and including ``done``."""
+
+    context_id: str
+    started: dict[str, Any] | None = None
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    frames: list[AudioFrame] = field(default_factory=list)
+    warnings: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    done: dict[str, Any] | None = None
+
+    @property
+    def pcm(self) -> bytes:
+        return b"".join(f.pcm for f in self.frames)
+
+    @property
+    def samples(self) -> int:
+        return sum(f.samples for f in self.frames)
+
+
+class StreamClient:
+    def __init__(self, connection: ClientConnection, ready: dict[str, Any]) -> None:
+        self._ws = connection
+        self.ready = ready
+        self._streams: dict[int, str] = {}
+        self._backlog: list[Event] = []
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def connect(
+        cls,
+        url: str,
+        *,
+        token: str | None = None,
+        via: str = "header",
+        open_timeout_s: float = 30.0,
+    ) -> AsyncIterator[StreamClient]:
+        """Connect and wait for ``ready``. ``via``: header, subprotocol or query."""
+        headers: dict[str, str] = {}
+        subprotocols = [p.SUBPROTOCOL]
+        if token is not None:
+            if via == "header":
+                headers["Authorization"] = f"Bearer {token}"
+            elif via == "subprotocol":
+                subprotocols.append(p.TOKEN_SUBPROTOCOL_PREFIX + token)
+            elif via == "query":
+                url += ("&" if "?" in url else "?") + "token=" + token
+            else:
+                raise ValueError(f"unknown token transport {via!r}")
+        async with connect(
+            url,
+            additional_headers=headers,
+            subprotocols=subprotocols,  # type: ignore[arg-type]
+            open_timeout=open_timeout_s,
+            max_size=None,
+        ) as ws:
+            ready = json.loads(await asyncio.wait_for(ws.recv(), open_timeout_s))
+            if ready.get("type") != "ready":
+                raise ConnectionError(f"expected ready, got {ready!r}")
+            yield cls(ws, ready)
+
+    # --- sending ----------------------------------------------------------------------
+
+    async def send(self, message: p.ClientMessage) -> None:
+        await self._ws.send(p.serialize_client_message(message))
+
+    async def send_raw(self, data: str | bytes) -> None:
+        await self._ws.send(data)
+
+    async def start(
+        self,
+        context_id: str | None = None,
+        *,
+        voice: str | None = None,
+        seed: int | None = None,
+        speed: float = 1.0,
+        sample_rate: int | None = None,
+    ) -> str:
+        context_id = context_id or uuid.uuid4().hex[:8]
+        await self.send(
+            p.Start(context_id, voice=voice, seed=seed, speed=speed, sample_rate=sample_rate)
+        )
+        return context_id
+
+    async def send_text(self, text: str, context_id: str = p.DEFAULT_CONTEXT_ID) -> None:
+        await self.send(p.Text(context_id, text))
+
+    async def flush(self, context_id: str = p.DEFAULT_CONTEXT_ID) -> None:
+        await self.send(p.Flush(context_id))
+
+    async def end(self, context_id: str = p.DEFAULT_CONTEXT_ID) -> None:
+        await self.send(p.End(context_id))
+
+    async def cancel(self, context_id: str = p.DEFAULT_CONTEXT_ID) -> None:
+        await self.send(p.Cancel(context_id))
+
+    async def close(self) -> None:
+        await self._ws.close()
+
+    # --- receiving --------------------------------------------------------------------
+
+    async def recv(self, timeout_s: float | None = None) -> Event:
+        """The next server message: a dict for JSON events, an :class:`AudioFrame` for audio."""
+        if self._backlog:
+            return self._backlog.pop(0)
+        raw = await asyncio.wait_for(self._ws.recv(), timeout_s)
+        if isinstance(raw, bytes):
+            stream, segment, sequence, pcm = p.unpack_audio_header(raw)
+            return AudioFrame(stream, segment, sequence, pcm)
+        event: dict[str, Any] = json.loads(raw)
+        if event.get("type") == "started":
+            self._streams[event["stream"]] = event["context_id"]
+        return event
+
+    async def events(self, timeout_s: float | None = None) -> AsyncIterator[Event]:
+        """Every server message until the connection closes."""
+        while True:
+            try:
+                yield await self.recv(timeout_s)
+            except Exception as exc:
+                if type(exc).__name__.startswith("ConnectionClosed"):
+                    return
+                raise
+
+    def context_of(self, event: Event) -> str | None:
+        if isinstance(event, AudioFrame):
+            return self._streams.get(event.stream)
+        return event.get("context_id")
+
+    async def collect(
+        self, context_id: str = p.DEFAULT_CONTEXT_ID, timeout_s: float = 60.0
+    ) -> ContextResult:
+        """Read until ``done`` for ``context_id``; other contexts' events are kept for later."""
+        result = ContextResult(context_id)
+        kept: list[Event] = []
+        pending = self._backlog
+        self._backlog = []
+        try:
+            async with asyncio.timeout(timeout_s):
+                while result.done is None:
+                    event = pending.pop(0) if pending else await self.recv()
+                    if self.context_of(event) != context_id:
+                        kept.append(event)
+                        continue
+                    _record(result, event)
+        finally:
+            self._backlog = kept + pending + self._backlog
+        return result
+
+
+def _record(result: ContextResult, event: Event) -> None:
+    if isinstance(event, AudioFrame):
+        result.frames.append(event)
+        return
+    kind = event.get("type")
+    if kind == "started":
+        result.started = event
+    elif kind == "segment":
+        result.segments.append(event)
+    elif kind == "warning":
+        result.warnings.append(event)
+    elif kind == "error":
+        result.errors.append(event)
+    elif kind == "done":
+        result.done = event

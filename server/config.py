@@ -1,0 +1,219 @@
+"""Settings: one frozen object built once at start-up and passed down.
+
+Precedence: command-line flags over ``TTS_*`` environment variables over defaults. Every
+limit the server enforces is a field here, with a default meant for production.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ENGINES = ("auto", "chattts", "espeak")
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    log_level: str = "info"
+
+    # Engine
+    engine: str = "auto"  # auto: chattts when model_dir is set, else the espeak fallback
+    model_dir: Path | None = None
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    compile: bool = False
+    warm_up: bool = True
+    # When ChatTTS fails to load, serve the fallback voice (degraded) instead of exiting.
+    fallback_on_load_failure: bool = True
+
+    # Auth: no tokens means open (with a warning in the log).
+    tokens: tuple[str, ...] = field(default=(), repr=False)
+    protect_metrics: bool = False
+
+    # Limits
+    max_connections: int = 64
+    max_contexts: int = 8
+    max_message_bytes: int = 64 * 1024
+    max_text_message_chars: int = 4000
+    max_buffered_chars: int = 20000
+    max_http_text_chars: int = 2000
+    segment_timeout_s: float = 60.0
+    http_timeout_s: float = 120.0
+
+    # Segmentation and streaming
+    segment_max_chars: int = 80
+    first_segment_min_chars: int = 6
+    idle_flush_ms: int = 700
+    frame_ms: int = 100
+    first_frame_ms: int = 40
+
+    @property
+    def transport_max_bytes(self) -> int:
+        """Frames above this are not even read: the connection closes with 1009."""
+        return 4 * self.max_message_bytes
+
+    def resolved_engine(self) -> str:
+        if self.engine != "auto":
+            return self.engine
+        return "chattts" if self.model_dir is not None else "espeak"
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+
+def _env_bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+def read_token_file(path: Path) -> tuple[str, ...]:
+    """One token per line; blank lines and lines starting with '#' are ignored."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return tuple(
+        line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")
+    )
+
+
+# (flag, field, type, help) for every setting exposed on the command line.
+_FLAGS: tuple[tuple[str, str, Any, str], ...] = (
+    ("--host", "host", str, "interface to bind"),
+    ("--port", "port", int, "port to bind (0: any free port)"),
+    ("--log-level", "log_level", str, "debug, info, warning, error"),
+    (
+        "--engine",
+        "engine",
+        str,
+        "auto (chattts if --model-dir is set, else espeak), chattts, espeak",
+    ),
+    ("--model-dir", "model_dir", Path, "ChatTTS model directory (asset/ layout, see README)"),
+    ("--device", "device", str, "auto (CUDA when available), cpu, cuda, cuda:N"),
+    ("--compile", "compile", _env_bool, "torch.compile the ChatTTS GPT (true/false)"),
+    ("--warm-up", "warm_up", _env_bool, "run a warm-up synthesis before /ready (true/false)"),
+    (
+        "--fallback-on-load-failure",
+        "fallback_on_load_failure",
+        _env_bool,
+        "serve espeak if ChatTTS fails to load",
+    ),
+    ("--protect-metrics", "protect_metrics", _env_bool, "require a token on /metrics too"),
+    ("--max-connections", "max_connections", int, "WebSocket connections per server"),
+    ("--max-contexts", "max_contexts", int, "open contexts per connection"),
+    ("--max-message-bytes", "max_message_bytes", int, "largest client message accepted"),
+    ("--max-text-message-chars", "max_text_message_chars", int, "largest text delta"),
+    ("--max-buffered-chars", "max_buffered_chars", int, "unspoken text held per context"),
+    ("--max-http-text-chars", "max_http_text_chars", int, "longest text for POST /v1/tts"),
+    ("--segment-timeout-s", "segment_timeout_s", float, "synthesis time allowed per segment"),
+    ("--http-timeout-s", "http_timeout_s", float, "synthesis time allowed per POST /v1/tts"),
+    ("--segment-max-chars", "segment_max_chars", int, "longest segment sent to the engine"),
+    (
+        "--first-segment-min-chars",
+        "first_segment_min_chars",
+        int,
+        "first segment may cut at a comma after this many chars",
+    ),
+    (
+        "--idle-flush-ms",
+        "idle_flush_ms",
+        int,
+        "speak a pending fragment after this much input silence",
+    ),
+    ("--frame-ms", "frame_ms", int, "audio frame duration"),
+    ("--first-frame-ms", "first_frame_ms", int, "duration of the first frame of a segment"),
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add every setting as a flag; defaults are resolved later in :func:`build_settings`."""
+    for flag, name, kind, help_text in _FLAGS:
+        env = "TTS_" + name.upper()
+        parser.add_argument(
+            flag, dest=name, type=kind, default=None, help=f"{help_text} [env {env}]"
+        )
+    parser.add_argument(
+        "--token-file",
+        type=Path,
+        default=None,
+        help="file with one bearer token per line [env TTS_TOKEN_FILE; TTS_TOKENS takes a comma-separated list]",
+    )
+
+
+def build_settings(
+    args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None
+) -> Settings:
+    """Flags over ``TTS_*`` environment variables over defaults; tokens from file and env."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for _flag, name, kind, _help in _FLAGS:
+        raw_env = environ.get("TTS_" + name.upper())
+        if raw_env is not None and raw_env != "":
+            try:
+                values[name] = kind(raw_env)
+            except ValueError as exc:
+                raise SystemExit(f"invalid TTS_{name.upper()}={raw_env!r}: {exc}") from None
+        flag_value = getattr(args, name, None) if args is not None else None
+        if flag_value is not None:
+            values[name] = flag_value
+    tokens: list[str] = []
+    token_file = getattr(args, "token_file", None) if args is not None else None
+    if token_file is None and environ.get("TTS_TOKEN_FILE"):
+        token_file = Path(environ["TTS_TOKEN_FILE"])
+    if token_file is not None:
+        try:
+            tokens.extend(read_token_file(token_file))
+        except OSError as exc:
+            raise SystemExit(f"cannot read token file {token_file}: {exc}") from None
+    if environ.get("TTS_TOKENS"):
+        tokens.extend(t.strip() for t in environ["TTS_TOKENS"].split(",") if t.strip())
+    values["tokens"] = tuple(dict.fromkeys(tokens))
+    settings = Settings(**values)
+    validate(settings)
+    return settings
+
+
+def validate(settings: Settings) -> None:
+    """Refuse settings that cannot work, with a message naming the setting."""
+    problems: list[str] = []
+    if settings.engine not in ENGINES:
+        problems.append(f"engine must be one of {', '.join(ENGINES)}, not {settings.engine!r}")
+    if settings.engine == "chattts" and settings.model_dir is None:
+        problems.append("engine chattts needs --model-dir (or TTS_MODEL_DIR)")
+    positive = (
+        "max_connections",
+        "max_contexts",
+        "max_message_bytes",
+        "max_text_message_chars",
+        "max_buffered_chars",
+        "max_http_text_chars",
+        "segment_timeout_s",
+        "http_timeout_s",
+        "segment_max_chars",
+        "frame_ms",
+        "first_frame_ms",
+        "idle_flush_ms",
+    )
+    problems += [f"{name} must be positive" for name in positive if getattr(settings, name) <= 0]
+    if (
+        settings.first_segment_min_chars < 1
+        or settings.first_segment_min_chars > settings.segment_max_chars
+    ):
+        problems.append("first_segment_min_chars must be between 1 and segment_max_chars")
+    if not 0 <= settings.port <= 65535:
+        problems.append("port must be in 0..65535")
+    if problems:
+        raise SystemExit("invalid settings: " + "; ".join(problems))
+
+
+def parse_settings(argv: Sequence[str] | None = None) -> Settings:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return build_settings(parser.parse_args(argv))

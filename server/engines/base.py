@@ -1,0 +1,66 @@
+"""The engine interface: what the worker and the session know about any speech engine.
+
+An engine is synchronous and single-threaded by contract: the worker calls every method
+from one dedicated thread, one synthesis at a time. Nothing here may touch the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class VoiceSpec:
+    """Everything that fixes how a context sounds; the same for all of its segments.
+
+    ``voice`` is an engine-specific speaker string (for ChatTTS: an encoded speaker
+    embedding as returned by ``Chat.sample_random_speaker()``) or ``None``; ``seed``
+    fixes both the sampled speaker (when ``voice`` is ``None``) and the sampling RNG.
+    ``speed`` is a factor, 1.0 being the engine's normal rate.
+    """
+
+    voice: str | None = None
+    seed: int = 0
+    speed: float = 1.0
+
+
+@dataclass(frozen=True)
+class SynthesisRequest:
+    """One segment of text to speak, already normalised to what the engine can say."""
+
+    text: str
+    voice: VoiceSpec
+
+
+class Cancelled(Exception):
+    """Raised inside an engine when ``should_stop()`` turned true mid-synthesis."""
+
+
+class Engine(Protocol):
+    """A speech engine: text segment in, float32 mono chunks at ``sample_rate_hz`` out."""
+
+    #: Short stable name, shown on /ready and in metrics ("chattts", "espeak", ...).
+    name: str
+    #: Native output rate of the chunks ``synthesize`` yields.
+    sample_rate_hz: int
+
+    def warm_up(self) -> None:
+        """Run one short synthesis so the first real request pays no lazy start-up cost."""
+
+    def synthesize(
+        self, request: SynthesisRequest, should_stop: Callable[[], bool]
+    ) -> Iterator[np.ndarray]:
+        """Yield float32 mono chunks (values nominally in [-1, 1]) as they are produced.
+
+        ``should_stop`` is polled between units of work; when it returns true the
+        generator stops early (returning, or raising :class:`Cancelled`). Chunks may be
+        empty. The generator may be closed early by the caller.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the model (GPU memory, threads); the engine is unusable afterwards."""

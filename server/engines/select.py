@@ -1,0 +1,52 @@
+"""Which engine to run, decided from the settings, with the fallback voice as degradation."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from server.config import Settings
+from server.engines.base import Engine
+
+logger = logging.getLogger(__name__)
+
+EngineFactory = Callable[[], tuple[Engine, bool, "str | None"]]
+
+
+def engine_factory(settings: Settings) -> EngineFactory:
+    """A callable that builds the engine on the engine thread: (engine, degraded, detail).
+
+    With ``engine=auto`` and no model directory the fallback voice is the intended
+    engine, not a degradation. When ChatTTS was asked for and fails to load, the fallback
+    voice serves instead if ``fallback_on_load_failure`` is set, and /ready says so.
+    """
+
+    def build() -> tuple[Engine, bool, str | None]:
+        from server.engines.espeak import EspeakEngine
+
+        choice = settings.resolved_engine()
+        if choice == "espeak":
+            detail = None
+            if settings.engine == "auto":
+                detail = (
+                    "no ChatTTS model configured (--model-dir): using the espeak fallback voice"
+                )
+                logger.warning(detail)
+            return EspeakEngine(), False, detail
+        try:
+            from server.engines.chattts import ChatTTSEngine
+
+            assert settings.model_dir is not None
+            return (
+                ChatTTSEngine(settings.model_dir, device=settings.device, compile=settings.compile),
+                False,
+                None,
+            )
+        except Exception as exc:
+            if not settings.fallback_on_load_failure:
+                raise
+            detail = f"ChatTTS failed to load ({type(exc).__name__}: {exc}); serving the espeak fallback voice"
+            logger.exception("ChatTTS failed to load; falling back to espeak")
+            return EspeakEngine(), True, detail
+
+    return build

@@ -1,0 +1,76 @@
+"""Prometheus metrics, on a registry owned by the app (no global collectors)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+_LATENCY_BUCKETS_S = (0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+_RTF_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+
+
+class Metrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.http_requests = Counter(
+            "tts_http_requests_total",
+            "HTTP requests by route and status",
+            ["route", "status"],
+            registry=r,
+        )
+        self.http_latency = Histogram(
+            "tts_http_request_seconds",
+            "POST /v1/tts latency",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.sessions = Counter("tts_ws_sessions_total", "WebSocket sessions opened", registry=r)
+        self.sessions_refused = Counter(
+            "tts_ws_sessions_refused_total", "WebSocket upgrades refused", ["reason"], registry=r
+        )
+        self.active_sessions = Gauge(
+            "tts_ws_sessions_active", "WebSocket sessions open now", registry=r
+        )
+        self.active_streams = Gauge(
+            "tts_active_streams", "contexts with text accepted and not yet done", registry=r
+        )
+        self.queue_depth = Gauge(
+            "tts_engine_queue_depth", "segments waiting for the engine", registry=r
+        )
+        self.ttfa = Histogram(
+            "tts_time_to_first_audio_seconds",
+            "first text of a context (or HTTP request) to its first audio",
+            ["route"],
+            buckets=_LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.segment_latency = Histogram(
+            "tts_segment_synthesis_seconds",
+            "engine time per segment",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.segment_rtf = Histogram(
+            "tts_segment_rtf",
+            "engine time / audio duration per segment",
+            buckets=_RTF_BUCKETS,
+            registry=r,
+        )
+        self.audio_seconds = Counter("tts_audio_seconds_total", "audio produced", registry=r)
+        self.segments = Counter("tts_segments_total", "segments synthesised", registry=r)
+        self.characters = Counter("tts_characters_total", "characters spoken", registry=r)
+        self.removed_characters = Counter(
+            "tts_removed_characters_total",
+            "characters that could not be spoken (reported)",
+            registry=r,
+        )
+        self.errors = Counter("tts_errors_total", "errors by kind", ["kind"], registry=r)
+        self.engine_ready = Gauge(
+            "tts_engine_ready", "1 when the engine is loaded and warm", ["engine"], registry=r
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,228 @@
+"""The engine worker: one dedicated thread per model instance, fed from the event loop.
+
+The thread loads the engine, warms it up, then runs synthesis jobs one at a time in
+submission order. Each session submits at most one segment per context at a time, so
+FIFO order here is round-robin across contexts and connections: a long text on one
+socket never starves another. The event loop never runs torch; chunks come back through
+``loop.call_soon_threadsafe`` into a per-job asyncio queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from server.engines.base import Cancelled, Engine, SynthesisRequest
+from server.errors import SynthesisError, SynthesisTimeout, Unavailable
+from server.metrics import Metrics
+
+logger = logging.getLogger(__name__)
+
+_END = object()
+
+
+@dataclass
+class EngineStatus:
+    state: str  # loading | ready | failed | stopped
+    engine: str | None = None
+    degraded: bool = False
+    detail: str | None = None
+    load_seconds: float | None = None
+
+
+class Job:
+    """One segment's synthesis; iterate it on the event loop to receive its chunks."""
+
+    def __init__(self, request: SynthesisRequest, loop: asyncio.AbstractEventLoop) -> None:
+        self.request = request
+        self._loop = loop
+        self._chunks: asyncio.Queue[object] = asyncio.Queue()
+        self._cancelled = threading.Event()
+        self.engine_seconds = 0.0
+        self.samples = 0
+
+    def cancel(self) -> None:
+        """Ask the engine to stop at its next step; safe from any thread."""
+        self._cancelled.set()
+
+    def abandon(self) -> None:
+        """Cancel, and end the consumer's iteration now rather than at the engine's next step.
+
+        Call on the event loop. Chunks the engine still delivers afterwards are ignored.
+        """
+        self.cancel()
+        self._chunks.put_nowait(_END)
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def _deliver(self, item: object) -> None:
+        # Called on the engine thread; the loop may already be closed at shutdown.
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._chunks.put_nowait, item)
+
+    async def chunks(self, timeout_s: float) -> AsyncIterator[np.ndarray]:
+        """Yield the chunks as they are made; raise on engine failure or timeout.
+
+        ``timeout_s`` bounds the whole segment, queueing included; on expiry the job is
+        cancelled so the engine moves on.
+        """
+        deadline = self._loop.time() + timeout_s
+        while True:
+            remaining = deadline - self._loop.time()
+            try:
+                async with asyncio.timeout(max(remaining, 0)):
+                    item = await self._chunks.get()
+            except TimeoutError:
+                self.cancel()
+                raise SynthesisTimeout(f"segment not synthesised within {timeout_s:g} s") from None
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            assert isinstance(item, np.ndarray)
+            yield item
+
+
+class EngineWorker:
+    """Owns the engine and the one thread that may touch it."""
+
+    def __init__(
+        self,
+        factory: Callable[[], tuple[Engine, bool, str | None]],
+        metrics: Metrics,
+        *,
+        warm_up: bool = True,
+    ) -> None:
+        """``factory`` runs on the engine thread and returns (engine, degraded, detail)."""
+        self._factory = factory
+        self._metrics = metrics
+        self._warm_up = warm_up
+        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
+        self._ready = threading.Event()
+        self.engine: Engine | None = None
+        self.status = EngineStatus(state="loading")
+        self._pending = 0
+        self._pending_lock = threading.Lock()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def ready(self) -> bool:
+        return self.status.state == "ready"
+
+    @property
+    def sample_rate_hz(self) -> int:
+        if self.engine is None:
+            raise Unavailable("the engine is not loaded yet", code="not_ready")
+        return self.engine.sample_rate_hz
+
+    def wait_ready(self, timeout_s: float | None = None) -> bool:
+        """Block until the engine is ready or failed (for the CLI and tests)."""
+        self._ready.wait(timeout_s)
+        return self.ready
+
+    def submit(self, request: SynthesisRequest) -> Job:
+        """Queue a segment; call from the event loop."""
+        if not self.ready:
+            raise Unavailable(f"the engine is {self.status.state}", code="not_ready")
+        job = Job(request, asyncio.get_running_loop())
+        with self._pending_lock:
+            self._pending += 1
+            self._metrics.queue_depth.set(self._pending)
+        self._jobs.put(job)
+        return job
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Finish the job in progress, drop the rest, release the engine."""
+        self._jobs.put(None)
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            logger.warning("engine thread did not stop within %.1f s", timeout_s)
+
+    # --- engine thread ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        started = time.perf_counter()
+        try:
+            engine, degraded, detail = self._factory()
+            if self._warm_up:
+                engine.warm_up()
+        except Exception as exc:
+            logger.exception("engine failed to load")
+            self.status = EngineStatus(state="failed", detail=f"{type(exc).__name__}: {exc}")
+            self._ready.set()
+            self._drain_failed()
+            return
+        self.engine = engine
+        self.status = EngineStatus(
+            state="ready",
+            engine=engine.name,
+            degraded=degraded,
+            detail=detail,
+            load_seconds=round(time.perf_counter() - started, 3),
+        )
+        self._metrics.engine_ready.labels(engine=engine.name).set(1)
+        logger.info(
+            "engine %s ready in %.2f s%s",
+            engine.name,
+            self.status.load_seconds,
+            f" (degraded: {detail})" if degraded else "",
+        )
+        self._ready.set()
+        try:
+            while (job := self._jobs.get()) is not None:
+                self._run_job(engine, job)
+        finally:
+            self.status = EngineStatus(state="stopped", engine=engine.name)
+            self._metrics.engine_ready.labels(engine=engine.name).set(0)
+            self._drain_failed()
+            try:
+                engine.close()
+            except Exception:
+                logger.exception("engine close failed")
+
+    def _run_job(self, engine: Engine, job: Job) -> None:
+        with self._pending_lock:
+            self._pending -= 1
+            self._metrics.queue_depth.set(self._pending)
+        if job.cancelled:
+            job._deliver(_END)
+            return
+        started = time.perf_counter()
+        try:
+            for chunk in engine.synthesize(job.request, lambda: job.cancelled):
+                if job.cancelled:
+                    break
+                if chunk.size:
+                    job.samples += int(chunk.size)
+                    job._deliver(np.ascontiguousarray(chunk, dtype=np.float32))
+        except Cancelled:
+            pass
+        except Exception as exc:
+            logger.exception("synthesis failed for %r", job.request.text[:40])
+            job._deliver(SynthesisError(f"the engine failed: {type(exc).__name__}"))
+        finally:
+            job.engine_seconds = time.perf_counter() - started
+            job._deliver(_END)
+
+    def _drain_failed(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                return
+            if job is not None:
+                job._deliver(Unavailable("the engine stopped", code="not_ready"))
+                job._deliver(_END)

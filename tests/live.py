@@ -1,0 +1,71 @@
+"""A real server on a real socket for tests: uvicorn on port 0 in a background thread."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import uvicorn
+
+from server.app import create_app
+from server.config import Settings
+from server.engines.select import EngineFactory
+
+#: Every wait in the server tests is a multiple of this.
+TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class LiveServer:
+    base_url: str  # http://127.0.0.1:PORT
+    ws_url: str  # ws://127.0.0.1:PORT/v1/stream
+    app: object
+
+    @property
+    def state(self) -> object:
+        return self.app.state.tts  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def run_live_server(
+    settings: Settings, *, engine: EngineFactory | None = None, wait_ready: bool = True
+) -> Iterator[LiveServer]:
+    """Serve ``create_app(settings)`` on 127.0.0.1 with an OS-chosen port until exit.
+
+    With ``wait_ready`` the context is entered only once the engine is loaded and warm.
+    """
+    app = create_app(settings, engine=engine)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app,
+        ws="websockets-sansio",
+        loop="uvloop",
+        ws_max_size=settings.transport_max_bytes,
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + TIMEOUT_S
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("test server did not start")
+        time.sleep(0.01)
+    worker = app.state.tts.worker
+    if wait_ready and not worker.wait_ready(TIMEOUT_S * 4):
+        raise RuntimeError(f"engine not ready: {worker.status}")
+    try:
+        yield LiveServer(f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}/v1/stream", app)
+    finally:
+        server.should_exit = True
+        thread.join(TIMEOUT_S)
+        sock.close()
