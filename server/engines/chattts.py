@@ -1,0 +1,258 @@
+"""The ChatTTS engine: ChatTTS's own streaming ``infer()`` behind :class:`Engine`.
+
+Calling contract (from :mod:`server.engines.base`): one thread, one synthesis at a time
+per instance. ``Chat`` is not thread-safe (interrupt flag, RNG, model state), which is
+why cancellation can safely use the instance's interrupt context.
+
+Speed mapping: ``VoiceSpec.speed`` becomes ChatTTS's ``[speed_N]`` prompt with
+``N = clamp(round_half_up(5 * speed), 0, 9)``: 1.0 -> ``[speed_5]`` (ChatTTS's default),
+1.2 -> 6, 1.4 -> 7, 0.8 -> 4, 0.5 -> 3, >= 1.7 -> 9, < 0.1 -> 0. Ten levels are all
+ChatTTS has; it does not say how fast each one is.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from server.checkpoint import load_chat
+from server.engines.base import Cancelled, SynthesisRequest, VoiceSpec
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ChatTTSEngine", "resolve_device", "speed_prompt"]
+
+#: Speaker embeddings kept per engine, keyed by (voice, seed); each is a few hundred bytes.
+_SPEAKER_CACHE_SIZE = 64
+#: ChatTTS emits at most ``stream_speed`` samples per streamed chunk and holds the rest
+#: back until the end; a bound this large means "everything decoded so far".
+_UNBOUNDED_STREAM_SPEED = 1 << 30
+_WARM_UP_TEXT = "你好。"
+
+
+def resolve_device(device: str) -> str:
+    """Map ``"auto"`` to ``"cuda"`` when CUDA is available, else ``"cpu"``."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def speed_prompt(speed: float) -> str:
+    """Return ChatTTS's ``[speed_N]`` prompt for a speed factor (1.0 is ``[speed_5]``)."""
+    if not math.isfinite(speed):
+        raise ValueError(f"speed must be finite, not {speed!r}")
+    level = min(9, max(0, math.floor(5 * speed + 0.5)))
+    return f"[speed_{level}]"
+
+
+class _StopContext:
+    """Stands in for ChatTTS's ``GPT.Context``, which ``GPT.generate`` polls every step.
+
+    ``get()`` also polls the current request's ``should_stop`` and raises
+    :class:`Cancelled` from inside the GPT loop: raising (rather than returning True,
+    which only ends generation) also skips the Decoder + Vocos pass ChatTTS would run
+    on the partial result.
+    """
+
+    def __init__(self) -> None:
+        self._interrupt = False
+        self.should_stop: Callable[[], bool] | None = None
+
+    def set(self, value: bool) -> None:
+        self._interrupt = value
+
+    def get(self) -> bool:
+        if self.should_stop is not None and self.should_stop():
+            raise Cancelled("stopped inside the GPT loop")
+        return self._interrupt
+
+
+class ChatTTSEngine:
+    """ChatTTS on one device, streaming float32 mono chunks at 24 kHz.
+
+    ``stream_batch`` GPT steps make one chunk (46.875 steps per second of audio);
+    ChatTTS drops the first ``pass_first_n_batches`` yields, i.e. holds the first audio
+    back until ``stream_batch * (pass_first_n_batches + 1)`` steps (its default is 2;
+    ours is 0 for the earliest first chunk). ``max_new_token`` bounds a segment's length
+    in GPT steps; ``min_new_token`` forbids EOS before that many steps (set both equal
+    for fixed-length runs, as random-weight checkpoints end at random).
+    """
+
+    name = "chattts"
+    sample_rate_hz = 24_000
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        device: str = "auto",
+        compile: bool = False,
+        stream_batch: int = 24,
+        pass_first_n_batches: int = 0,
+        max_new_token: int = 2048,
+        min_new_token: int = 0,
+        temperature: float = 0.3,
+        top_p: float = 0.7,
+        top_k: int = 20,
+    ) -> None:
+        if stream_batch < 1:
+            raise ValueError(f"stream_batch must be >= 1, not {stream_batch}")
+        if not 0 <= min_new_token <= max_new_token:
+            raise ValueError("need 0 <= min_new_token <= max_new_token")
+        self.device = resolve_device(device)
+        self.stream_batch = stream_batch
+        self.pass_first_n_batches = pass_first_n_batches
+        self.max_new_token = max_new_token
+        self.min_new_token = min_new_token
+        self.temperature = temperature
+        self.top_p = top_p
+        self.top_k = top_k
+        self._speakers: OrderedDict[tuple[str | None, int], str] = OrderedDict()
+        self._stop_context = _StopContext()
+        self._chat: Any = load_chat(model_dir, device=self.device, compile=compile)
+        # An instance attribute: ChatTTS reads chat.context at each generate() call.
+        self._chat.context = self._stop_context
+
+    def warm_up(self) -> None:
+        """Run one short synthesis so the first real request pays no lazy start-up cost."""
+        started = time.perf_counter()
+        request = SynthesisRequest(text=_WARM_UP_TEXT, voice=VoiceSpec())
+        samples = sum(
+            chunk.size for chunk in self._synthesize(request, lambda: False, max_new_token=48)
+        )
+        logger.info(
+            "ChatTTS warm-up on %s: %s samples in %.2f s",
+            self.device,
+            samples,
+            time.perf_counter() - started,
+        )
+
+    def synthesize(
+        self, request: SynthesisRequest, should_stop: Callable[[], bool]
+    ) -> Iterator[np.ndarray]:
+        """Yield float32 mono chunks as ChatTTS decodes them; raise Cancelled when stopped.
+
+        ``should_stop`` is polled between chunks and at every GPT step.
+        """
+        return self._synthesize(request, should_stop, max_new_token=self.max_new_token)
+
+    def _synthesize(
+        self, request: SynthesisRequest, should_stop: Callable[[], bool], *, max_new_token: int
+    ) -> Iterator[np.ndarray]:
+        chat = self._loaded()
+        voice = request.voice
+        # Fresh every call: ChatTTS writes spk_smp / txt_smp onto the params it is given.
+        params = chat.InferCodeParams(
+            prompt=speed_prompt(voice.speed),
+            spk_emb=self.speaker(voice),
+            temperature=self.temperature,
+            top_P=self.top_p,
+            top_K=self.top_k,
+            manual_seed=voice.seed,
+            max_new_token=max_new_token,
+            min_new_token=min(self.min_new_token, max_new_token),
+            stream_batch=self.stream_batch,
+            pass_first_n_batches=self.pass_first_n_batches,
+            stream_speed=_UNBOUNDED_STREAM_SPEED,
+            show_tqdm=False,
+        )
+        if should_stop():
+            raise Cancelled("stopped before synthesis")
+        self._stop_context.should_stop = should_stop
+        try:
+            # The text front-end has already reduced the text to what ChatTTS can say;
+            # ChatTTS's own normaliser would only delete characters. infer() resets the
+            # interrupt flag itself.
+            chunks = chat.infer(
+                [request.text],
+                stream=True,
+                skip_refine_text=True,
+                split_text=False,
+                do_text_normalization=False,
+                do_homophone_replacement=False,
+                params_infer_code=params,
+            )
+            try:
+                for batch in chunks:
+                    # (batch, samples) with a batch of one text.
+                    chunk = np.ascontiguousarray(batch[0], dtype=np.float32)
+                    if chunk.size:
+                        yield chunk
+                    if should_stop():
+                        raise Cancelled("stopped between chunks")
+            finally:
+                chunks.close()
+        finally:
+            self._stop_context.should_stop = None
+
+    def speaker(self, voice: VoiceSpec) -> str:
+        """Return the ChatTTS speaker string ``voice`` speaks with (cached per voice, seed).
+
+        That is ``voice.voice`` when given (checked against this model), else the speaker
+        ``voice.seed`` samples: always the same one for a seed, whatever ran before.
+        Raises :class:`ValueError` for a speaker string this model cannot use.
+        """
+        key = (voice.voice, voice.seed)
+        speaker = self._speakers.get(key)
+        if speaker is not None:
+            self._speakers.move_to_end(key)
+            return speaker
+        if voice.voice is not None:
+            speaker = self._checked_voice(voice.voice)
+        else:
+            speaker = self._seeded_speaker(voice.seed)
+        self._speakers[key] = speaker
+        if len(self._speakers) > _SPEAKER_CACHE_SIZE:
+            self._speakers.popitem(last=False)
+        return speaker
+
+    def _seeded_speaker(self, seed: int) -> str:
+        # Seed a forked RNG so a seed names the same speaker whatever ran before, without
+        # moving the global RNG. The speaker statistic lives on the model device, so a
+        # seed's speaker is the same on every machine of one device type only.
+        cuda_devices = (
+            list(range(torch.cuda.device_count())) if self.device.startswith("cuda") else []
+        )
+        with torch.random.fork_rng(devices=cuda_devices):
+            torch.manual_seed(seed)
+            speaker: str = self._loaded().sample_random_speaker()
+        return speaker
+
+    def _checked_voice(self, voice: str) -> str:
+        # Reject a foreign or corrupt speaker string here, with a clear message, rather
+        # than as a shape error deep inside the GPT's embedding. (_decode is ChatTTS's
+        # own inverse of sample_random_speaker's encoding.)
+        chat = self._loaded()
+        try:
+            size = int(chat.speaker._decode(voice).size)
+        except Exception as exc:
+            raise ValueError(f"not a ChatTTS speaker string: {exc}") from exc
+        expected = int(chat.config.gpt.hidden_size)
+        if size != expected:
+            raise ValueError(f"speaker string has {size} dimensions; this model needs {expected}")
+        return voice
+
+    def _loaded(self) -> Any:
+        if self._chat is None:
+            raise RuntimeError("the ChatTTS engine is closed")
+        return self._chat
+
+    def close(self) -> None:
+        """Unload the model and free the CUDA cache; the engine is unusable afterwards."""
+        chat, self._chat = self._chat, None
+        if chat is None:
+            return
+        chat.unload()
+        del chat
+        self._speakers.clear()
+        if self.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+        logger.info("ChatTTS engine on %s closed", self.device)

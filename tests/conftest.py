@@ -1,0 +1,44 @@
+"""Shared fixtures. Add new ones below; heavy imports stay inside the fixtures so that
+suites which do not use them (tests/streaming/) never import torch or ChatTTS."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from server.engines.chattts import ChatTTSEngine
+
+#: GPT steps per synthesis for the shared engine: min = max makes every run the same
+#: length (random weights end at random), 72 steps = 3 chunks of 24 = ~1.5 s of audio.
+CHATTTS_TEST_STEPS = 72
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random-weight ChatTTS checkpoint with tiny dimensions (seed 0), written once.
+
+    Read-only by convention: a test that damages files copies it first.
+    """
+    from server.checkpoint import write_checkpoint
+
+    return write_checkpoint(tmp_path_factory.mktemp("chattts-tiny"), size="tiny", seed=0)
+
+
+@pytest.fixture(scope="session")
+def chattts_engine(tiny_checkpoint: Path) -> Iterator[ChatTTSEngine]:
+    """One warmed CPU ChatTTSEngine on the tiny checkpoint, fixed-length runs, shared."""
+    from server.engines.chattts import ChatTTSEngine
+
+    engine = ChatTTSEngine(
+        tiny_checkpoint,
+        device="cpu",
+        max_new_token=CHATTTS_TEST_STEPS,
+        min_new_token=CHATTTS_TEST_STEPS,
+    )
+    engine.warm_up()
+    yield engine
+    engine.close()
