@@ -202,12 +202,17 @@ class EngineWorker:
             return
         started = time.perf_counter()
         try:
-            for chunk in engine.synthesize(job.request, lambda: job.cancelled):
-                if job.cancelled:
-                    break
-                if chunk.size:
-                    job.samples += int(chunk.size)
-                    job._deliver(np.ascontiguousarray(chunk, dtype=np.float32))
+            # closing(): a cancelled job's generator is closed here, on the engine thread,
+            # not whenever it is garbage-collected.
+            with contextlib.closing(
+                engine.synthesize(job.request, lambda: job.cancelled)
+            ) as chunks:
+                for chunk in chunks:
+                    if job.cancelled:
+                        break
+                    if chunk.size:
+                        job.samples += int(chunk.size)
+                        job._deliver(np.ascontiguousarray(chunk, dtype=np.float32))
         except Cancelled:
             pass
         except Exception as exc:

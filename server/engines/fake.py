@@ -40,7 +40,9 @@ class ScriptedEngine:
     def warm_up(self) -> None:
         pass
 
-    def synthesize(self, request: SynthesisRequest, should_stop: Callable[[], bool]) -> Iterator[np.ndarray]:
+    def synthesize(
+        self, request: SynthesisRequest, should_stop: Callable[[], bool]
+    ) -> Iterator[np.ndarray]:
         self.requests.append(request)
         if self.fail_on is not None and self.fail_on in request.text:
             raise RuntimeError("scripted failure")
@@ -56,7 +58,12 @@ class ScriptedEngine:
                     return
                 time.sleep(self.chunk_delay_s)
                 n = np.arange(start, min(start + step, total))
-                yield (0.3 * np.sin(2 * np.pi * freq_hz * n / self.sample_rate_hz)).astype(np.float32)
+                yield (0.3 * np.sin(2 * np.pi * freq_hz * n / self.sample_rate_hz)).astype(
+                    np.float32
+                )
+        except GeneratorExit:
+            self.stopped_early += 1  # closed by the worker after a cancel
+            raise
         finally:
             self.busy.clear()
 
