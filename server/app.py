@@ -25,8 +25,6 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 from starlette.websockets import WebSocketState
-from streaming.segment import Segmenter, SegmenterConfig
-from streaming.text import prepare_text
 
 from server.auth import TokenAuth, bearer_token, websocket_token
 from server.config import Settings
@@ -38,6 +36,8 @@ from server.session import Session
 from server.worker import EngineWorker
 from streaming import protocol as p
 from streaming.audio import Resampler, float_to_pcm16, wav_bytes
+from streaming.segment import Segmenter, SegmenterConfig
+from streaming.text import prepare_text
 
 logger = logging.getLogger(__name__)
 

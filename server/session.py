@@ -12,12 +12,11 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
-from streaming.segment import Segment, Segmenter, SegmenterConfig
-from streaming.text import prepare_text
 
 from server.config import Settings
 from server.engines.base import SynthesisRequest, VoiceSpec
@@ -26,6 +25,8 @@ from server.metrics import Metrics
 from server.worker import EngineWorker, Job
 from streaming import protocol as p
 from streaming.audio import FrameChunker, Resampler, float_to_pcm16
+from streaming.segment import Segment, Segmenter, SegmenterConfig
+from streaming.text import prepare_text
 
 logger = logging.getLogger(__name__)
 
@@ -299,7 +300,7 @@ class Session:
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _on_frame(self, message: dict[str, Any]) -> None:
+    async def _on_frame(self, message: Mapping[str, Any]) -> None:
         raw: str | bytes | None = message.get("text")
         if raw is None:
             raw = message.get("bytes") or b""

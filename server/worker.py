@@ -202,17 +202,20 @@ class EngineWorker:
             return
         started = time.perf_counter()
         try:
-            # closing(): a cancelled job's generator is closed here, on the engine thread,
-            # not whenever it is garbage-collected.
-            with contextlib.closing(
-                engine.synthesize(job.request, lambda: job.cancelled)
-            ) as chunks:
+            chunks = engine.synthesize(job.request, lambda: job.cancelled)
+            try:
                 for chunk in chunks:
                     if job.cancelled:
                         break
                     if chunk.size:
                         job.samples += int(chunk.size)
                         job._deliver(np.ascontiguousarray(chunk, dtype=np.float32))
+            finally:
+                # A cancelled job's generator is closed here, on the engine thread, not
+                # whenever it happens to be garbage-collected.
+                close = getattr(chunks, "close", None)
+                if close is not None:
+                    close()
         except Cancelled:
             pass
         except Exception as exc:
