@@ -1,0 +1,415 @@
+"""Incremental text segmentation: text deltas in, speakable segments out.
+
+An LLM streams text a few characters at a time; the synthesiser wants whole sentences
+(prosody) but the listener wants the first sound soon. :class:`Segmenter` cuts the
+stream into :class:`Segment` slices:
+
+- at sentence ends: ``。！？；…``, a newline, and ASCII ``. ! ?`` that end a sentence;
+  closers right after the terminator (``。”``, ``?!``, ``）」』``) stay with it;
+- in the first segment of an utterance only, also at a clause mark (``，、：,;:``) once
+  the segment holds ``first_min_chars`` non-whitespace characters, so speech starts
+  early;
+- never longer than ``max_chars``: at the latest clause mark, else the latest gap
+  between words, else next to a CJK character, else (a single long token) at a place
+  that splits no number, word or URL where one exists.
+
+Calling contract:
+
+- ``"".join(emitted texts) + pending_text`` equals everything pushed, at every step;
+  whitespace before a segment belongs to it, nothing is dropped.
+- A decision that depends on characters not yet seen waits for them (or for
+  :meth:`Segmenter.flush`), and every lookahead is bounded, so any chunking of the same
+  text followed by ``flush()`` yields exactly the segments of one ``push`` + ``flush``.
+- Work is linear in the input: each push rescans at most one undecided run.
+
+Rules for ASCII ``.`` (only ``.``-runs need them; ``!``/``?`` end a sentence unless a
+letter or digit follows directly):
+
+- glued to the next character (``3.14``, ``v1.2.3``, ``example.com``, ``e.g.,``):
+  not an end;
+- followed by whitespace and then a lowercase letter (``e.g. this``, ``wait... what``):
+  not an end;
+- a single ``.`` after an abbreviation (``Mr.``, ``Dr.``, ``vs.``), a dotted acronym
+  (``U.S.``, ``e.g.``, ``a.m.``), an initial (``J. K.``) or a list number at the start
+  of the segment (``1. First``): not an end;
+- otherwise (end of input, a newline, a capital, CJK, a digit...): an end.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+__all__ = ["DEFAULT_ABBREVIATIONS", "Segment", "Segmenter", "SegmenterConfig"]
+
+# Lowercased, without the final dot. Left out on purpose: words that often end a
+# sentence ("etc", "inc", "ltd", "no"); a lowercase next word still keeps them joined.
+DEFAULT_ABBREVIATIONS: frozenset[str] = frozenset(
+    {
+        "mr", "mrs", "ms", "dr", "prof", "rev", "gen", "sen", "rep", "gov", "capt",
+        "col", "lt", "sgt", "st", "mt", "jr", "sr", "vs", "cf", "viz", "approx", "fig",
+        "eq", "ca", "dept", "est", "al",
+    }
+)  # fmt: skip
+
+_CJK_TERMINATORS = frozenset("。！？；…")
+_ASCII_TERMINATORS = frozenset(".!?")
+_TERMINATORS = _CJK_TERMINATORS | _ASCII_TERMINATORS
+_CJK_CLAUSE_MARKS = frozenset("，、：")
+_ASCII_CLAUSE_MARKS = frozenset(",;:")
+_CLAUSE_MARKS = _CJK_CLAUSE_MARKS | _ASCII_CLAUSE_MARKS
+# Straight quotes are closers only when they close an open one (quote parity).
+_CLOSERS = frozenset("”’）)」』】》〉]}〕＂＇")
+# Punctuation that belongs to the text before it: a length cut should not orphan it.
+_ATTACHING = _TERMINATORS | _CLAUSE_MARKS | _CLOSERS | frozenset("\"'")
+_NEWLINES = frozenset("\n\r\u2028\u2029")
+_NUMBER_SEPARATORS = frozenset(".,:/-")
+# After ". " a long blank run means the sentence ended; bounding it bounds lookahead.
+_MAX_BLANK_LOOKAHEAD = 16
+# Longest abbreviation word looked back over before a ".".
+_MAX_ABBREVIATION_CHARS = 12
+_ACRONYM = re.compile(r"[A-Za-z](?:\.[A-Za-z])+")
+_ASCII_RUN = re.compile(r"[!-~]+")
+_URL_MARKERS = ("://", "www.", "@")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One cut of the input stream, an exact slice of it."""
+
+    index: int
+    text: str
+    start: int
+    end: int
+    reason: str  # "sentence" | "clause" | "length" | "flush"
+
+
+@dataclass(frozen=True)
+class SegmenterConfig:
+    """Segmentation policy; lengths are in characters."""
+
+    max_chars: int = 80
+    first_min_chars: int = 6
+    abbreviations: frozenset[str] = field(default=DEFAULT_ABBREVIATIONS)
+
+    def __post_init__(self) -> None:
+        if self.max_chars < 1:
+            raise ValueError(f"max_chars must be >= 1, got {self.max_chars}")
+        if self.first_min_chars < 0:
+            raise ValueError(f"first_min_chars must be >= 0, got {self.first_min_chars}")
+
+
+class _NeedMore(Exception):
+    """A decision needs a character that has not arrived yet."""
+
+
+def _is_ascii_letter(ch: str) -> bool:
+    return ch.isascii() and ch.isalpha()
+
+
+def _is_ascii_digit(ch: str) -> bool:
+    return "0" <= ch <= "9"
+
+
+def _is_ascii_alnum(ch: str) -> bool:
+    return ch.isascii() and ch.isalnum()
+
+
+class Segmenter:
+    """Cuts a stream of text deltas into segments; see the module docstring."""
+
+    def __init__(self, config: SegmenterConfig | None = None) -> None:
+        self._config = config if config is not None else SegmenterConfig()
+        self._buf = ""
+        self._buf_offset = 0  # stream offset of self._buf[0]
+        self._start = 0  # buffer index where the pending segment starts
+        self._scan = 0  # buffer index of the first character not yet decided
+        self._index = 0
+        self._first = True  # the next segment opens an utterance
+        # Counts over self._buf[self._start:self._scan]:
+        self._nonblank = 0
+        self._double_quotes = 0
+        self._single_quotes = 0  # "'" not after a letter, i.e. not an apostrophe
+
+    @property
+    def pending_text(self) -> str:
+        """Text pushed but not yet emitted in a segment."""
+        return self._buf[self._start :]
+
+    def push(self, text: str) -> list[Segment]:
+        """Feed a delta; return the segments it completes, in order."""
+        if not text:
+            return []
+        if self._start:
+            self._buf_offset += self._start
+            self._buf = self._buf[self._start :]
+            self._scan -= self._start
+            self._start = 0
+        self._buf += text
+        return self._drain(final=False)
+
+    def flush(self) -> list[Segment]:
+        """Cut everything pending; the next segment opens a new utterance."""
+        segments = self._drain(final=True)
+        if self._start < len(self._buf):
+            segments.append(self._emit(len(self._buf), "flush"))
+        self._first = True
+        return segments
+
+    # -- decisions -------------------------------------------------------------------
+
+    def _drain(self, final: bool) -> list[Segment]:
+        segments: list[Segment] = []
+        while True:
+            try:
+                cut = self._next_cut(final)
+            except _NeedMore:
+                return segments
+            if cut is None:
+                return segments
+            segments.append(self._emit(*cut))
+
+    def _at(self, i: int, final: bool) -> str | None:
+        """The character at buffer index i; None past the end of the input."""
+        if i < len(self._buf):
+            return self._buf[i]
+        if final:
+            return None
+        raise _NeedMore
+
+    def _advance(self, to: int) -> None:
+        buf = self._buf
+        for k in range(self._scan, to):
+            ch = buf[k]
+            if ch.isspace():
+                continue
+            self._nonblank += 1
+            if ch == '"':
+                self._double_quotes += 1
+            elif ch == "'" and not (k > self._start and _is_ascii_letter(buf[k - 1])):
+                self._single_quotes += 1
+        self._scan = to
+
+    def _next_cut(self, final: bool) -> tuple[int, str] | None:
+        """The next cut as (buffer index, reason); None when the input is exhausted."""
+        buf = self._buf
+        max_chars = self._config.max_chars
+        while True:
+            i = self._scan
+            if i - self._start > max_chars:
+                return self._length_cut(final), "length"
+            if i >= len(buf):
+                return None
+            ch = buf[i]
+            if ch in _NEWLINES:
+                if self._nonblank:
+                    cut = i
+                    while buf[cut - 1].isspace():
+                        cut -= 1
+                    return cut, "sentence"
+                self._advance(i + 1)
+            elif ch in _TERMINATORS:
+                end, is_end = self._terminator_run(i, final)
+                if is_end and end - self._start <= max_chars:
+                    return end, "sentence"
+                self._advance(end)
+            elif self._first and ch in _CLAUSE_MARKS:
+                end, valid = self._clause_run(i, final)
+                nonblank = self._nonblank + (end - i)  # runs hold no whitespace
+                if (
+                    valid
+                    and end - self._start <= max_chars
+                    and nonblank >= self._config.first_min_chars
+                ):
+                    return end, "clause"
+                self._advance(end)
+            else:
+                self._advance(i + 1)
+
+    def _closers_end(self, k: int, final: bool) -> int:
+        """Index after the closers starting at k (bounded by the length limit)."""
+        limit = self._start + self._config.max_chars + 1
+        double_quotes, single_quotes = self._double_quotes, self._single_quotes
+        while k < limit:
+            ch = self._at(k, final)
+            if ch is None:
+                break
+            if ch == '"' and double_quotes % 2:
+                double_quotes += 1
+            elif ch == "'" and single_quotes % 2:
+                single_quotes += 1
+            elif ch not in _CLOSERS:
+                break
+            k += 1
+        return k
+
+    def _terminator_run(self, i: int, final: bool) -> tuple[int, bool]:
+        """(index after terminators and closers from i, whether that ends a sentence)."""
+        limit = self._start + self._config.max_chars + 1
+        k = i
+        while k < limit and (ch := self._at(k, final)) is not None and ch in _TERMINATORS:
+            k += 1
+        marks = self._buf[i:k]
+        k = self._closers_end(k, final)
+        if k >= limit:
+            return k, False  # too long to be one segment: the length rule decides
+        if any(ch in _CJK_TERMINATORS for ch in marks):
+            return k, True
+        nxt = self._at(k, final)
+        single_dot = marks == "."
+        if nxt is None:
+            return k, not (single_dot and self._is_abbreviation(i))
+        if not nxt.isspace():
+            if nxt.isascii():
+                return k, False  # glued: 3.14, v1.2, example.com, ?q=1, e.g.,
+            return k, not (single_dot and self._is_abbreviation(i))
+        if set(marks) != {"."}:
+            return k, True
+        following = self._next_word_char(k, final)
+        if following is None:
+            return k, True
+        if following.isascii() and following.islower():
+            return k, False  # "e.g. this", "wait... what"
+        if single_dot and (self._is_abbreviation(i) or self._is_list_number(i)):
+            return k, False
+        return k, True
+
+    def _next_word_char(self, k: int, final: bool) -> str | None:
+        """First non-blank character from k; None at a newline, far away, or the end."""
+        for j in range(k, k + _MAX_BLANK_LOOKAHEAD):
+            ch = self._at(j, final)
+            if ch is None or ch in _NEWLINES:
+                return None
+            if not ch.isspace():
+                return ch
+        return None
+
+    def _is_abbreviation(self, dot: int) -> bool:
+        buf = self._buf
+        j = dot
+        while j > self._start and (_is_ascii_letter(buf[j - 1]) or buf[j - 1] == "."):
+            j -= 1
+            if dot - j > _MAX_ABBREVIATION_CHARS:
+                return False
+        if j > self._start and _is_ascii_alnum(buf[j - 1]):
+            return False
+        word = buf[j:dot].strip(".")
+        if not word:
+            return False
+        if word.lower() in self._config.abbreviations or _ACRONYM.fullmatch(word):
+            return True
+        # An initial ("J. K. Rowling"); "I." is far more often the pronoun.
+        return len(word) == 1 and word.isupper() and word != "I"
+
+    def _is_list_number(self, dot: int) -> bool:
+        """A "1." that opens the segment: a list item, not the end of a sentence."""
+        buf = self._buf
+        j = dot
+        while j > self._start and _is_ascii_digit(buf[j - 1]) and dot - j < 3:
+            j -= 1
+        digits = dot - j
+        if digits == 0 or (j > self._start and _is_ascii_digit(buf[j - 1])):
+            return False
+        return self._nonblank == digits  # only blanks before the number
+
+    def _clause_run(self, i: int, final: bool) -> tuple[int, bool]:
+        """(index after clause marks and closers from i, whether it is a clause end)."""
+        limit = self._start + self._config.max_chars + 1
+        k = i
+        while k < limit and (ch := self._at(k, final)) is not None and ch in _CLAUSE_MARKS:
+            k += 1
+        marks = self._buf[i:k]
+        k = self._closers_end(k, final)
+        if k >= limit:
+            return k, False
+        nxt = self._at(k, final)
+        if any(ch in _CJK_CLAUSE_MARKS for ch in marks):
+            return k, True
+        # "12:30", "1,000", "http://" are not clause ends.
+        return k, nxt is None or nxt.isspace() or not nxt.isascii()
+
+    def _length_cut(self, final: bool) -> int:
+        """Where to cut a segment that would exceed max_chars."""
+        start = self._start
+        max_chars = self._config.max_chars
+        last = start + max_chars  # latest allowed cut; buf[last] exists
+        buf = self._buf
+        lookahead = self._at(last + 1, final)
+        window = buf[start : last + 1] + (lookahead or "")
+
+        def char(i: int) -> str:
+            j = i - start
+            return window[j] if 0 <= j < len(window) else ""
+
+        url_like = [False] * len(window)
+        for match in _ASCII_RUN.finditer(window):
+            if any(marker in match.group() for marker in _URL_MARKERS):
+                url_like[match.start() : match.end()] = [True] * (match.end() - match.start())
+
+        clause = blank = cjk = symbol = hard = split = 0
+        in_clause = False
+        clause_cjk = False
+        for cut in range(start + 1, last + 1):
+            before, after = char(cut - 1), char(cut)
+            if before in _CLAUSE_MARKS:
+                in_clause = True
+                clause_cjk = clause_cjk or before in _CJK_CLAUSE_MARKS
+            elif not (in_clause and before in _CLOSERS):
+                in_clause = clause_cjk = False
+            if (
+                in_clause
+                and after not in _CLAUSE_MARKS
+                and after not in _CLOSERS
+                and (clause_cjk or after.isspace() or not after.isascii())
+            ):
+                clause = cut
+            inside_number = (
+                _is_ascii_digit(before)
+                and after in _NUMBER_SEPARATORS
+                and _is_ascii_digit(char(cut + 1))
+            ) or (
+                before in _NUMBER_SEPARATORS
+                and _is_ascii_digit(after)
+                and _is_ascii_digit(char(cut - 2))
+            )
+            if before.isspace():
+                continue  # would leave the blanks a segment of their own
+            if not (
+                (_is_ascii_letter(before) and _is_ascii_letter(after))
+                or (_is_ascii_digit(before) and _is_ascii_digit(after))
+            ):
+                split = cut
+                if not inside_number:
+                    hard = cut
+            if after.isspace():
+                blank = cut
+                continue
+            if after in _ATTACHING:
+                continue
+            if not (before.isascii() and after.isascii()):
+                cjk = cut
+                continue
+            if not (
+                inside_number
+                or url_like[cut - start]
+                or (_is_ascii_alnum(before) and _is_ascii_alnum(after))
+            ):
+                symbol = cut
+        # Leading blanks alone, rather than split the token after them.
+        lead = start + len(window) - len(window.lstrip())
+        lead = lead if start < lead <= last else 0
+        for best in (clause, blank, cjk, symbol, lead, hard, split):
+            if best:
+                return best
+        # A single word or number longer than max_chars: the hard limit wins.
+        return last
+
+    def _emit(self, cut: int, reason: str) -> Segment:
+        text = self._buf[self._start : cut]
+        start = self._buf_offset + self._start
+        segment = Segment(self._index, text, start, start + len(text), reason)
+        self._index += 1
+        self._start = self._scan = cut
+        self._nonblank = self._double_quotes = self._single_quotes = 0
+        self._first = False
+        return segment
