@@ -134,10 +134,16 @@ _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add every setting as a flag; defaults are resolved later in :func:`build_settings`."""
+    defaults = Settings()
     for flag, name, kind, help_text in _FLAGS:
         env = "TTS_" + name.upper()
         parser.add_argument(
-            flag, dest=name, type=kind, default=None, help=f"{help_text} [env {env}]"
+            flag,
+            dest=name,
+            type=kind,
+            default=None,
+            metavar="BOOL" if kind is _env_bool else None,
+            help=f"{help_text} [default {getattr(defaults, name)}; env {env}]",
         )
     parser.add_argument(
         "--token-file",
