@@ -1,0 +1,271 @@
+"""The real page in headless Chromium against the real server (espeak fallback voice).
+
+Debian's chromium is driven by Python playwright (never `playwright install`); the
+AudioWorklet runs at real time without an audio device thanks to the autoplay flag.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from server.config import Settings
+from tests.live import TIMEOUT_S, LiveServer, run_live_server
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--autoplay-policy=no-user-gesture-required",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+#: Browser waits, in ms for playwright: a fraction of the suite-wide constant.
+WAIT_MS = TIMEOUT_S * 1000 / 2
+SAMPLE_RATE_HZ = 24000
+
+if shutil.which(CHROMIUM) is None:
+    pytest.skip(f"{CHROMIUM} is not installed", allow_module_level=True)
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def open_server() -> Iterator[LiveServer]:
+    with run_live_server(Settings(engine="espeak")) as server:
+        yield server
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page_errors: list[str] = []
+    page.on("pageerror", lambda exc: page_errors.append(str(exc)))
+    yield page
+    context.close()
+    assert page_errors == [], f"uncaught errors in the page: {page_errors}"
+
+
+def load(page: Any, server: LiveServer) -> None:
+    page.goto(server.base_url + "/", timeout=WAIT_MS)
+    page.wait_for_function("document.body.dataset.ready === '1'", timeout=WAIT_MS)
+
+
+def tts_state(page: Any) -> dict[str, Any]:
+    return page.evaluate("window.ttsState")
+
+
+def wait_state(page: Any, condition: str) -> dict[str, Any]:
+    """Wait until the JS expression over `s` (window.ttsState) is true; return the state."""
+    page.wait_for_function(f"(s => {condition})(window.ttsState)", timeout=WAIT_MS)
+    return tts_state(page)
+
+
+def wait_next_worklet_report(page: Any, after_ms: float) -> dict[str, Any]:
+    """The first worklet report received after page time `after_ms` (heartbeat: 250 ms)."""
+    return wait_state(page, f"s.worklet && s.worklet.receivedAt > {after_ms}")["worklet"]
+
+
+def set_speed(page: Any, speed: float) -> None:
+    page.eval_on_selector(
+        "#speed",
+        "(el, v) => { el.value = String(v); el.dispatchEvent(new Event('input')); }",
+        speed,
+    )
+    assert page.text_content("#speed-value") == f"{speed:.1f}"
+
+
+def test_play_streams_default_text_through_the_worklet(page: Any, open_server: LiveServer) -> None:
+    """Play in LLM-streaming mode: engine shown, segments cover the text, audio is played out."""
+    load(page, open_server)
+    assert page.is_checked("#stream-mode")
+    text = page.input_value("#text")
+    assert len(text) > 20
+    set_speed(page, 2.0)  # half the real-time playout, same code path
+
+    page.click("#play")
+    state = wait_state(page, "s.contextState === 'done'")
+
+    assert state["connected"] is True
+    assert state["speed"] == 2.0
+    assert state["engine"] and page.text_content("#engine") == state["engine"]
+    assert state["errors"] == []
+    sent = state["sent"]
+    assert sent[0] == "start" and sent[-1] == "end"
+    assert sent.count("text") > 3, "the text went out as many small deltas"
+    assert "".join(seg["text"] for seg in state["segments"]) == text
+    assert [seg["index"] for seg in state["segments"]] == list(range(len(state["segments"])))
+    assert page.locator("#segments li").count() == len(state["segments"]) >= 2
+
+    done = state["done"]
+    assert done["cancelled"] is False
+    assert done["segments"] == len(state["segments"])
+    assert state["framesReceived"] > 0
+    assert state["sequenceGaps"] == 0
+    assert done["audioSamples"] == state["samplesReceived"] > SAMPLE_RATE_HZ // 2
+    # The worklet really ran: every received sample went out of the audio graph.
+    assert state["samplesPlayed"] == state["samplesReceived"]
+    assert state["bufferedMs"] == 0
+
+    ttfa_ms = int(page.text_content("#ttfa") or "")
+    ttfa_played_ms = int(page.text_content("#ttfa-played") or "")
+    assert 0 <= ttfa_ms <= ttfa_played_ms
+    assert (ttfa_ms, ttfa_played_ms) == (state["ttfaMs"], state["ttfaPlayedMs"])
+    assert int(page.text_content("#underruns") or "") == state["underruns"]
+
+
+def test_stop_cancels_and_silences_at_once(page: Any, open_server: LiveServer) -> None:
+    """Stop mid-stream sends cancel, gets a cancelled done, and empties the worklet at once."""
+    load(page, open_server)
+    # Long enough that its deltas are still going out when Stop is pressed.
+    page.fill("#text", "今天天气很好，我们一起去公园散步吧！" * 12)
+
+    page.click("#play")
+    wait_state(page, f"s.samplesPlayed > {SAMPLE_RATE_HZ // 10}")
+    stopped_at_ms = page.evaluate("performance.now()")
+    page.click("#stop")
+
+    state = wait_state(page, "s.done !== null")
+    assert state["sent"][0] == "start" and state["sent"][-1] == "cancel"
+    assert "end" not in state["sent"]
+    assert state["done"]["cancelled"] is True
+    assert state["contextState"] == "cancelled"
+    assert state["errors"] == []
+    assert state["bufferedMs"] == 0
+
+    # Nothing more leaves the worklet: its lifetime output counter stands still. Reports
+    # posted before the clear arrive within a few ms; these come well after it.
+    first = wait_next_worklet_report(page, stopped_at_ms + 300)
+    assert first["bufferedSamples"] == 0
+    later = wait_next_worklet_report(page, page.evaluate("performance.now()") + 300)
+    assert later["bufferedSamples"] == 0
+    assert later["totalPlayedSamples"] == first["totalPlayedSamples"]
+    assert tts_state(page)["samplesPlayed"] == state["samplesPlayed"]
+
+
+def test_token_is_required_and_checked(page: Any) -> None:
+    """A wrong token shows an auth error in the page; the right one plays (and is kept)."""
+    settings = Settings(engine="espeak", tokens=("s3cret-token",))
+    with run_live_server(settings) as server:
+        load(page, server)
+        page.uncheck("#stream-mode")
+        page.fill("#text", "你好，世界。")
+
+        page.fill("#token", "wrong-token")
+        page.click("#play")
+        state = wait_state(page, "s.errors.length > 0")
+        assert [err["code"] for err in state["errors"]] == ["unauthorized"]
+        assert state["connected"] is False
+        assert state["contextState"] == "idle"
+        assert page.get_attribute("#status", "data-state") == "refused"
+        assert "unauthorized" in (page.text_content("#log .error") or "")
+
+        page.fill("#token", "s3cret-token")
+        page.press("#token", "Tab")  # commit: the token is kept in localStorage
+        page.click("#play")
+        state = wait_state(page, "s.contextState === 'done'")
+        assert state["connected"] is True
+        assert state["sent"] == ["start", "text", "end"]
+        assert state["samplesPlayed"] == state["samplesReceived"] > 0
+        assert state["done"]["cancelled"] is False
+        assert page.evaluate("localStorage.getItem('tts.token')") == "s3cret-token"
+
+        # After a reload the kept token is used again.
+        load(page, server)
+        assert page.input_value("#token") == "s3cret-token"
+        page.fill("#text", "再见。")
+        page.click("#play")
+        state = wait_state(page, "s.contextState === 'done'")
+        assert state["errors"] == [] and state["done"]["cancelled"] is False
+
+
+def test_audio_frame_header_is_stripped_and_pcm_scaled(page: Any, open_server: LiveServer) -> None:
+    """parseAudioFrame reads the 12-byte LE header and maps int16 LE to [-1, 1)."""
+    load(page, open_server)
+    parsed = page.evaluate(
+        """async () => {
+          const { parseAudioFrame } = await import('/web/player.js');
+          const buf = new ArrayBuffer(12 + 6);
+          const v = new DataView(buf);
+          v.setUint32(0, 7, true); v.setUint32(4, 2, true); v.setUint32(8, 300, true);
+          [-32768, 0, 16384].forEach((x, i) => v.setInt16(12 + 2 * i, x, true));
+          const f = parseAudioFrame(buf);
+          let odd = null;
+          try { parseAudioFrame(new ArrayBuffer(12 + 3)); } catch (e) { odd = e.message; }
+          return { ...f, samples: Array.from(f.samples), odd };
+        }"""
+    )
+    assert (parsed["stream"], parsed["segment"], parsed["sequence"]) == (7, 2, 300)
+    assert parsed["samples"] == [-1.0, 0.0, 0.5]
+    assert "odd" in parsed["odd"]
+
+
+def test_worklet_prebuffers_plays_out_after_end_and_counts_underruns(
+    page: Any, open_server: LiveServer
+) -> None:
+    """Below the prebuffer nothing plays until end; running dry mid-stream is one underrun."""
+    load(page, open_server)
+    result = page.evaluate(
+        """async () => {
+          const { Player } = await import('/web/player.js');
+          const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+          const until = async (cond) => {  // bounded poll
+            for (let i = 0; i < 100 && !cond(); i++) await sleep(50);
+            return cond();
+          };
+          const player = new Player({ prebufferMs: 100 });
+          let last = null;
+          player.onstate = (s) => { last = s; };
+          await player.open(24000);
+          await until(() => player.context.currentTime > 0.05);  // the clock runs
+          const ms = (n) => new Float32Array(24 * n).fill(0.1);
+          const out = {};
+
+          player.begin();
+          player.push(ms(50));  // half the prebuffer: must wait
+          await sleep(300);
+          await until(() => last && last.bufferedSamples > 0);
+          out.waiting = { ...last };
+          player.end();         // ...until the stream is over
+          await until(() => last.drained);
+          out.ended = { ...last };
+
+          player.begin();
+          player.push(ms(150)); // plays, then runs dry before the stream ends
+          await until(() => last.underruns > 0);
+          await sleep(100);
+          out.dry = { ...last };
+          player.push(ms(150));
+          player.end();
+          await until(() => last.drained);
+          out.after = { ...last };
+          await player.context.close();
+          return out;
+        }"""
+    )
+    assert result["waiting"]["playedSamples"] == 0
+    assert result["waiting"]["bufferedSamples"] == 24 * 50
+    assert result["ended"]["playedSamples"] == 24 * 50
+    assert result["ended"]["drained"] is True
+    assert result["ended"]["underruns"] == 0
+    assert result["dry"]["playedSamples"] == 24 * 150
+    assert result["dry"]["underruns"] == 1
+    assert result["after"]["playedSamples"] == 24 * 300
+    assert result["after"]["drained"] is True
+    assert result["after"]["underruns"] == 1
