@@ -66,6 +66,29 @@ class TTSRequest(BaseModel):
     sample_rate: int | None = Field(None, description="output rate; default the engine's")
 
 
+class _DenialLogFilter(logging.Filter):
+    """Drops uvicorn's spurious ERROR after each WebSocket denial response we send.
+
+    uvicorn's websockets-sansio protocol never marks the handshake complete after a
+    ``websocket.http.response`` denial, so every refused client (bad token, server full)
+    logs "ASGI callable returned without completing handshake." at ERROR, which trips
+    log-level alerting (upstream Kludex/uvicorn PR #3138). The record is emitted right
+    after our handler returns, so counting our own denials drops exactly those records.
+    """
+
+    MESSAGE = "ASGI callable returned without completing handshake."
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.pending > 0 and record.getMessage() == self.MESSAGE:
+            self.pending -= 1
+            return False
+        return True
+
+
 class AppState:
     """Everything the routes share, built from the settings."""
 
@@ -76,6 +99,7 @@ class AppState:
         factory = factory or engine_factory(settings)
         self.worker = EngineWorker(factory, self.metrics, warm_up=settings.warm_up)
         self.connections = 0
+        self.denial_log_filter = _DenialLogFilter()
 
 
 def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> FastAPI:
@@ -88,10 +112,13 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
             logger.warning(
                 "no tokens configured (--token-file / TTS_TOKENS): the API is open to anyone"
             )
+        uvicorn_log = logging.getLogger("uvicorn.error")
+        uvicorn_log.addFilter(state.denial_log_filter)
         state.worker.start()
         try:
             yield
         finally:
+            uvicorn_log.removeFilter(state.denial_log_filter)
             await asyncio.to_thread(state.worker.stop)
 
     app = FastAPI(title="chattts-stream", version="0.1.0", lifespan=lifespan)
@@ -191,6 +218,7 @@ async def run_websocket(state: AppState, websocket: WebSocket) -> None:
         await websocket.send_denial_response(
             JSONResponse(refusal.to_body(), status_code=refusal.http_status)
         )
+        state.denial_log_filter.pending += 1
         return
     subprotocol = p.SUBPROTOCOL if p.SUBPROTOCOL in offered else None
     state.connections += 1
