@@ -1,4 +1,11 @@
-"""The ChatTTS engine: ChatTTS's own streaming ``infer()`` behind :class:`Engine`.
+"""The ChatTTS engine: ChatTTS's modules behind :class:`Engine`, streamed two ways.
+
+``decoder="ours"`` (the default) streams through
+:class:`server.engines.chattts_stream.StreamingDecoder`: ChatTTS's GPT step by step
+with a KV cache, a small first chunk, and windowed Decoder + Vocos passes joined with a
+crossfade (linear decode work, no clicks at joins). ``decoder="chattts"`` falls back
+to ChatTTS's own ``infer(stream=True)``, which re-decodes the whole sequence per chunk.
+Both sample the same tokens for the same seed.
 
 Calling contract (from :mod:`server.engines.base`): one thread, one synthesis at a time
 per instance. ``Chat`` is not thread-safe (interrupt flag, RNG, model state), which is
@@ -25,6 +32,7 @@ import torch
 
 from server.checkpoint import load_chat
 from server.engines.base import Cancelled, SynthesisRequest, VoiceSpec
+from server.engines.chattts_stream import GenerationParams, StreamingDecoder, StreamSettings
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +86,13 @@ class _StopContext:
 class ChatTTSEngine:
     """ChatTTS on one device, streaming float32 mono chunks at 24 kHz.
 
-    ``stream_batch`` GPT steps make one chunk (46.875 steps per second of audio);
+    With ``decoder="ours"`` the first chunk comes after ``first_chunk_steps`` GPT steps
+    and chunks then grow by ``chunk_growth`` up to ``max_chunk_steps``; each is decoded
+    with ``left_context_frames`` of context, ``lookahead_frames`` held back and
+    ``overlap_samples`` crossfaded (see :class:`StreamSettings`, which also documents
+    ``gpt_dtype``, ``decoder_dtype`` and ``compile_vocoder``).
+
+    With ``decoder="chattts"``, ``stream_batch`` GPT steps make one chunk (46.875 steps per second of audio);
     ChatTTS drops the first ``pass_first_n_batches`` yields, i.e. holds the first audio
     back until ``stream_batch * (pass_first_n_batches + 1)`` steps (its default is 2;
     ours is 0 for the earliest first chunk). ``max_new_token`` bounds a segment's length
@@ -102,7 +116,19 @@ class ChatTTSEngine:
         temperature: float = 0.3,
         top_p: float = 0.7,
         top_k: int = 20,
+        decoder: str = "ours",
+        first_chunk_steps: int = 12,
+        chunk_growth: float = 2.0,
+        max_chunk_steps: int = 96,
+        left_context_frames: int = 24,
+        lookahead_frames: int = 4,
+        overlap_samples: int = 512,
+        gpt_dtype: str = "float32",
+        decoder_dtype: str = "float32",
+        compile_vocoder: bool = False,
     ) -> None:
+        if decoder not in ("ours", "chattts"):
+            raise ValueError(f"decoder must be 'ours' or 'chattts', not {decoder!r}")
         if stream_batch < 1:
             raise ValueError(f"stream_batch must be >= 1, not {stream_batch}")
         if not 0 <= min_new_token <= max_new_token:
@@ -117,9 +143,24 @@ class ChatTTSEngine:
         self.top_k = top_k
         self._speakers: OrderedDict[tuple[str | None, int], str] = OrderedDict()
         self._stop_context = _StopContext()
+        self.decoder = decoder
+        settings = StreamSettings(
+            first_chunk_steps=first_chunk_steps,
+            chunk_growth=chunk_growth,
+            max_chunk_steps=max_chunk_steps,
+            left_context_frames=left_context_frames,
+            lookahead_frames=lookahead_frames,
+            overlap_samples=overlap_samples,
+            gpt_dtype=gpt_dtype,
+            decoder_dtype=decoder_dtype,
+            compile_vocoder=compile_vocoder,
+        )
         self._chat: Any = load_chat(model_dir, device=self.device, compile=compile)
         # An instance attribute: ChatTTS reads chat.context at each generate() call.
         self._chat.context = self._stop_context
+        self._stream: StreamingDecoder | None = None
+        if decoder == "ours":
+            self._stream = StreamingDecoder(self._chat, settings)
 
     def warm_up(self) -> None:
         """Run one short synthesis so the first real request pays no lazy start-up cost."""
@@ -148,6 +189,43 @@ class ChatTTSEngine:
         self, request: SynthesisRequest, should_stop: Callable[[], bool], *, max_new_token: int
     ) -> Iterator[np.ndarray]:
         chat = self._loaded()
+        if self._stream is not None:
+            yield from self._stream_ours(self._stream, request, should_stop, max_new_token)
+        else:
+            yield from self._stream_chattts(chat, request, should_stop, max_new_token)
+
+    def _stream_ours(
+        self,
+        stream: StreamingDecoder,
+        request: SynthesisRequest,
+        should_stop: Callable[[], bool],
+        max_new_token: int,
+    ) -> Iterator[np.ndarray]:
+        voice = request.voice
+        params = GenerationParams(
+            prompt=speed_prompt(voice.speed),
+            spk_emb=self.speaker(voice),
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            seed=voice.seed,
+            max_new_token=max_new_token,
+            min_new_token=min(self.min_new_token, max_new_token),
+        )
+        if should_stop():
+            raise Cancelled("stopped before synthesis")
+        for chunk in stream.stream(request.text, params, should_stop):
+            yield chunk
+            if should_stop():
+                raise Cancelled("stopped between chunks")
+
+    def _stream_chattts(
+        self,
+        chat: Any,
+        request: SynthesisRequest,
+        should_stop: Callable[[], bool],
+        max_new_token: int,
+    ) -> Iterator[np.ndarray]:
         voice = request.voice
         # Fresh every call: ChatTTS writes spk_smp / txt_smp onto the params it is given.
         params = chat.InferCodeParams(
@@ -250,6 +328,7 @@ class ChatTTSEngine:
         chat, self._chat = self._chat, None
         if chat is None:
             return
+        self._stream = None
         chat.unload()
         del chat
         self._speakers.clear()

@@ -63,11 +63,22 @@ def test_yields_float32_mono_finite_chunks(chattts_engine: ChatTTSEngine) -> Non
     assert np.abs(np.concatenate(chunks)).max() > 0
 
 
-def test_first_chunk_comes_after_one_stream_batch(chattts_engine: ChatTTSEngine) -> None:
-    """With pass_first_n_batches 0 the first chunk holds about stream_batch steps of audio."""
-    first = next(iter(chattts_engine.synthesize(SynthesisRequest(TEXT, VoiceSpec()), _never)))
-    steps = chattts_engine.stream_batch
+def test_first_chunk_comes_after_one_stream_batch(tiny_checkpoint: Path) -> None:
+    """ChatTTS's own stream, pass_first_n_batches 0: the first chunk holds ~stream_batch steps."""
+    engine = ChatTTSEngine(tiny_checkpoint, device="cpu", decoder="chattts", max_new_token=72)
+    try:
+        first = next(iter(engine.synthesize(SynthesisRequest(TEXT, VoiceSpec()), _never)))
+    finally:
+        engine.close()
+    steps = engine.stream_batch
     assert (steps - 1) * SAMPLES_PER_STEP <= first.size <= steps * SAMPLES_PER_STEP
+
+
+def test_first_chunk_comes_after_first_chunk_steps(chattts_engine: ChatTTSEngine) -> None:
+    """Our decoder (the default) sends its first chunk after first_chunk_steps, not 24."""
+    first = next(iter(chattts_engine.synthesize(SynthesisRequest(TEXT, VoiceSpec()), _never)))
+    assert chattts_engine.decoder == "ours"
+    assert 0 < first.size <= 12 * SAMPLES_PER_STEP
 
 
 def test_same_seed_gives_identical_audio(chattts_engine: ChatTTSEngine) -> None:

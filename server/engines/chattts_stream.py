@@ -1,0 +1,374 @@
+"""Our streaming decoder on ChatTTS's own modules: incremental GPT + windowed vocoding.
+
+ChatTTS's ``infer(stream=True)`` holds audio back for 72 GPT steps, re-decodes the whole
+sequence at every chunk (quadratic work) and slices off the new tail (clicks at joins).
+:class:`StreamingDecoder` drives the modules a ``Chat`` has loaded (its GPT with a KV
+cache, its Decoder and Vocos) itself:
+
+- Generation (:meth:`StreamingDecoder.generate`) is ChatTTS's ``GPT.generate`` loop for
+  one text, step for step: the same prompt building, embeddings, speaker embedding,
+  logits processors (``gen_logits``: top-P, top-K, repetition penalty), temperature,
+  EOS masking below ``min_new_token`` and per-step re-seeded sampling from the GPT's own
+  generator. Same seed -> same tokens as ChatTTS (pinned by a test), but it yields each
+  step's token and hidden state as soon as it is sampled, and polls ``should_stop``
+  before every step.
+- Vocoding (:meth:`StreamingDecoder.stream`): chunk ``i`` ends after
+  ``ChunkSchedule.size(i)`` steps (small first, then growing). Each chunk's window is its
+  new steps plus ``left_context_frames`` of already-sent mel frames; Decoder + Vocos run
+  on that window only, and :class:`streaming.crossfade.WindowJoiner` joins it to what
+  was sent: the last ``lookahead_frames`` (no right context yet) are held back and
+  re-decoded by the next window, and ``overlap_samples`` before them are crossfaded. Each
+  step is decoded a bounded number of times, so decode work grows linearly.
+
+Units: one GPT step is 2 mel frames (the Decoder splits each hidden state in two) and a
+mel frame is 256 samples at 24 kHz; Vocos (``center`` ISTFT) renders ``n`` frames into
+``(n - 1) * 256`` samples, sample ``k`` of a window starting at frame ``f`` being global
+sample ``f * 256 + k``.
+
+Not thread-safe, like ``Chat``: one utterance at a time per instance.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.utils.parametrize as parametrize
+from ChatTTS.model.processors import gen_logits
+
+from server.engines.base import Cancelled
+from streaming.chunking import ChunkSchedule
+from streaming.crossfade import WindowJoiner
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "FRAMES_PER_STEP",
+    "SAMPLES_PER_FRAME",
+    "GenerationParams",
+    "StepOutput",
+    "StreamSettings",
+    "StreamStats",
+    "StreamingDecoder",
+]
+
+#: Mel frames per GPT step and samples per mel frame (Vocos hop at 24 kHz).
+FRAMES_PER_STEP = 2
+SAMPLES_PER_FRAME = 256
+SAMPLES_PER_STEP = FRAMES_PER_STEP * SAMPLES_PER_FRAME
+
+_DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+
+
+def _never() -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """How :class:`StreamingDecoder` cuts, decodes and joins chunks, and on what dtypes.
+
+    ``left_context_frames``: already-sent mel frames re-decoded in front of each window
+    (24 frames ~ 0.26 s; Vocos's receptive field is 27 frames each side, the Decoder's
+    longer but with small layer scales). ``lookahead_frames``: frames at a window's end
+    held back until the next window gives them right context. ``overlap_samples``:
+    crossfade length at each join (512 samples = 21 ms).
+
+    ``gpt_dtype`` / ``decoder_dtype`` (``"float32"``, ``"float16"``, ``"bfloat16"``): the
+    GPT transformer's and the Decoder's weights (CUDA only; Vocos always runs float32:
+    its ISTFT is complex). ``compile_vocoder``: ``torch.compile`` the Decoder and the
+    Vocos backbone (dynamic shapes; pays on CUDA for long services).
+    """
+
+    first_chunk_steps: int = 12
+    chunk_growth: float = 2.0
+    max_chunk_steps: int = 96
+    left_context_frames: int = 24
+    lookahead_frames: int = 4
+    overlap_samples: int = 512
+    gpt_dtype: str = "float32"
+    decoder_dtype: str = "float32"
+    compile_vocoder: bool = False
+
+    def __post_init__(self) -> None:
+        if self.left_context_frames < 0 or self.lookahead_frames < 0:
+            raise ValueError("left_context_frames and lookahead_frames must be >= 0")
+        if not 0 <= self.overlap_samples <= SAMPLES_PER_STEP * self.first_chunk_steps // 2:
+            raise ValueError("overlap_samples must be in [0, half the first chunk]")
+        for name in ("gpt_dtype", "decoder_dtype"):
+            if getattr(self, name) not in _DTYPES:
+                raise ValueError(f"{name} must be one of {sorted(_DTYPES)}")
+        self.schedule  # validates the chunk schedule  # noqa: B018
+
+    @property
+    def schedule(self) -> ChunkSchedule:
+        """The chunk-size schedule these settings describe."""
+        return ChunkSchedule(self.first_chunk_steps, self.chunk_growth, self.max_chunk_steps)
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """ChatTTS's ``InferCodeParams`` subset that shapes generation (same defaults)."""
+
+    prompt: str = "[speed_5]"
+    spk_emb: str | None = None
+    temperature: float = 0.3
+    top_p: float | None = 0.7
+    top_k: int | None = 20
+    repetition_penalty: float = 1.05
+    max_new_token: int = 2048
+    min_new_token: int = 0
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """One generated GPT step: its ``num_vq`` audio token ids and its hidden state."""
+
+    index: int
+    ids: torch.Tensor
+    hidden: torch.Tensor
+
+
+@dataclass
+class StreamStats:
+    """Counters of the last :meth:`StreamingDecoder.stream` call (for tests and bench)."""
+
+    steps: int = 0
+    #: Mel frames that went through the Decoder + Vocos, all windows together.
+    decoded_frames: int = 0
+    emitted_samples: int = 0
+    #: (GPT steps so far, samples) of each chunk yielded, in order.
+    chunks: list[tuple[int, int]] = field(default_factory=list)
+    #: Seconds from the call to the first non-empty chunk; None until there is one.
+    first_audio_s: float | None = None
+    first_audio_step: int | None = None
+    token_ids: list[list[int]] = field(default_factory=list)
+
+    @property
+    def emitted_frames(self) -> float:
+        """Emitted audio in mel frames (a window of n frames renders n - 1 of audio)."""
+        return self.emitted_samples / SAMPLES_PER_FRAME + 1
+
+    @property
+    def decode_ratio(self) -> float:
+        """Frames decoded per frame emitted: 1.0 would be one decode of every frame."""
+        return self.decoded_frames / self.emitted_frames if self.emitted_samples else 0.0
+
+
+class StreamingDecoder:
+    """Streams one utterance at a time from a loaded ``Chat``'s GPT, Decoder and Vocos."""
+
+    def __init__(self, chat: Any, settings: StreamSettings | None = None) -> None:
+        self.chat = chat
+        self.settings = settings or StreamSettings()
+        self.last_stats = StreamStats()
+        device = torch.device(chat.device)
+        if device.type != "cuda" and (
+            self.settings.gpt_dtype != "float32" or self.settings.decoder_dtype != "float32"
+        ):
+            raise ValueError("half-precision GPT / Decoder is for CUDA only")
+        gpt_dtype = _DTYPES[self.settings.gpt_dtype]
+        if chat.gpt.gpt.dtype != gpt_dtype:
+            chat.gpt.gpt.to(dtype=gpt_dtype)
+        self._decoder_dtype = _DTYPES[self.settings.decoder_dtype]
+        if self._decoder_dtype != torch.float32:
+            chat.decoder.to(dtype=self._decoder_dtype)
+        self._decoder: Callable[[torch.Tensor], torch.Tensor] = chat.decoder
+        self._backbone: Callable[[torch.Tensor], torch.Tensor] = chat.vocos.backbone
+        if self.settings.compile_vocoder:
+            self._decoder = torch.compile(chat.decoder, dynamic=True)
+            self._backbone = torch.compile(chat.vocos.backbone, dynamic=True)
+
+    # -- generation ---------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def generate(
+        self, text: str, params: GenerationParams, should_stop: Callable[[], bool] = _never
+    ) -> Iterator[StepOutput]:
+        """Yield one :class:`StepOutput` per generated step until EOS or ``max_new_token``.
+
+        ``should_stop`` is polled before every GPT step; when true, raises
+        :class:`Cancelled` (so at most one step runs after a stop is requested).
+        """
+        chat = self.chat
+        gpt = chat.gpt
+        num_vq = int(chat.config.gpt.num_vq)
+        eos_token = int(chat.config.gpt.num_audio_tokens) - 1
+        device = torch.device(chat.device)
+        device_gpt = gpt.device_gpt
+
+        input_ids, attention_mask, text_mask = chat.tokenizer.encode(
+            chat.speaker.decorate_code_prompts([text], params.prompt, None, params.spk_emb),
+            num_vq,
+            prompt=None,
+            device=device_gpt,
+        )
+        emb = chat.embed(input_ids, text_mask)
+        if params.spk_emb is not None:
+            chat.speaker.apply(
+                emb, params.spk_emb, input_ids, chat.tokenizer.spk_emb_ids, device_gpt
+            )
+        warpers, processors = gen_logits(
+            num_code=eos_token,
+            top_P=params.top_p,
+            top_K=params.top_k,
+            repetition_penalty=params.repetition_penalty,
+        )
+        logits_processors = (*processors, *warpers)
+        # (num_vq, 1): one temperature per codebook, as ChatTTS expands it.
+        temperature = torch.full((num_vq, 1), params.temperature, device=device)
+
+        start = input_ids.size(1)
+        max_new = params.max_new_token
+        ids_buf = torch.zeros(
+            1, start + max_new, num_vq, dtype=input_ids.dtype, device=input_ids.device
+        )
+        ids_buf.narrow(1, 0, start).copy_(input_ids)
+        mask_buf = torch.ones(1, start + max_new, dtype=torch.bool, device=input_ids.device)
+        mask_buf.narrow(1, 0, attention_mask.size(1)).copy_(attention_mask)
+        gpt_dtype = gpt.gpt.dtype
+        past: Any = None
+        progress = start
+        for step in range(max_new):
+            if should_stop():
+                raise Cancelled("stopped inside the GPT loop")
+            # Same inputs, dtypes and mask form as ChatTTS's _prepare_generation_inputs,
+            # so the arithmetic (hence the sampled tokens) is bit-identical.
+            mask = mask_buf.narrow(1, 0, progress)
+            position_ids = mask.long().cumsum(-1) - 1
+            position_ids.masked_fill_(mask.eq(0), 1)
+            if step == 0:
+                cache_position = torch.arange(0, progress, device=input_ids.device)
+                inputs_embeds = emb
+            else:
+                position_ids = position_ids.narrow(1, -1, 1)
+                cache_position = torch.arange(progress - 1, progress, device=input_ids.device)
+                last = ids_buf.narrow(1, progress - 1, 1).to(device_gpt)
+                inputs_embeds = torch.stack(
+                    [gpt.emb_code[q](last[:, :, q]).to(device) for q in range(num_vq)], 3
+                ).sum(3)
+            outputs = gpt.gpt(
+                attention_mask=mask.to(device_gpt, dtype=gpt_dtype),
+                position_ids=position_ids.to(device_gpt, dtype=gpt_dtype),
+                past_key_values=past,
+                inputs_embeds=inputs_embeds.to(device_gpt, dtype=gpt_dtype),
+                use_cache=True,
+                output_attentions=False,
+                cache_position=cache_position.to(device_gpt, dtype=gpt_dtype),
+            )
+            past = outputs.past_key_values
+            # The heads see every position of the prefill, as in ChatTTS: a GEMM over the
+            # whole prompt may round differently from a GEMV over its last row.
+            states = outputs.last_hidden_state.to(device, dtype=torch.float)
+            del outputs
+            with parametrize.cached():
+                logits = torch.empty(
+                    1, states.size(1), eos_token + 1, num_vq, dtype=torch.float, device=device
+                )
+                for q in range(num_vq):
+                    logits[..., q] = gpt.head_code[q](states)
+            hidden = states.narrow(1, -1, 1)
+            logits = logits.narrow(1, -1, 1).squeeze_(1).float()
+            logits = logits.permute(0, 2, 1).reshape(-1, logits.size(1))
+            history = ids_buf.narrow(1, start, progress - start).permute(0, 2, 1)
+            history = history.reshape(num_vq, -1).to(device)
+            logits /= temperature
+            for processor in logits_processors:
+                logits = processor(history, logits)
+            if step < params.min_new_token:
+                logits[:, eos_token] = -torch.inf
+            scores = torch.softmax(logits, dim=-1)
+            if params.seed is None:
+                idx = torch.multinomial(scores, num_samples=1)
+            else:
+                # ChatTTS re-seeds its generator with the same seed at every step.
+                idx = torch.multinomial(
+                    scores, num_samples=1, generator=gpt.generator.manual_seed(params.seed)
+                )
+            idx = idx.view(-1, num_vq)
+            if bool(idx.eq(eos_token).any()):
+                return
+            ids_buf.narrow(1, progress, 1).copy_(idx.unsqueeze(1))
+            progress += 1
+            yield StepOutput(step, idx[0], hidden[0, 0])
+
+    # -- vocoding -----------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def vocode(self, hiddens: torch.Tensor) -> np.ndarray:
+        """Decode ``(steps, hidden)`` GPT hidden states into float32 audio in one pass.
+
+        This is ChatTTS's ``_decode_to_wavs`` for one sequence (Decoder, then Vocos):
+        ``2 * steps - 1`` frames' worth of samples.
+        """
+        x = hiddens.t().unsqueeze(0).contiguous().to(self._decoder_dtype)
+        mel = self._decoder(x).float()
+        features = self._backbone(mel)
+        audio = self.chat.vocos.head(features)
+        result: np.ndarray = audio[0].float().cpu().numpy()
+        return result
+
+    def stream(
+        self, text: str, params: GenerationParams, should_stop: Callable[[], bool] = _never
+    ) -> Iterator[np.ndarray]:
+        """Yield float32 mono 24 kHz chunks of ``text`` as they are decoded.
+
+        Statistics land in :attr:`last_stats`. Raises :class:`Cancelled` when
+        ``should_stop`` turns true (polled before every GPT step).
+        """
+        settings = self.settings
+        schedule = settings.schedule
+        stats = self.last_stats = StreamStats()
+        started = time.perf_counter()
+        joiner = WindowJoiner(
+            overlap_samples=settings.overlap_samples,
+            holdback_samples=settings.lookahead_frames * SAMPLES_PER_FRAME,
+        )
+        hidden_size = int(self.chat.config.gpt.hidden_size)
+        hiddens = torch.empty(
+            params.max_new_token, hidden_size, dtype=torch.float, device=self.chat.device
+        )
+        chunk_index = 0
+        next_boundary = schedule.size(0)
+        steps = 0
+
+        def window(final: bool) -> np.ndarray:
+            # First step of the window: left_context_frames before what is not yet sent.
+            sent_frames = joiner.emitted_samples // SAMPLES_PER_FRAME
+            first = max(0, (sent_frames - settings.left_context_frames) // FRAMES_PER_STEP)
+            audio = self.vocode(hiddens[first:steps])
+            stats.decoded_frames += (steps - first) * FRAMES_PER_STEP
+            return joiner.push(audio, first * SAMPLES_PER_STEP, final=final)
+
+        def emitted(chunk: np.ndarray) -> np.ndarray:
+            stats.emitted_samples += chunk.size
+            stats.chunks.append((steps, chunk.size))
+            if stats.first_audio_s is None and chunk.size:
+                stats.first_audio_s = time.perf_counter() - started
+                stats.first_audio_step = steps
+            return chunk
+
+        for out in self.generate(text, params, should_stop):
+            hiddens[out.index].copy_(out.hidden)
+            stats.token_ids.append(out.ids.tolist())
+            steps = stats.steps = out.index + 1
+            if steps == next_boundary and steps < params.max_new_token:
+                chunk = window(final=False)
+                chunk_index += 1
+                next_boundary = steps + schedule.size(chunk_index)
+                if chunk.size:
+                    yield emitted(chunk)
+        if steps:
+            chunk = window(final=True)
+            if chunk.size:
+                yield emitted(chunk)
