@@ -43,6 +43,7 @@ logger = logging.getLogger(__name__)
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 
+SampleRate = Literal[8000, 16000, 22050, 24000, 44100, 48000]  # = p.SUPPORTED_SAMPLE_RATES_HZ
 AudioFormat = Literal["wav", "pcm", "json", "mp3", "ogg", "flac"]
 _MEDIA_TYPES = {
     "wav": "audio/wav",
@@ -63,7 +64,9 @@ class TTSRequest(BaseModel):
     seed: int | None = Field(None, ge=0, le=p.MAX_SEED, description="voice/sampling seed")
     speed: float = Field(1.0, ge=p.MIN_SPEED, le=p.MAX_SPEED, description="speed factor")
     format: AudioFormat | None = Field(None, description="wav (default), pcm, json, mp3, ogg, flac")
-    sample_rate: int | None = Field(None, description="output rate; default the engine's")
+    sample_rate: SampleRate | None = Field(
+        None, description="output rate in Hz; default the engine's"
+    )
 
 
 class _DenialLogFilter(logging.Filter):
@@ -251,10 +254,6 @@ async def synthesize_http(state: AppState, body: TTSRequest, accept: str) -> Res
             code="text_too_long",
             limit=settings.max_http_text_chars,
         )
-    if body.sample_rate is not None and body.sample_rate not in p.SUPPORTED_SAMPLE_RATES_HZ:
-        raise InvalidRequest(
-            "sample_rate must be one of " + ", ".join(map(str, p.SUPPORTED_SAMPLE_RATES_HZ))
-        )
     fmt: str = body.format or ("json" if "application/json" in accept else "wav")
     worker = state.worker
     if not worker.ready:
@@ -280,10 +279,17 @@ async def synthesize_http(state: AppState, body: TTSRequest, accept: str) -> Res
         spoken_texts.append(prepared.spoken)
         job = worker.submit(SynthesisRequest(prepared.spoken, voice))
         remaining = max(deadline - time.perf_counter(), 0.001)
+        produced = 0
         async for chunk in job.chunks(remaining):
             if not pieces:
                 state.metrics.ttfa.labels(route="http").observe(time.perf_counter() - started)
             pieces.append(chunk)
+            produced += chunk.size
+        state.metrics.observe_segment(
+            engine_seconds=job.engine_seconds,
+            audio_seconds=produced / worker.sample_rate_hz,
+            characters=len(prepared.spoken),
+        )
     if removed:
         state.metrics.removed_characters.inc(sum(len(str(r["chars"])) for r in removed))
     if not spoken_texts:
@@ -298,7 +304,6 @@ async def synthesize_http(state: AppState, body: TTSRequest, accept: str) -> Res
         audio = np.concatenate([resampler.process(audio), resampler.flush()])
     elapsed_s = time.perf_counter() - started
     state.metrics.http_latency.observe(elapsed_s)
-    state.metrics.audio_seconds.inc(audio.size / rate)
     headers = {
         "X-TTS-Inference-Ms": f"{elapsed_s * 1000:.1f}",
         "X-TTS-Engine": state.worker.status.engine or "",

@@ -74,3 +74,15 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+    def observe_segment(
+        self, *, engine_seconds: float, audio_seconds: float, characters: int
+    ) -> None:
+        """One segment synthesised (WebSocket or HTTP): latency, real-time factor, volume."""
+        if audio_seconds <= 0:
+            return
+        self.segments.inc()
+        self.characters.inc(characters)
+        self.audio_seconds.inc(audio_seconds)
+        self.segment_latency.observe(engine_seconds)
+        self.segment_rtf.observe(engine_seconds / audio_seconds)

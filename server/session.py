@@ -221,13 +221,11 @@ class Context:
             return
         finally:
             self.job = None
-        if produced:
-            audio_s = produced / engine_rate
-            metrics.segments.inc()
-            metrics.characters.inc(len(prepared.spoken))
-            metrics.audio_seconds.inc(audio_s)
-            metrics.segment_latency.observe(job.engine_seconds)
-            metrics.segment_rtf.observe(job.engine_seconds / audio_s)
+        metrics.observe_segment(
+            engine_seconds=job.engine_seconds,
+            audio_seconds=produced / engine_rate,
+            characters=len(prepared.spoken),
+        )
 
     async def _send_frames(self, segment_index: int, frames: list[np.ndarray]) -> None:
         for frame in frames:

@@ -192,11 +192,15 @@ async def test_metrics_counters_move_after_a_websocket_utterance(
 
 
 def test_metrics_counters_move_after_an_http_request(http: httpx.Client) -> None:
-    """One POST /v1/tts raises the request, latency, audio and time-to-first-audio counters."""
+    """One POST /v1/tts raises the request, latency, per-segment, audio and time-to-first-audio counters."""
     before = scrape(http)
     response = tts(http, text="你好。", format="pcm")
     assert response.status_code == 200
     after = scrape(http)
+    assert moved(before, after, "tts_segments_total") == 1
+    assert moved(before, after, "tts_segment_synthesis_seconds_count") == 1
+    assert moved(before, after, "tts_segment_rtf_count") == 1
+    assert moved(before, after, "tts_characters_total") == len("你好。")
     assert moved(before, after, "tts_http_requests_total", route="/v1/tts", status="200") == 1
     assert moved(before, after, "tts_http_request_seconds_count") == 1
     assert moved(before, after, "tts_time_to_first_audio_seconds_count", route="http") == 1
@@ -320,7 +324,7 @@ def test_tts_reports_removed_characters_in_a_json_header(
         ({"text": "你好。", "speed": 0.4}, 422, "invalid_request"),
         ({"text": "你好。", "seed": -1}, 422, "invalid_request"),
         ({"text": "你好。", "format": "aiff"}, 422, "invalid_request"),
-        ({"text": "你好。", "sample_rate": 12345}, 400, "invalid_request"),
+        ({"text": "你好。", "sample_rate": 12345}, 422, "invalid_request"),
         ({"text": "😀😀"}, 400, "nothing_to_speak"),
     ],
     ids=[
@@ -357,3 +361,13 @@ def test_root_serves_the_page(http: httpx.Client) -> None:
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/html")
     assert response.text == (WEB_DIR / "index.html").read_text(encoding="utf-8")
+
+
+def test_http_sample_rates_match_the_protocol() -> None:
+    """POST /v1/tts accepts exactly the sample rates the WebSocket protocol does."""
+    from typing import get_args
+
+    from server.app import SampleRate
+    from streaming import protocol
+
+    assert get_args(SampleRate) == protocol.SUPPORTED_SAMPLE_RATES_HZ
