@@ -50,6 +50,7 @@ class Settings:
     segment_max_chars: int = 80
     first_segment_min_chars: int = 6
     idle_flush_ms: int = 700
+    sentence_flush_ms: int = 150
     frame_ms: int = 100
     first_frame_ms: int = 40
 
@@ -126,6 +127,12 @@ _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "idle_flush_ms",
         int,
         "speak a pending fragment after this much input silence",
+    ),
+    (
+        "--sentence-flush-ms",
+        "sentence_flush_ms",
+        int,
+        "speak a complete sentence held for lookahead after this much input silence",
     ),
     ("--frame-ms", "frame_ms", int, "audio frame duration"),
     ("--first-frame-ms", "first_frame_ms", int, "duration of the first frame of a segment"),
@@ -206,6 +213,7 @@ def validate(settings: Settings) -> None:
         "frame_ms",
         "first_frame_ms",
         "idle_flush_ms",
+        "sentence_flush_ms",
     )
     problems += [f"{name} must be positive" for name in positive if getattr(settings, name) <= 0]
     if (

@@ -31,6 +31,9 @@ from streaming.text import prepare_text
 logger = logging.getLogger(__name__)
 
 
+_UNAMBIGUOUS_SENTENCE_ENDS = frozenset("。！？；…”’）」』】》")
+
+
 class _Closed(Exception):
     """The client is gone; stop sending."""
 
@@ -106,9 +109,15 @@ class Context:
 
     def _arm_idle_timer(self) -> None:
         self._cancel_idle_timer()
-        if self.segmenter.pending_text:
-            delay_s = self.session.settings.idle_flush_ms / 1000
-            self._idle = asyncio.get_running_loop().call_later(delay_s, self._on_idle)
+        pending = self.segmenter.pending_text.rstrip()
+        if pending:
+            settings = self.session.settings
+            # A complete CJK sentence is held only in case a closing quote follows; when
+            # the input pauses there (an LLM thinking), speak it soon, not after the full
+            # idle time. ASCII '.' is not in the set: "3." may still become "3.5".
+            complete = pending[-1] in _UNAMBIGUOUS_SENTENCE_ENDS
+            delay_ms = settings.sentence_flush_ms if complete else settings.idle_flush_ms
+            self._idle = asyncio.get_running_loop().call_later(delay_ms / 1000, self._on_idle)
 
     def _cancel_idle_timer(self) -> None:
         if self._idle is not None:

@@ -183,6 +183,20 @@ async def test_idle_timer_speaks_a_pending_fragment(espeak_server: LiveServer) -
         assert event["type"] == "segment" and event["text"] == "没有句号的片段"  # type: ignore[index]
 
 
+async def test_complete_sentence_is_spoken_when_input_pauses() -> None:
+    """A sentence ending in 。 is spoken after the short sentence pause; a fragment waits for the idle time."""
+    settings = Settings(engine="espeak", idle_flush_ms=60_000, sentence_flush_ms=50)
+    with run_live_server(settings) as server:
+        async with StreamClient.connect(server.ws_url) as client:
+            await client.send_text("半句话")
+            assert (await client.recv(TIMEOUT_S))["type"] == "started"  # type: ignore[index]
+            with pytest.raises(TimeoutError):
+                await client.recv(1.0)  # the fragment is held: no segment yet
+            await client.send_text("说完了。")
+            event = await client.recv(TIMEOUT_S)
+            assert event["type"] == "segment" and event["text"] == "半句话说完了。"  # type: ignore[index]
+
+
 async def test_default_context_needs_no_start(espeak_server: LiveServer) -> None:
     """A client that never sends start speaks through the implicit "default" context."""
     async with StreamClient.connect(espeak_server.ws_url) as client:
