@@ -37,6 +37,11 @@ class Metrics:
         self.active_streams = Gauge(
             "tts_active_streams", "contexts with text accepted and not yet done", registry=r
         )
+        self.jobs_cancelled = Counter(
+            "tts_engine_jobs_cancelled_total",
+            "segments the engine stopped early or skipped (cancel, disconnect, timeout)",
+            registry=r,
+        )
         self.queue_depth = Gauge(
             "tts_engine_queue_depth", "segments waiting for the engine", registry=r
         )

@@ -198,6 +198,7 @@ class EngineWorker:
             self._pending -= 1
             self._metrics.queue_depth.set(self._pending)
         if job.cancelled:
+            self._metrics.jobs_cancelled.inc()
             job._deliver(_END)
             return
         started = time.perf_counter()
@@ -223,6 +224,8 @@ class EngineWorker:
             job._deliver(SynthesisError(f"the engine failed: {type(exc).__name__}"))
         finally:
             job.engine_seconds = time.perf_counter() - started
+            if job.cancelled:
+                self._metrics.jobs_cancelled.inc()
             job._deliver(_END)
 
     def _drain_failed(self) -> None:

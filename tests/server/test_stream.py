@@ -122,6 +122,23 @@ async def test_chattts_cancel_reports_done_cancelled(chattts_server: LiveServer)
         assert result.done["segments"] < 6
 
 
+async def test_chattts_disconnect_mid_stream_frees_the_engine(chattts_server: LiveServer) -> None:
+    """A client leaving mid-segment stops ChatTTS's job early; the next client is served (ChatTTS)."""
+    state = chattts_server.state
+    cancelled = state.metrics.jobs_cancelled  # type: ignore[attr-defined]
+    before = cancelled._value.get()
+    async with StreamClient.connect(chattts_server.ws_url) as client:
+        await client.send_text("这是一段很长的文本，说到一半客户端就会断开连接。" * 4)
+        await client.flush()
+        while isinstance(await client.recv(TIMEOUT_S), dict):
+            pass  # until the first audio frame
+    async with asyncio.timeout(TIMEOUT_S):
+        while cancelled._value.get() == before:
+            await asyncio.sleep(0.01)
+    result = await speak(chattts_server, "下一位。")
+    assert_complete(result, "下一位。")
+
+
 async def test_production_engine_selection_loads_chattts(tiny_checkpoint: Path) -> None:
     """--model-dir with engine auto loads ChatTTS through the production path; /ready names it."""
     with run_live_server(Settings(model_dir=tiny_checkpoint, warm_up=True)) as server:
