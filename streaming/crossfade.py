@@ -39,7 +39,9 @@ def fade_curves(length: int) -> tuple[np.ndarray, np.ndarray]:
 def crossfade(outgoing: np.ndarray, incoming: np.ndarray) -> np.ndarray:
     """Blend two equally long renderings of the same samples, ``outgoing`` fading out."""
     if outgoing.shape != incoming.shape or outgoing.ndim != 1:
-        raise ValueError(f"need two 1-D arrays of one length, not {outgoing.shape} and {incoming.shape}")
+        raise ValueError(
+            f"need two 1-D arrays of one length, not {outgoing.shape} and {incoming.shape}"
+        )
     fade_out, fade_in = fade_curves(outgoing.size)
     result: np.ndarray = (outgoing * fade_out + incoming * fade_in).astype(np.float32)
     return result
