@@ -13,7 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streaming.text import SPOKEN_CHARSET, PreparedText, Removal, prepare_text
+from streaming.text import (
+    SPOKEN_CHARSET,
+    PreparedText,
+    prepare_text,
+    split_tags,
+    strip_tags,
+)
 
 # (id, text, spoken, removed as [(start, chars), ...])
 CASES: list[tuple[str, str, str, list[tuple[int, str]]]] = [
@@ -37,16 +43,39 @@ CASES: list[tuple[str, str, str, list[tuple[int, str]]]] = [
     ("emoji-dropped", "好的😀！", "好的。", [(2, "😀")]),
     ("english", "Hello, world! How are you?", "Hello, world. How are you.", []),
     ("english-apostrophe", "don't", "dont", [(3, "'")]),
-    ("english-hyphenated", "well-known", "well known", [(4, "-")]),
+    ("english-hyphenated", "well-known", "well known", []),
+    ("snake-case", "snake_case", "snake case", []),
     ("dash-is-a-pause", "Mr. Smith - the boss", "Mr. Smith, the boss", []),
-    ("accented-latin-dropped", "café", "caf", [(3, "é")]),
-    ("fullwidth-letters", "ＡＢＣ是字母", "ABC是字母", []),
+    ("accented-latin-folded", "café", "cafe", []),
+    ("fullwidth-letters", "ＡＢＣ是字母", "A B C是字母", []),
+    ("acronym-spelled", "用GPU算", "用G P U算", []),
+    ("mixed-case-word-kept", "iPhone和GPUs", "iPhone和GPUs", []),
+    ("symbol-read", "A&B", "A和B", []),
+    ("greek-read", "α粒子", "阿尔法粒子", []),
+    ("markdown-bold", "**重要**的事", "重要的事", [(0, "**"), (4, "**")]),
+    ("markdown-heading", "## 标题", "标题", [(0, "##")]),
+    ("markdown-bullet", "- 第一项", "第一项", [(0, "-")]),
+    ("markdown-link", "看[文档](http://a.io/x)吧", "看文档吧", [(1, "["), (4, "](http://a.io/x)")]),
+    ("markdown-code", "用`ls`命令", "用ls命令", [(1, "`"), (4, "`")]),
+    ("markdown-fence", "```python", "", [(0, "```python")]),
+    ("markdown-table-rule", "|---|:--:|", "", [(0, "|---|:--:|")]),
+    ("markdown-table-row", "| 名称 | 说明 |", "名称， 说明，", [(0, "|")]),
+    (
+        "url-host-read",
+        "见https://www.example.com/a?b=1。",
+        "见example点com。",
+        [(1, "https://www."), (24, "/a?b=1")],
+    ),
+    ("email-read", "写信到a@b.cn", "写信到a 艾特 b点cn", []),
+    ("citation-dropped", "结论[1]。", "结论。", [(2, "[1]")]),
+    ("id-digit-by-digit", "号码123456789012", "号码一二三四五六七八九零一二", []),
+    ("version-read", "v1.2.3版", "v一点二点三版", []),
     ("fullwidth-digits", "第１２３号", "第号", [(1, "１２３")]),
     ("control-tag-dropped", "好[laugh]的", "好的", [(1, "[laugh]")]),
     ("whitespace-collapsed", "  你好 \t\n 世界  ", "你好 世界", []),
     ("space-before-mark", "Hello , world .", "Hello, world.", []),
     ("ideographic-space", "你好\u3000世界", "你好 世界", []),
-    ("zh-uses-fullwidth-marks", "OK好的, yes. 我们走", "OK好的， yes。 我们走", []),
+    ("zh-uses-fullwidth-marks", "OK好的, yes. 我们走", "O K好的， yes。 我们走", []),
     ("en-uses-ascii-marks", "Hi，我。Bye now", "Hi,我.Bye now", []),
     ("extension-a-dropped", "㐀好", "好", [(0, "㐀")]),
     ("nothing-to-say-digits", "123", "", [(0, "123")]),
@@ -62,9 +91,9 @@ CASES: list[tuple[str, str, str, list[tuple[int, str]]]] = [
 )
 def test_table(text: str, spoken: str, removed: list[tuple[int, str]]) -> None:
     """Each row prepares to exactly the listed spoken text and removals."""
-    assert prepare_text(text) == PreparedText(
-        spoken, tuple(Removal(start, chars) for start, chars in removed)
-    )
+    prepared = prepare_text(text)
+    assert prepared.spoken == spoken
+    assert [(r.start, r.chars) for r in prepared.removed] == removed
 
 
 # -- ChatTTS's own normaliser, rebuilt from its source --------------------------------
@@ -159,33 +188,115 @@ def is_word_char(ch: str) -> bool:
     return "\u4e00" <= ch <= "\u9fff" or (ch.isascii() and ch.isalpha())
 
 
-@settings(max_examples=400, deadline=None)
-@given(text=texts)
-def test_every_character_accounted_for(text: str) -> None:
-    """Non-blank input characters are each either spoken or in exactly one removal."""
-    prepared = prepare_text(text)
-    removed_at: set[int] = set()
+def check_accounting(text: str, prepared: PreparedText) -> None:
+    """Pieces and removals partition the non-blank input; pieces spell the spoken text."""
+    owner: dict[int, str] = {}
     for removal in prepared.removed:
         assert removal.chars
         assert text[removal.start : removal.start + len(removal.chars)] == removal.chars
-        positions = set(range(removal.start, removal.start + len(removal.chars)))
-        assert not positions & removed_at
-        removed_at |= positions
         assert not any(ch.isspace() for ch in removal.chars)
+        for i in range(removal.start, removal.start + len(removal.chars)):
+            assert i not in owner, (i, owner[i])
+            owner[i] = "removed"
     starts = [r.start for r in prepared.removed]
     assert starts == sorted(starts)
-    for before, after in zip(prepared.removed, prepared.removed[1:], strict=False):
-        assert before.start + len(before.chars) < after.start  # adjacent runs are merged
-    kept = [ch for i, ch in enumerate(text) if not ch.isspace() and i not in removed_at]
-    spoken = [ch for ch in prepared.spoken if ch != " "]
-    assert len(kept) == len(spoken)
-    # By category: words map one to one (full-width letters fold), marks to marks.
-    for source, said in zip(kept, spoken, strict=True):
-        assert is_word_char(said) == (said not in "，。、,.")
-        if is_word_char(said):
-            assert said == source or ord(source) - 0xFEE0 == ord(said)
-        else:
-            assert not is_word_char(source)
+    assert "".join(piece.spoken for piece in prepared.pieces) == prepared.spoken
+    for piece in prepared.pieces:
+        assert text[piece.start : piece.end] == piece.source
+        for i in range(piece.start, piece.end):
+            if not text[i].isspace():
+                assert i not in owner, (i, owner[i])
+                owner[i] = "spoken"
+    missing = [i for i, ch in enumerate(text) if not ch.isspace() and i not in owner]
+    assert not missing, [text[i] for i in missing]
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=texts)
+def test_every_character_accounted_for(text: str) -> None:
+    """Non-blank input characters are each either in one spoken piece or in one removal."""
+    check_accounting(text, prepare_text(text))
+
+
+def digit_reader(text: str) -> str:
+    """A stand-in normaliser: digits read one by one, "%" moved first (a reordering)."""
+    out = "".join(
+        "零一二三四五六七八九"[int(ch)] if ch.isdigit() and ch.isascii() else ch for ch in text
+    )
+    return re.sub(r"([零一二三四五六七八九]+)%", r"百分之\1", out)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=texts)
+def test_accounted_for_with_a_normaliser(text: str) -> None:
+    """With a normaliser that rewrites and reorders, every character is still accounted for."""
+    prepared = prepare_text(text, normalizer=digit_reader)
+    check_accounting(text, prepared)
+    assert all(SPOKEN_CHARSET.fullmatch(ch) for ch in prepared.spoken)
+
+
+def test_normaliser_rewrites_are_aligned() -> None:
+    """A rewritten span maps back to exactly the input characters it replaced."""
+    prepared = prepare_text("共3个，占50%", normalizer=digit_reader)
+    assert prepared.spoken == "共三个，占百分之五零"
+    assert [(p.source, p.spoken) for p in prepared.rewrites] == [("3", "三"), ("50%", "百分之五零")]
+
+
+def test_normaliser_changes_to_ideographs_are_undone() -> None:
+    """A normaliser that deletes an interjection or simplifies a character is overruled."""
+
+    def meddler(text: str) -> str:
+        return text.replace("啊", "").replace("這", "这").replace("1", "一")
+
+    prepared = prepare_text("好啊的這个1", normalizer=meddler)
+    assert prepared.spoken == "好啊的這个一"
+    assert prepared.removed == ()
+
+
+def test_removal_reasons() -> None:
+    """Each removal says why: markup, url, emoji, tag, punctuation, number, unspeakable."""
+    prepared = prepare_text("**好**😀[laugh]见http://a.io/x。。5¤")
+    assert [(r.chars, r.reason) for r in prepared.removed] == [
+        ("**", "markup"),
+        ("**", "markup"),
+        ("😀", "emoji"),
+        ("[laugh]", "tag"),
+        ("http://", "url"),
+        ("/x", "url"),
+        ("。", "punctuation"),
+        ("5", "number"),
+        ("¤", "unspeakable"),
+    ]
+
+
+def test_control_tags_pass_when_allowed() -> None:
+    """With allow_tags, control tags stay in place in spoken text and are listed."""
+    prepared = prepare_text("好[uv_break]的[laugh]。[break_3]", allow_tags=True)
+    assert prepared.spoken == "好[uv_break]的[laugh]。[break_3]"
+    assert prepared.tags == ("[uv_break]", "[laugh]", "[break_3]")
+    assert prepared.removed == ()
+    alone = prepare_text("[laugh]", allow_tags=True)
+    assert (alone.spoken, [r.reason for r in alone.removed]) == ("", ["tag"])
+
+
+def test_unknown_bracket_words_are_not_tags() -> None:
+    """Only ChatTTS's own tags are tags; other bracketed words are read."""
+    prepared = prepare_text("[hello]好", allow_tags=True)
+    assert prepared.tags == ()
+    assert prepared.spoken == "hello,好"  # one English word to one ideograph: English marks
+
+
+def test_split_and_strip_tags() -> None:
+    """Engines that cannot take tags can split them off or strip them."""
+    assert split_tags("好[uv_break]的[laugh]") == [
+        ("好", False),
+        ("[uv_break]", True),
+        ("的", False),
+        ("[laugh]", True),
+    ]
+    assert split_tags("") == []
+    assert strip_tags("Hi [laugh] there[uv_break]") == "Hi there"
+    assert strip_tags("你好[lbreak]") == "你好"
 
 
 @settings(max_examples=400, deadline=None)
@@ -199,7 +310,8 @@ def test_spoken_is_clean(text: str) -> None:
     assert not re.search(r"[，。、,.] ?[，。、,.]", spoken)
     assert spoken == "" or any(is_word_char(ch) for ch in spoken)
     assert spoken == "" or spoken[0] not in "，。、,."
-    if not any(is_word_char(ch) or "Ａ" <= ch <= "ｚ" for ch in text):
+    # Words, full-width letters, accented letters and (long) digit runs can be said.
+    if not any(is_word_char(ch) or "Ａ" <= ch <= "ｚ" or ch in "é" or ch.isdigit() for ch in text):
         assert spoken == ""
 
 
@@ -216,4 +328,5 @@ def test_spoken_passes_chattts_unchanged(text: str) -> None:
 def test_idempotent(text: str) -> None:
     """Preparing already prepared text changes nothing and removes nothing."""
     spoken = prepare_text(text).spoken
-    assert prepare_text(spoken) == PreparedText(spoken, ())
+    again = prepare_text(spoken)
+    assert (again.spoken, again.removed) == (spoken, ())

@@ -1,0 +1,212 @@
+"""The text front-end: WeNet's WeTextProcessing behind ``streaming.text.prepare_text``.
+
+Why the library lives here and not in ``streaming/``: it is synchronous, but it is a
+700 MB native dependency (pynini/OpenFst) that loads finite-state transducers from
+disk, builds them on first use and logs while doing so; ``streaming/`` stays stdlib
+only and takes the normaliser as a plain ``str -> str`` function, so its tests need
+neither the library nor its start-up cost.
+
+Costs, measured by ``bench/text_frontend.py`` on these 2-core machines: loading the
+transducers ~0.5 s (building them once, on first start, ~4 s); 1-30 ms a segment that
+holds numbers (0.1 ms for plain prose, which skips the library). That is not
+negligible on an event loop, so :meth:`TextFrontend.prepare_async` runs on one
+dedicated thread; one thread also serialises calls into pynini, whose thread safety is
+not documented.
+
+The transducers are built with the library's options that change Chinese characters
+turned off (interjection removal such as 啊/呃, erhua removal, traditional to
+simplified): this server only wants numbers, dates, units and symbols read, and
+``prepare_text`` also undoes any change that touches ideographs only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from streaming.segment import Segmenter, SegmenterConfig
+from streaming.text import Normalizer, PreparedText, prepare_text
+
+logger = logging.getLogger(__name__)
+
+# Bump when the options below change: the cache directory name carries it.
+_FST_OPTIONS = {
+    "remove_interjections": False,
+    "remove_erhua": False,
+    "traditional_to_simple": False,
+    "remove_puncts": False,
+    "full_to_half": True,
+    "tag_oov": False,
+}
+_CACHE_VERSION = "wetext-1.2.0-keepzh-1"
+# Normalised strings remembered (list numbers, units and years repeat in LLM output).
+_CACHE_ENTRIES = 4096
+
+
+def default_cache_dir() -> Path:
+    """Where the built transducers are kept: $TTS_TEXT_CACHE_DIR, else the user cache."""
+    configured = os.environ.get("TTS_TEXT_CACHE_DIR")
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "chattts-stream" / _CACHE_VERSION
+
+
+def load_wetext(cache_dir: Path | None = None) -> Normalizer:
+    """WeTextProcessing's Chinese normaliser as a cached ``str -> str`` function.
+
+    Builds the transducers into ``cache_dir`` on first use (~4 s), loads them after
+    (~0.5 s). Raises ImportError when the library is not installed.
+    """
+    from tn.chinese.normalizer import Normalizer as WeTextNormalizer
+
+    cache = cache_dir or default_cache_dir()
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        cache = Path(tempfile.gettempdir()) / "chattts-stream" / _CACHE_VERSION
+        cache.mkdir(parents=True, exist_ok=True)
+    # The library logs every load at INFO through a handler of its own.
+    logging.getLogger("wetext").setLevel(logging.WARNING)
+    normalizer = WeTextNormalizer(cache_dir=str(cache), **_FST_OPTIONS)
+
+    @functools.lru_cache(maxsize=_CACHE_ENTRIES)
+    def normalize(text: str) -> str:
+        try:
+            result = normalizer.normalize(text)
+        except Exception:  # the library raises on inputs its grammar cannot parse
+            logger.warning("text normaliser failed on %r; left as it is", text, exc_info=True)
+            return text
+        return str(result)
+
+    return normalize
+
+
+@dataclass(frozen=True)
+class PreviewSegment:
+    """One segment as the server would speak it."""
+
+    index: int
+    text: str
+    start: int
+    end: int
+    reason: str
+    prepared: PreparedText
+
+    def to_json(self) -> dict[str, Any]:
+        p = self.prepared
+        return {
+            "index": self.index,
+            "text": self.text,
+            "start_char": self.start,
+            "end_char": self.end,
+            "reason": self.reason,
+            "spoken": p.spoken,
+            "tags": list(p.tags),
+            "removed": [
+                {"start": self.start + r.start, "chars": r.chars, "reason": r.reason}
+                for r in p.removed
+            ],
+            "rewrites": [
+                {
+                    "start": self.start + piece.start,
+                    "end": self.start + piece.end,
+                    "text": self.text[piece.start : piece.end],
+                    "spoken": piece.spoken,
+                }
+                for piece in p.rewrites
+                if self.text[piece.start : piece.end] != piece.spoken
+            ],
+        }
+
+
+class TextFrontend:
+    """Prepares segments for the engine: the normaliser, the tag policy, one thread.
+
+    ``normalizer_factory`` builds the normaliser on the front-end's thread (``load``);
+    ``None`` uses WeTextProcessing, and falls back to no normaliser (digits dropped
+    and reported) with an error in the log if the library cannot be loaded.
+    """
+
+    def __init__(
+        self,
+        *,
+        allow_control_tags: bool = False,
+        normalizer_factory: Callable[[], Normalizer | None] | None = None,
+    ) -> None:
+        self.allow_control_tags = allow_control_tags
+        self._factory = normalizer_factory or load_wetext
+        self._normalizer: Normalizer | None = None
+        self._loaded = threading.Event()
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self.load_seconds: float | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded.is_set()
+
+    def load(self) -> None:
+        """Load the normaliser (blocking); a no-op once loaded."""
+        with self._lock:
+            if self._loaded.is_set():
+                return
+            started = time.perf_counter()
+            try:
+                self._normalizer = self._factory()
+            except Exception:
+                logger.exception(
+                    "text normaliser unavailable: digits and symbols will be dropped and reported"
+                )
+                self._normalizer = None
+            self.load_seconds = time.perf_counter() - started
+            self._loaded.set()
+            logger.info("text front-end loaded in %.2f s", self.load_seconds)
+
+    def prepare(self, text: str) -> PreparedText:
+        """Prepare one segment (blocking; loads the normaliser first if needed)."""
+        if not self._loaded.is_set():
+            self.load()
+        return prepare_text(text, normalizer=self._normalizer, allow_tags=self.allow_control_tags)
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="text-frontend")
+        return self._executor
+
+    def start(self) -> None:
+        """Begin loading on the front-end thread; returns at once."""
+        self._pool().submit(self.load)
+
+    async def prepare_async(self, text: str) -> PreparedText:
+        """:meth:`prepare` on the front-end thread, off the event loop."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool(), self.prepare, text)
+
+    def preview(self, text: str, config: SegmenterConfig) -> list[PreviewSegment]:
+        """Segments of ``text`` pushed whole then flushed, each prepared (blocking)."""
+        segmenter = Segmenter(config)
+        segments = [*segmenter.push(text), *segmenter.flush()]
+        return [
+            PreviewSegment(s.index, s.text, s.start, s.end, s.reason, self.prepare(s.text))
+            for s in segments
+        ]
+
+    async def preview_async(self, text: str, config: SegmenterConfig) -> list[PreviewSegment]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool(), self.preview, text, config)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
