@@ -3,7 +3,9 @@ token-file parsing they are built on."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -258,3 +260,25 @@ def test_settings_refuse_a_missing_token_file(tmp_path: Path) -> None:
 def test_settings_repr_does_not_show_tokens() -> None:
     """Settings' repr (logged at start-up) leaves the tokens out."""
     assert TOKEN not in repr(PROTECTED)
+
+
+async def test_refused_upgrade_logs_no_error(server: LiveServer) -> None:
+    """A refused WebSocket upgrade leaves no ERROR in uvicorn's log (upstream sansio quirk)."""
+    records: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Collect(level=logging.ERROR)
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    uvicorn_log.addHandler(handler)
+    try:
+        for _ in range(3):
+            with pytest.raises(InvalidStatus):
+                async with connect(server.ws_url, open_timeout=TIMEOUT_S):
+                    pass
+        await asyncio.sleep(0.2)  # the record would follow the handler's return
+    finally:
+        uvicorn_log.removeHandler(handler)
+    assert [r.getMessage() for r in records] == []
