@@ -25,6 +25,7 @@ import asyncio
 import functools
 import logging
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -71,14 +72,11 @@ def load_wetext(cache_dir: Path | None = None) -> Normalizer:
     from tn.chinese.normalizer import Normalizer as WeTextNormalizer
 
     cache = cache_dir or default_cache_dir()
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        cache = Path(tempfile.gettempdir()) / "chattts-stream" / _CACHE_VERSION
-        cache.mkdir(parents=True, exist_ok=True)
     # The library logs every load at INFO through a handler of its own.
     logging.getLogger("wetext").setLevel(logging.WARNING)
-    normalizer = WeTextNormalizer(cache_dir=str(cache), **_FST_OPTIONS)
+    with _BUILD_LOCK:
+        cache = _built_cache(cache, WeTextNormalizer)
+        normalizer = WeTextNormalizer(cache_dir=str(cache), **_FST_OPTIONS)
 
     @functools.lru_cache(maxsize=_CACHE_ENTRIES)
     def normalize(text: str) -> str:
@@ -90,6 +88,39 @@ def load_wetext(cache_dir: Path | None = None) -> Normalizer:
         return str(result)
 
     return normalize
+
+
+# Two front-ends of one process (tests run several apps) must not build at once.
+_BUILD_LOCK = threading.Lock()
+_FST_FILES = ("zh_tn_tagger.fst", "zh_tn_verbalizer.fst")
+
+
+def _built_cache(cache: Path, factory: Any) -> Path:
+    """A directory holding the built transducers: ``cache``, built there if needed.
+
+    The build goes to a temporary directory renamed into place, so a process that dies
+    mid-build, or another process building too, never leaves half-written files.
+    """
+    if all((cache / name).is_file() for name in _FST_FILES):
+        return cache
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=cache.name + ".", dir=cache.parent))
+    except OSError:
+        cache = Path(tempfile.gettempdir()) / "chattts-stream" / _CACHE_VERSION
+        if all((cache / name).is_file() for name in _FST_FILES):
+            return cache
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=cache.name + ".", dir=cache.parent))
+    started = time.perf_counter()
+    logger.info("building the text normaliser's transducers in %s (once)", cache)
+    factory(cache_dir=str(staging), **_FST_OPTIONS)
+    try:
+        staging.rename(cache)
+    except OSError:  # another process finished first
+        shutil.rmtree(staging, ignore_errors=True)
+    logger.info("transducers built in %.1f s", time.perf_counter() - started)
+    return cache
 
 
 @dataclass(frozen=True)
