@@ -33,11 +33,11 @@ from server.engines.select import EngineFactory, engine_factory
 from server.errors import InvalidRequest, LimitExceeded, TTSError, Unauthorized, Unavailable
 from server.metrics import Metrics
 from server.session import Session
+from server.textnorm import TextFrontend
 from server.worker import EngineWorker
 from streaming import protocol as p
 from streaming.audio import Resampler, float_to_pcm16, wav_bytes
 from streaming.segment import Segmenter, SegmenterConfig
-from streaming.text import prepare_text
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +67,22 @@ class TTSRequest(BaseModel):
     sample_rate: SampleRate | None = Field(
         None, description="output rate in Hz; default the engine's"
     )
+
+
+class PreviewRequest(BaseModel):
+    """Body of POST /v1/preview."""
+
+    text: str = Field(..., min_length=1, description="text to segment and normalise")
+    mode: Literal["stream", "http"] = Field(
+        "stream",
+        description="stream: as one WebSocket text message then flush; http: as POST /v1/tts",
+    )
+
+
+def preview_segmenter(settings: Settings, mode: str) -> SegmenterConfig:
+    """The segmenter policy of the WebSocket (``stream``) or of POST /v1/tts (``http``)."""
+    first_min = settings.segment_max_chars if mode == "http" else settings.first_segment_min_chars
+    return SegmenterConfig(max_chars=settings.segment_max_chars, first_min_chars=first_min)
 
 
 class _DenialLogFilter(logging.Filter):
@@ -101,6 +117,7 @@ class AppState:
         self.auth = TokenAuth(settings.tokens)
         factory = factory or engine_factory(settings)
         self.worker = EngineWorker(factory, self.metrics, warm_up=settings.warm_up)
+        self.frontend = TextFrontend(allow_control_tags=settings.allow_control_tags)
         self.connections = 0
         self.denial_log_filter = _DenialLogFilter()
 
@@ -118,9 +135,12 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
         uvicorn_log = logging.getLogger("uvicorn.error")
         uvicorn_log.addFilter(state.denial_log_filter)
         state.worker.start()
+        if settings.warm_up:
+            state.frontend.start()  # loads the text normaliser on its own thread
         try:
             yield
         finally:
+            state.frontend.close()
             uvicorn_log.removeFilter(state.denial_log_filter)
             await asyncio.to_thread(state.worker.stop)
 
@@ -185,6 +205,21 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
         require_token(request)
         return await synthesize_http(state, body, request.headers.get("accept", ""))
 
+    @app.post("/v1/preview")
+    async def preview(body: PreviewRequest, request: Request) -> dict[str, Any]:
+        """The segments of a text exactly as the server would speak them; no audio."""
+        require_token(request)
+        if len(body.text) > settings.max_http_text_chars:
+            raise LimitExceeded(
+                f"text of {len(body.text)} characters exceeds the limit of {settings.max_http_text_chars}",
+                code="text_too_long",
+                limit=settings.max_http_text_chars,
+            )
+        segments = await state.frontend.preview_async(
+            body.text, preview_segmenter(settings, body.mode)
+        )
+        return {"mode": body.mode, "segments": [segment.to_json() for segment in segments]}
+
     @app.get("/")
     async def index() -> FileResponse:
         return FileResponse(WEB_DIR / "index.html", headers={"Cache-Control": "no-cache"})
@@ -231,7 +266,7 @@ async def run_websocket(state: AppState, websocket: WebSocket) -> None:
     try:
         await websocket.accept(subprotocol=subprotocol)
         logger.info("[%s] connected from %s", session_id, websocket.client)
-        await Session(websocket, settings, state.worker, metrics, session_id).run()
+        await Session(websocket, settings, state.worker, metrics, session_id, state.frontend).run()
     except Exception:
         logger.exception("[%s] session failed", session_id)
         metrics.errors.labels(kind="internal_error").inc()
@@ -272,8 +307,11 @@ async def synthesize_http(state: AppState, body: TTSRequest, accept: str) -> Res
     spoken_texts: list[str] = []
     deadline = time.perf_counter() + settings.http_timeout_s
     for segment in segments:
-        prepared = prepare_text(segment.text)
-        removed += [{"start": segment.start + r.start, "chars": r.chars} for r in prepared.removed]
+        prepared = await state.frontend.prepare_async(segment.text)
+        removed += [
+            {"start": segment.start + r.start, "chars": r.chars, "reason": r.reason}
+            for r in prepared.removed
+        ]
         if not prepared.spoken:
             continue
         spoken_texts.append(prepared.spoken)

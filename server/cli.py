@@ -1,4 +1,4 @@
-"""Command line: ``chattts-stream serve | make-checkpoint | download-weights``."""
+"""Command line: ``chattts-stream serve | preview | make-checkpoint | download-weights``."""
 
 from __future__ import annotations
 
@@ -26,6 +26,20 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the HTTP + WebSocket server. Every flag also reads a TTS_* environment variable.",
     )
     add_arguments(serve)
+    preview = commands.add_parser(
+        "preview",
+        help="print the segments of a text as the server would speak them (no audio)",
+        description="Segment and normalise a text exactly as the server would, and print the "
+        "segments as JSON: spoken text, removed characters, rewrites, control tags.",
+    )
+    preview.add_argument("text", help='text to preview ("-" reads standard input)')
+    preview.add_argument(
+        "--mode",
+        choices=("stream", "http"),
+        default="stream",
+        help="segment like the WebSocket (stream) or like POST /v1/tts (http)",
+    )
+    add_arguments(preview)
     checkpoint = commands.add_parser(
         "make-checkpoint",
         help="write a random-weight ChatTTS checkpoint (for tests and benchmarks: its audio is noise)",
@@ -79,6 +93,21 @@ def serve(settings: Settings) -> int:
     return 0
 
 
+def preview(settings: Settings, text: str, mode: str) -> int:
+    import json
+
+    from server.app import preview_segmenter
+    from server.textnorm import TextFrontend
+
+    if text == "-":
+        text = sys.stdin.read()
+    frontend = TextFrontend(allow_control_tags=settings.allow_control_tags)
+    segments = frontend.preview(text, preview_segmenter(settings, mode))
+    body = {"mode": mode, "segments": [segment.to_json() for segment in segments]}
+    print(json.dumps(body, ensure_ascii=False, indent=2))
+    return 0
+
+
 def _has_uvloop() -> bool:
     try:
         import uvloop  # noqa: F401
@@ -99,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(build_settings(args))
+    if args.command == "preview":
+        return preview(build_settings(args), args.text, args.mode)
     if args.command == "make-checkpoint":
         from server.checkpoint import main as checkpoint_main
 

@@ -54,6 +54,10 @@ class Settings:
     frame_ms: int = 100
     first_frame_ms: int = 40
 
+    # Text: pass ChatTTS control tags ([uv_break], [laugh], [break_N]...) written in the
+    # text to the engine; off, they are removed and reported like any dropped text.
+    allow_control_tags: bool = False
+
     @property
     def transport_max_bytes(self) -> int:
         """Frames above this are not even read: the connection closes with 1009."""
@@ -136,6 +140,12 @@ _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ),
     ("--frame-ms", "frame_ms", int, "audio frame duration"),
     ("--first-frame-ms", "first_frame_ms", int, "duration of the first frame of a segment"),
+    (
+        "--allow-control-tags",
+        "allow_control_tags",
+        _env_bool,
+        "pass ChatTTS control tags like [uv_break] [laugh] [break_N] to the engine (true/false)",
+    ),
 )
 
 

@@ -22,11 +22,11 @@ from server.config import Settings
 from server.engines.base import SynthesisRequest, VoiceSpec
 from server.errors import SynthesisError, TTSError
 from server.metrics import Metrics
+from server.textnorm import TextFrontend
 from server.worker import EngineWorker, Job
 from streaming import protocol as p
 from streaming.audio import FrameChunker, Resampler, float_to_pcm16
 from streaming.segment import Segment, Segmenter, SegmenterConfig
-from streaming.text import prepare_text
 
 logger = logging.getLogger(__name__)
 
@@ -164,10 +164,14 @@ class Context:
     async def _speak_segment(self, segment: Segment) -> None:
         session = self.session
         metrics = session.metrics
-        prepared = prepare_text(segment.text)
+        # Normalisation costs milliseconds: it runs on the text front-end's thread.
+        prepared = await session.frontend.prepare_async(segment.text)
+        if self.cancelled:
+            return
         if prepared.removed:
             removed = [
-                {"start": segment.start + r.start, "chars": r.chars} for r in prepared.removed
+                {"start": segment.start + r.start, "chars": r.chars, "reason": r.reason}
+                for r in prepared.removed
             ]
             chars = "".join(r.chars for r in prepared.removed)
             metrics.removed_characters.inc(len(chars))
@@ -262,12 +266,14 @@ class Session:
         worker: EngineWorker,
         metrics: Metrics,
         session_id: str,
+        frontend: TextFrontend,
     ) -> None:
         self.websocket = websocket
         self.settings = settings
         self.worker = worker
         self.metrics = metrics
         self.id = session_id
+        self.frontend = frontend
         self.contexts: dict[str, Context] = {}
         self._next_stream = 1
         self._closed = False
