@@ -9,9 +9,14 @@ stream into :class:`Segment` slices:
 - in the first segment of an utterance only, also at a clause mark (``，、：,;:``) once
   the segment holds ``first_min_chars`` non-whitespace characters, so speech starts
   early;
-- never longer than ``max_chars``: at the latest clause mark, else the latest gap
-  between words, else next to a CJK character, else (a single long token) at a place
-  that splits no number, word or URL where one exists.
+- never inside a quoted or bracketed span (``“…”``, ``（…）``, ``"…"``, ``[…]``) that
+  is shorter than ``max_chars``: a sentence or clause end inside one is not a cut, so
+  quotes and brackets stay balanced inside segments;
+- never longer than ``max_chars``: before a quote or bracket still open, else at the
+  latest clause mark, else the latest gap between words, else next to a CJK
+  character, each outside quotes and brackets and not inside a number, a decimal, a
+  time or a date (``12:30``, ``2024年10月1日``, ``19点17``), a URL or an English word;
+  only a span longer than ``max_chars`` is cut inside, at a sentence end first.
 
 Calling contract:
 
@@ -71,6 +76,16 @@ _MAX_ABBREVIATION_CHARS = 12
 _ACRONYM = re.compile(r"[A-Za-z](?:\.[A-Za-z])+")
 _ASCII_RUN = re.compile(r"[!-~]+")
 _URL_MARKERS = ("://", "www.", "@")
+# Openers and the closers that close them; straight quotes open and close alike.
+_PAIRS = {
+    "“": "”", "‘": "’", "（": "）", "(": ")", "「": "」", "『": "』", "【": "】",
+    "《": "》", "〈": "〉", "[": "]", "{": "}", "〔": "〕", "［": "］", "｛": "｝",
+}  # fmt: skip
+_PAIR_CLOSERS = frozenset(_PAIRS.values())
+# Numbers with their date and time units: a cut inside one would split its reading.
+_NUMERIC_SPAN = re.compile(
+    r"[0-9]+(?:\s?(?:[年月日号点時时分秒:：.,/\-]|小时)\s?[0-9]+)+(?:[日号分秒])?"
+)
 
 
 @dataclass(frozen=True)
@@ -130,6 +145,7 @@ class Segmenter:
         self._nonblank = 0
         self._double_quotes = 0
         self._single_quotes = 0  # "'" not after a letter, i.e. not an apostrophe
+        self._open: list[str] = []  # closers awaited by the quotes and brackets open
 
     @property
     def pending_text(self) -> str:
@@ -188,7 +204,15 @@ class Segmenter:
                 self._double_quotes += 1
             elif ch == "'" and not (k > self._start and _is_ascii_letter(buf[k - 1])):
                 self._single_quotes += 1
+            _track_brackets(self._open, buf, k, self._start)
         self._scan = to
+
+    def _balanced_after(self, end: int) -> bool:
+        """Whether no quote or bracket is open after buf[self._scan:end] is taken in."""
+        awaited = list(self._open)
+        for k in range(self._scan, end):
+            _track_brackets(awaited, self._buf, k, self._start)
+        return not awaited
 
     def _next_cut(self, final: bool) -> tuple[int, str] | None:
         """The next cut as (buffer index, reason); None when the input is exhausted."""
@@ -210,7 +234,7 @@ class Segmenter:
                 self._advance(i + 1)
             elif ch in _TERMINATORS:
                 end, is_end = self._terminator_run(i, final)
-                if is_end and end - self._start <= max_chars:
+                if is_end and end - self._start <= max_chars and self._balanced_after(end):
                     return end, "sentence"
                 self._advance(end)
             elif self._first and ch in _CLAUSE_MARKS:
@@ -220,6 +244,7 @@ class Segmenter:
                     valid
                     and end - self._start <= max_chars
                     and nonblank >= self._config.first_min_chars
+                    and self._balanced_after(end)
                 ):
                     return end, "clause"
                 self._advance(end)
@@ -346,23 +371,51 @@ class Segmenter:
             if any(marker in match.group() for marker in _URL_MARKERS):
                 url_like[match.start() : match.end()] = [True] * (match.end() - match.start())
 
-        clause = blank = cjk = symbol = hard = split = 0
-        in_clause = False
-        clause_cjk = False
+        # Interiors of numbers with date/time units: "2024年10月1日", "19点17".
+        numeric = [False] * (len(window) + 1)
+        for match in _NUMERIC_SPAN.finditer(window):
+            numeric[match.start() + 1 : match.end()] = [True] * (match.end() - match.start() - 1)
+
+        # Latest cut of each kind: [outside quotes and brackets, anywhere].
+        best: dict[str, list[int]] = {
+            kind: [0, 0] for kind in ("sentence", "clause", "blank", "cjk", "symbol")
+        }
+        hard = split = 0
+        in_clause = clause_cjk = in_sentence = False
+        awaited: list[str] = []
+        opened_at: list[int] = []  # buffer index of each open quote or bracket
         for cut in range(start + 1, last + 1):
             before, after = char(cut - 1), char(cut)
+            depth = len(awaited)
+            _track_brackets(awaited, buf, cut - 1, start)
+            if len(awaited) > depth:
+                opened_at.append(cut - 1)
+            del opened_at[len(awaited) :]
+            balanced = not awaited
             if before in _CLAUSE_MARKS:
                 in_clause = True
                 clause_cjk = clause_cjk or before in _CJK_CLAUSE_MARKS
             elif not (in_clause and before in _CLOSERS):
                 in_clause = clause_cjk = False
+            if before in _CJK_TERMINATORS or before in "!?":
+                in_sentence = True
+            elif not (in_sentence and (before in _CLOSERS or before in _TERMINATORS)):
+                in_sentence = False
+            candidates: list[str] = []
             if (
                 in_clause
                 and after not in _CLAUSE_MARKS
                 and after not in _CLOSERS
                 and (clause_cjk or after.isspace() or not after.isascii())
             ):
-                clause = cut
+                candidates.append("clause")
+            if (
+                in_sentence
+                and after not in _TERMINATORS
+                and after not in _CLOSERS
+                and not _is_ascii_alnum(after)
+            ):
+                candidates.append("sentence")
             inside_number = (
                 _is_ascii_digit(before)
                 and after in _NUMBER_SEPARATORS
@@ -372,35 +425,47 @@ class Segmenter:
                 and _is_ascii_digit(after)
                 and _is_ascii_digit(char(cut - 2))
             )
-            if before.isspace():
-                continue  # would leave the blanks a segment of their own
-            if not (
-                (_is_ascii_letter(before) and _is_ascii_letter(after))
-                or (_is_ascii_digit(before) and _is_ascii_digit(after))
-            ):
-                split = cut
-                if not inside_number:
-                    hard = cut
-            if after.isspace():
-                blank = cut
+            if not before.isspace():  # else the blanks would be a segment of their own
+                if not (
+                    (_is_ascii_letter(before) and _is_ascii_letter(after))
+                    or (_is_ascii_digit(before) and _is_ascii_digit(after))
+                ):
+                    split = cut
+                    if not inside_number and not numeric[cut - start]:
+                        hard = cut
+                if after.isspace():
+                    candidates.append("blank")
+                elif after in _ATTACHING:
+                    pass
+                elif not (before.isascii() and after.isascii()):
+                    candidates.append("cjk")
+                elif not (
+                    inside_number
+                    or url_like[cut - start]
+                    or (_is_ascii_alnum(before) and _is_ascii_alnum(after))
+                ):
+                    candidates.append("symbol")
+            if numeric[cut - start]:
                 continue
-            if after in _ATTACHING:
-                continue
-            if not (before.isascii() and after.isascii()):
-                cjk = cut
-                continue
-            if not (
-                inside_number
-                or url_like[cut - start]
-                or (_is_ascii_alnum(before) and _is_ascii_alnum(after))
-            ):
-                symbol = cut
+            for kind in candidates:
+                best[kind][1] = cut
+                if balanced:
+                    best[kind][0] = cut
         # Leading blanks alone, rather than split the token after them.
         lead = start + len(window) - len(window.lstrip())
         lead = lead if start < lead <= last else 0
-        for best in (clause, blank, cjk, symbol, lead, hard, split):
-            if best:
-                return best
+        # A quote or bracket still open at the limit: cut before it, so that it starts
+        # the next segment whole (if it is shorter than max_chars).
+        open_quote = opened_at[0] if opened_at and buf[start : opened_at[0]].strip() else 0
+        order = (
+            [open_quote]
+            + [best[kind][0] for kind in ("clause", "blank", "cjk", "symbol")]
+            + [best[kind][1] for kind in ("sentence", "clause", "blank", "cjk", "symbol")]
+            + [lead, hard, split]
+        )
+        for cut in order:
+            if cut:
+                return cut
         # A single word or number longer than max_chars: the hard limit wins.
         return last
 
@@ -411,5 +476,30 @@ class Segmenter:
         self._index += 1
         self._start = self._scan = cut
         self._nonblank = self._double_quotes = self._single_quotes = 0
+        self._open = []
         self._first = False
         return segment
+
+
+def _track_brackets(awaited: list[str], buf: str, k: int, start: int) -> None:
+    """Update the stack of awaited closers with buf[k] (a segment starts at ``start``).
+
+    A closer closes the innermost matching opener (those inside it are taken as never
+    closed); a closer with no opener is ignored. ``"`` and ``'`` close an open one of
+    their kind, else open; ``'`` or ``’`` after a letter is an apostrophe.
+    """
+    ch = buf[k]
+    if ch in _PAIRS:
+        awaited.append(_PAIRS[ch])
+    elif ch == '"' or ch == "'":
+        if ch == "'" and k > start and buf[k - 1].isalpha():
+            return
+        if awaited and awaited[-1] == ch:
+            awaited.pop()
+        else:
+            awaited.append(ch)
+    elif ch in _PAIR_CLOSERS and ch in awaited:
+        if ch == "’" and awaited[-1] != ch and k > start and buf[k - 1].isalpha():
+            return  # "don’t" inside brackets
+        while awaited.pop() != ch:
+            pass

@@ -128,6 +128,26 @@ CASES: list[tuple[str, str, int, int, list[tuple[str, str]]]] = [
                                                     ("ij", "flush")]),
     ("sentence-longer-than-limit", "一二三四五六。七", 4, LATE,
      [("一二三四", "length"), ("五六。", "sentence"), ("七", "flush")]),
+    # quotes and brackets stay whole; numbers, dates and times are not split
+    ("zh-quote-kept-whole", "他说：“我来了。你呢？”然后走了。", 80, LATE,
+     [("他说：“我来了。你呢？”", "sentence"), ("然后走了。", "sentence")]),
+    ("paren-kept-whole", "他说（这个。那个）好", 80, LATE, [("他说（这个。那个）好", "flush")]),
+    ("straight-quote-kept-whole", 'He said "Stop. Now." Then left.', 80, LATE,
+     [('He said "Stop. Now."', "sentence"), (" Then left.", "sentence")]),
+    ("first-clause-not-inside-brackets", "今天（周一，晴）天气很好，走吧", 80, 3,
+     [("今天（周一，晴）天气很好，", "clause"), ("走吧", "flush")]),
+    ("quote-moves-to-next-segment", "一二三四五“六七八九。”十", 8, LATE,
+     [("一二三四五", "length"), ("“六七八九。”", "sentence"), ("十", "flush")]),
+    ("quote-longer-than-limit-splits-at-sentence", "“一二三。四五六七八九", 8, LATE,
+     [("“一二三。", "length"), ("四五六七八九", "flush")]),
+    ("date-not-split", "今天是2024年10月1日星期二", 10, LATE,
+     [("今天是", "length"), ("2024年10月1日", "length"), ("星期二", "flush")]),
+    ("time-not-split", "会议在19点17分开始吧", 6, LATE,
+     [("会议在", "length"), ("19点17分", "length"), ("开始吧", "flush")]),
+    ("decimal-with-unit-not-split", "价格从12.5元涨到13.75元了", 8, LATE,
+     [("价格从12.5元", "length"), ("涨到13.75元", "length"), ("了", "flush")]),
+    ("apostrophe-is-no-quote", "It's fine. Don't worry.", 80, LATE,
+     [("It's fine.", "sentence"), (" Don't worry.", "sentence")]),
 ]  # fmt: skip
 
 
@@ -300,6 +320,34 @@ def test_no_segment_exceeds_max_chars(text: str, config: SegmenterConfig) -> Non
     """No segment is empty or longer than max_chars."""
     for segment in segment_all(text, config, chunk_size=2):
         assert 0 < len(segment.text) <= config.max_chars
+
+
+# Short balanced spans in running text: no segment may cut inside one.
+quoted = st.sampled_from(
+    ["“你好。你呢？”", "（注：见上。）", "「好！」", '"Hi. Yo."', "(a, b.)", "《书名》", "【注意。】",
+     "‘好。’", "[1. 2.]"]
+)  # fmt: skip
+words = st.sampled_from(["你好", "天气", "。", "，", " ", "word", "3.14", "Mr.", "! ", "好。"])
+quoted_texts = st.lists(st.one_of(quoted, words), max_size=40).map("".join)
+SPANS = re.compile(
+    r"“[^”]*”|（[^）]*）|「[^」]*」|\"[^\"]*\"|\([^)]*\)|《[^》]*》|【[^】]*】|‘[^’]*’|\[[^\]]*\]"
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=quoted_texts,
+    max_chars=st.integers(min_value=12, max_value=40),
+    first_min=st.integers(min_value=0, max_value=10),
+)
+def test_quotes_and_brackets_stay_whole(text: str, max_chars: int, first_min: int) -> None:
+    """No cut falls inside a quoted or bracketed span shorter than max_chars."""
+    config = SegmenterConfig(max_chars=max_chars, first_min_chars=first_min)
+    inside: set[int] = set()
+    for match in SPANS.finditer(text):
+        inside |= set(range(match.start() + 1, match.end()))
+    for segment in segment_all(text, config, chunk_size=3)[:-1]:
+        assert segment.end not in inside, (segment, text)
 
 
 ASCII_RUN = re.compile(r"[!-~]+")
