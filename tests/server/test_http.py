@@ -311,7 +311,7 @@ def test_tts_reports_removed_characters_in_a_json_header(
     response = tts(http, text=text)
     assert response.status_code == 200
     removed = json.loads(response.headers["x-tts-removed"])
-    assert removed == [{"start": start, "chars": "😀"}]
+    assert removed == [{"start": start, "chars": "😀", "reason": "emoji"}]
 
 
 @pytest.mark.parametrize(

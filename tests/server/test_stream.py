@@ -177,7 +177,10 @@ async def test_unspeakable_characters_are_reported(espeak_server: LiveServer) ->
     result = await speak(espeak_server, text)
     assert_complete(result, text)
     removed = [r for w in result.warnings for r in w["removed"]]
-    assert removed == [{"start": 2, "chars": "😀"}, {"start": 6, "chars": "🎉"}]
+    assert removed == [
+        {"start": 2, "chars": "😀", "reason": "emoji"},
+        {"start": 6, "chars": "🎉", "reason": "emoji"},
+    ]
     assert "😀" not in "".join(s["spoken"] for s in result.segments)
 
 
