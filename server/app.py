@@ -29,7 +29,7 @@ from starlette.websockets import WebSocketState
 from server.auth import TokenAuth, bearer_token, websocket_token
 from server.config import Settings
 from server.engines.base import SynthesisRequest, VoiceSpec
-from server.engines.select import EngineFactory, engine_factory
+from server.engines.select import EngineFactory, engine_factory, fallback_factory
 from server.errors import InvalidRequest, LimitExceeded, TTSError, Unauthorized, Unavailable
 from server.metrics import Metrics
 from server.session import Session
@@ -116,7 +116,9 @@ class AppState:
         self.metrics = Metrics()
         self.auth = TokenAuth(settings.tokens)
         factory = factory or engine_factory(settings)
-        self.worker = EngineWorker(factory, self.metrics, warm_up=settings.warm_up)
+        self.worker = EngineWorker(
+            factory, self.metrics, warm_up=settings.warm_up, fallback=fallback_factory(settings)
+        )
         self.frontend = TextFrontend(allow_control_tags=settings.allow_control_tags)
         self.connections = 0
         self.denial_log_filter = _DenialLogFilter()
@@ -306,6 +308,7 @@ async def synthesize_http(state: AppState, body: TTSRequest, accept: str) -> Res
     removed: list[dict[str, object]] = []
     spoken_texts: list[str] = []
     deadline = time.perf_counter() + settings.http_timeout_s
+    fallback_segments = 0
     for segment in segments:
         prepared = await state.frontend.prepare_async(segment.text)
         removed += [
@@ -319,6 +322,7 @@ async def synthesize_http(state: AppState, body: TTSRequest, accept: str) -> Res
         remaining = max(deadline - time.perf_counter(), 0.001)
         produced = 0
         async for chunk in job.chunks(remaining):
+            fallback_segments += job.fell_back and produced == 0
             if not pieces:
                 state.metrics.ttfa.labels(route="http").observe(time.perf_counter() - started)
             pieces.append(chunk)
@@ -348,6 +352,8 @@ async def synthesize_http(state: AppState, body: TTSRequest, accept: str) -> Res
         # JSON with \u escapes: header values must be ASCII.
         "X-TTS-Removed": json.dumps(removed) if removed else "",
     }
+    if fallback_segments:
+        headers["X-TTS-Fallback-Segments"] = str(fallback_segments)
     headers = {k: v for k, v in headers.items() if v}
     if fmt == "json":
         return JSONResponse(

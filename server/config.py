@@ -31,6 +31,9 @@ class Settings:
     warm_up: bool = True
     # When ChatTTS fails to load, serve the fallback voice (degraded) instead of exiting.
     fallback_on_load_failure: bool = True
+    # When ChatTTS fails on a segment before any of its audio, speak it with the fallback
+    # voice (and warn) rather than skip it.
+    fallback_on_synthesis_failure: bool = True
 
     # Auth: no tokens means open (with a warning in the log).
     tokens: tuple[str, ...] = field(default=(), repr=False)
@@ -109,6 +112,12 @@ _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "fallback_on_load_failure",
         _env_bool,
         "serve espeak if ChatTTS fails to load",
+    ),
+    (
+        "--fallback-on-synthesis-failure",
+        "fallback_on_synthesis_failure",
+        _env_bool,
+        "speak a segment ChatTTS failed on with espeak (and warn) instead of skipping it",
     ),
     ("--protect-metrics", "protect_metrics", _env_bool, "require a token on /metrics too"),
     ("--max-connections", "max_connections", int, "WebSocket connections per server"),

@@ -37,6 +37,11 @@ class Metrics:
         self.active_streams = Gauge(
             "tts_active_streams", "contexts with text accepted and not yet done", registry=r
         )
+        self.fallback_segments = Counter(
+            "tts_fallback_segments_total",
+            "segments spoken by the fallback voice after the main engine failed on them",
+            registry=r,
+        )
         self.jobs_cancelled = Counter(
             "tts_engine_jobs_cancelled_total",
             "segments the engine stopped early or skipped (cancel, disconnect, timeout)",

@@ -221,6 +221,15 @@ class Context:
             async for chunk in job.chunks(settings.segment_timeout_s):
                 if self.cancelled:
                     return
+                if job.fell_back and not produced:
+                    await session.send_json(
+                        p.WarningEvent(
+                            context_id=self.id,
+                            code="fallback_voice",
+                            message=f"segment {segment.index}: the main engine failed on it; "
+                            "it is spoken with the fallback voice",
+                        )
+                    )
                 produced += chunk.size
                 samples = resampler.process(chunk) if resampler is not None else chunk
                 await self._send_frames(segment.index, chunker.push(samples))

@@ -27,6 +27,8 @@ from server.metrics import Metrics
 logger = logging.getLogger(__name__)
 
 _END = object()
+#: Delivered before the fallback engine's chunks when the main engine failed a segment.
+_FELL_BACK = object()
 
 
 @dataclass
@@ -48,6 +50,7 @@ class Job:
         self._cancelled = threading.Event()
         self.engine_seconds = 0.0
         self.samples = 0
+        self.fell_back = False  # spoken by the fallback engine after the main one failed
 
     def cancel(self) -> None:
         """Ask the engine to stop at its next step; safe from any thread."""
@@ -87,6 +90,9 @@ class Job:
                 raise SynthesisTimeout(f"segment not synthesised within {timeout_s:g} s") from None
             if item is _END:
                 return
+            if item is _FELL_BACK:
+                self.fell_back = True
+                continue
             if isinstance(item, BaseException):
                 raise item
             assert isinstance(item, np.ndarray)
@@ -102,9 +108,16 @@ class EngineWorker:
         metrics: Metrics,
         *,
         warm_up: bool = True,
+        fallback: Callable[[], Engine] | None = None,
     ) -> None:
-        """``factory`` runs on the engine thread and returns (engine, degraded, detail)."""
+        """``factory`` runs on the engine thread and returns (engine, degraded, detail).
+
+        ``fallback`` builds, on first need, the engine that speaks a segment the main
+        engine failed on before producing any audio (never one it half-spoke).
+        """
         self._factory = factory
+        self._fallback_factory = fallback
+        self._fallback: Engine | None = None
         self._metrics = metrics
         self._warm_up = warm_up
         self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
@@ -188,10 +201,12 @@ class EngineWorker:
             self.status = EngineStatus(state="stopped", engine=engine.name)
             self._metrics.engine_ready.labels(engine=engine.name).set(0)
             self._drain_failed()
-            try:
-                engine.close()
-            except Exception:
-                logger.exception("engine close failed")
+            for closing in (engine, self._fallback):
+                try:
+                    if closing is not None:
+                        closing.close()
+                except Exception:
+                    logger.exception("engine close failed")
 
     def _run_job(self, engine: Engine, job: Job) -> None:
         with self._pending_lock:
@@ -203,30 +218,63 @@ class EngineWorker:
             return
         started = time.perf_counter()
         try:
-            chunks = engine.synthesize(job.request, lambda: job.cancelled)
-            try:
-                for chunk in chunks:
-                    if job.cancelled:
-                        break
-                    if chunk.size:
-                        job.samples += int(chunk.size)
-                        job._deliver(np.ascontiguousarray(chunk, dtype=np.float32))
-            finally:
-                # A cancelled job's generator is closed here, on the engine thread, not
-                # whenever it happens to be garbage-collected.
-                close = getattr(chunks, "close", None)
-                if close is not None:
-                    close()
+            self._stream(engine, job)
         except Cancelled:
             pass
-        except Exception as exc:
+        except Exception:
             logger.exception("synthesis failed for %r", job.request.text[:40])
-            job._deliver(SynthesisError(f"the engine failed: {type(exc).__name__}"))
+            self._fall_back(engine, job)
         finally:
             job.engine_seconds = time.perf_counter() - started
             if job.cancelled:
                 self._metrics.jobs_cancelled.inc()
             job._deliver(_END)
+
+    def _stream(self, engine: Engine, job: Job) -> None:
+        chunks = engine.synthesize(job.request, lambda: job.cancelled)
+        try:
+            for chunk in chunks:
+                if job.cancelled:
+                    break
+                if chunk.size:
+                    job.samples += int(chunk.size)
+                    job._deliver(np.ascontiguousarray(chunk, dtype=np.float32))
+        finally:
+            # A cancelled job's generator is closed here, on the engine thread, not
+            # whenever it happens to be garbage-collected.
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+
+    def _fall_back(self, engine: Engine, job: Job) -> None:
+        failed = SynthesisError("the engine failed on this segment")
+        fallback = self._fallback_engine(engine)
+        if fallback is None or job.samples or job.cancelled:
+            job._deliver(failed)
+            return
+        job._deliver(_FELL_BACK)
+        self._metrics.fallback_segments.inc()
+        try:
+            self._stream(fallback, job)
+        except Cancelled:
+            pass
+        except Exception:
+            logger.exception("the fallback engine failed too for %r", job.request.text[:40])
+            job._deliver(failed)
+
+    def _fallback_engine(self, engine: Engine) -> Engine | None:
+        if self._fallback is None and self._fallback_factory is not None:
+            factory, self._fallback_factory = self._fallback_factory, None
+            try:
+                candidate = factory()
+            except Exception:
+                logger.exception("the fallback engine failed to load; failed segments get an error")
+                return None
+            if candidate.sample_rate_hz != engine.sample_rate_hz or candidate.name == engine.name:
+                candidate.close()
+                return None
+            self._fallback = candidate
+        return self._fallback
 
     def _drain_failed(self) -> None:
         while True:

@@ -50,3 +50,16 @@ def engine_factory(settings: Settings) -> EngineFactory:
             return EspeakEngine(), True, detail
 
     return build
+
+
+def fallback_factory(settings: Settings) -> Callable[[], Engine] | None:
+    """The engine that speaks segments the main engine failed on, if enabled."""
+    if not settings.fallback_on_synthesis_failure or settings.resolved_engine() == "espeak":
+        return None
+
+    def build() -> Engine:
+        from server.engines.espeak import EspeakEngine
+
+        return EspeakEngine()
+
+    return build

@@ -346,3 +346,19 @@ async def test_engine_failure_reports_error_and_context_goes_on() -> None:
     assert [e["code"] for e in result.errors] == ["synthesis_failed"]
     assert result.done is not None and result.done["segments"] == 2
     assert {f.segment for f in result.frames} == {1}
+
+
+async def test_failed_segment_is_spoken_by_the_fallback_voice() -> None:
+    """With ChatTTS configured, a segment the engine fails on is spoken by espeak, with a warning."""
+    engine = ScriptedEngine(chunk_delay_s=0.0, ms_per_char=50, fail_on="坏")
+    settings = Settings(engine="chattts", model_dir=Path("unused-by-the-scripted-engine"))
+    with run_live_server(settings, engine=lambda: (engine, False, None)) as server:
+        async with StreamClient.connect(server.ws_url) as client:
+            await client.send_text("坏的一句。好的一句。")
+            await client.end()
+            result = await client.collect(timeout_s=TIMEOUT_S)
+        metrics = server.state.metrics  # type: ignore[attr-defined]
+        assert metrics.fallback_segments._value.get() == 1
+    assert_complete(result, "坏的一句。好的一句。")
+    assert [w["code"] for w in result.warnings] == ["fallback_voice"]
+    assert {f.segment for f in result.frames} == {0, 1}
