@@ -1,0 +1,417 @@
+"""deploy/ against the live server: metric names, settings, ports and probes.
+
+Everything here is read from the code (``Metrics()``, ``Settings``, ``server/cli.py``) so
+that renaming a metric, a setting or the port breaks a test instead of a dashboard.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import re
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from server.config import Settings, build_settings
+from server.metrics import Metrics
+from server.worker import EngineWorker
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+K8S = DEPLOY / "kubernetes"
+ALERTS = DEPLOY / "prometheus" / "alerts.yml"
+SCRAPE = DEPLOY / "prometheus" / "prometheus.yml"
+DASHBOARD = DEPLOY / "grafana" / "chattts-stream.json"
+OPERATIONS = ROOT / "docs" / "operations.md"
+
+#: Labels Prometheus attaches to every scraped series (prometheus.yml relabelling).
+TARGET_LABELS = frozenset({"job", "instance", "namespace", "pod", "node"})
+_SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
+
+
+# --- the live registry ---------------------------------------------------------------
+
+
+@cache
+def registry_series() -> dict[str, frozenset[str]]:
+    """Every series name the server exports, with its labels (plus ``le`` on buckets)."""
+    metrics = Metrics()
+    labels_by_family: dict[str, frozenset[str]] = {}
+    for collector in vars(metrics).values():
+        describe = getattr(collector, "describe", None)
+        if describe is None or collector is metrics.registry:
+            continue
+        for family in describe():
+            # No public API lists a labelled metric's label names before it has children.
+            labels_by_family[family.name] = frozenset(getattr(collector, "_labelnames", ()))
+    series: dict[str, frozenset[str]] = {}
+    for family in metrics.registry.collect():
+        labels = labels_by_family[family.name]
+        for suffix in _SUFFIXES[family.type]:
+            extra = {"le"} if suffix == "_bucket" else set()
+            series[family.name + suffix] = labels | extra
+    return series
+
+
+@cache
+def registry_families() -> frozenset[str]:
+    """Metric family names as written in server/metrics.py (counters with ``_total``)."""
+    return frozenset(
+        family.name + ("_total" if family.type == "counter" else "")
+        for family in Metrics().registry.collect()
+    )
+
+
+# --- PromQL scanning ------------------------------------------------------------------
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+_SELECTOR = re.compile(r"\b(tts_[A-Za-z0-9_]*)\s*\{([^}]*)\}")
+_MATCHER_LABEL = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)")
+_GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)")
+_IDENTIFIER = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
+
+
+def names_in(expr: str) -> tuple[set[str], set[str]]:
+    """(tts_* metric names, recording-rule names with a colon) an expression reads."""
+    bare = _STRING.sub('""', expr)
+    bare = re.sub(r"\{[^}]*\}", " ", bare)
+    bare = re.sub(r"\[[^\]]*\]", " ", bare)
+    bare = _GROUPING.sub(" ", bare)
+    tokens = set(_IDENTIFIER.findall(bare))
+    return {t for t in tokens if t.startswith("tts_")}, {t for t in tokens if ":" in t}
+
+
+def labels_in(expr: str) -> Iterator[tuple[str | None, str]]:
+    """(metric or None, label) for every label a selector matches or a clause groups by."""
+    bare = _STRING.sub('""', expr)
+    for metric, matchers in _SELECTOR.findall(bare):
+        for label in _MATCHER_LABEL.findall(matchers):
+            yield metric, label
+    for grouping in _GROUPING.findall(bare):
+        for label in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", grouping):
+            yield None, label
+
+
+def rule_groups() -> list[dict[str, Any]]:
+    return yaml.safe_load(ALERTS.read_text(encoding="utf-8"))["groups"]
+
+
+def all_rules() -> list[dict[str, Any]]:
+    return [rule for group in rule_groups() for rule in group["rules"]]
+
+
+def recorded_names() -> set[str]:
+    return {rule["record"] for rule in all_rules() if "record" in rule}
+
+
+def dashboard() -> dict[str, Any]:
+    return json.loads(DASHBOARD.read_text(encoding="utf-8"))
+
+
+def dashboard_exprs() -> list[str]:
+    def panels(items: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        for panel in items:
+            yield panel
+            yield from panels(panel.get("panels", []))
+
+    board = dashboard()
+    exprs = [t["expr"] for p in panels(board["panels"]) for t in p.get("targets", [])]
+    for variable in board["templating"]["list"]:
+        query = variable.get("query")
+        if isinstance(query, dict):
+            exprs.append(query["query"])
+    return exprs
+
+
+def promql_sources() -> list[tuple[str, str]]:
+    """(where, expression) for every PromQL expression under deploy/."""
+    sources = [(rule.get("record") or rule["alert"], rule["expr"]) for rule in all_rules()]
+    sources += [("dashboard", expr) for expr in dashboard_exprs()]
+    return sources
+
+
+# --- Kubernetes objects ---------------------------------------------------------------
+
+
+def yaml_files() -> list[Path]:
+    return sorted(DEPLOY.rglob("*.yaml")) + sorted(DEPLOY.rglob("*.yml"))
+
+
+@cache
+def k8s_objects() -> dict[tuple[str, str], dict[str, Any]]:
+    objects = {}
+    for path in sorted(K8S.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            if doc and "kind" in doc and doc["kind"] != "Kustomization":
+                objects[doc["kind"], doc["metadata"]["name"]] = doc
+    return objects
+
+
+def one(kind: str) -> dict[str, Any]:
+    found = [obj for (k, _), obj in k8s_objects().items() if k == kind]
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+def container() -> dict[str, Any]:
+    containers = one("Deployment")["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1, "one server container per pod"
+    return containers[0]
+
+
+def config_data() -> dict[str, Any]:
+    return one("ConfigMap")["data"]
+
+
+def container_port(port: int | str) -> int:
+    """A probe's or Service's port, resolving a port name against the container."""
+    if isinstance(port, int):
+        return port
+    by_name = {p["name"]: p["containerPort"] for p in container()["ports"] if "name" in p}
+    assert port in by_name, f"port name {port!r} is not a container port"
+    return by_name[port]
+
+
+def server_port() -> int:
+    """The port the server binds in the pod: TTS_PORT from the ConfigMap, else the default."""
+    return int(config_data().get("TTS_PORT", Settings().port))
+
+
+def dockerfile() -> str:
+    return (ROOT / "Dockerfile").read_text(encoding="utf-8").replace("\\\n", " ")
+
+
+def dockerfile_instruction(name: str) -> list[str]:
+    return [
+        line.split(None, 1)[1]
+        for line in dockerfile().splitlines()
+        if line.split(None, 1)[:1] == [name]
+    ]
+
+
+def gibibytes(quantity: str) -> float:
+    units = {"Ki": 2**-20, "Mi": 2**-10, "Gi": 1, "Ti": 2**10, "G": 1e9 / 2**30, "M": 1e6 / 2**30}
+    for unit, factor in units.items():
+        if quantity.endswith(unit):
+            return float(quantity[: -len(unit)]) * factor
+    return float(quantity) / 2**30
+
+
+# --- tests ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", yaml_files(), ids=lambda p: str(p.relative_to(DEPLOY)))
+def test_yaml_parses(path: Path) -> None:
+    """Every YAML file under deploy/ parses and holds at least one document."""
+    docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
+    assert docs
+
+
+def test_dashboard_is_valid_json_with_unique_panel_ids() -> None:
+    """The Grafana dashboard parses, has a uid, and no two panels share an id."""
+    board = dashboard()
+    ids = [p["id"] for p in board["panels"]]
+    assert board["uid"] and len(ids) == len(set(ids))
+
+
+def test_promql_reads_only_exported_metrics() -> None:
+    """Every tts_* name in alerts, recording rules and the dashboard is a live series."""
+    series = registry_series()
+    seen: set[str] = set()
+    for where, expr in promql_sources():
+        metrics, _ = names_in(expr)
+        unknown = metrics - series.keys()
+        assert not unknown, f"{where}: not exported by server/metrics.py: {sorted(unknown)}"
+        seen |= metrics
+    # The scanner must find something, or this test passes on a broken regex.
+    assert {"tts_time_to_first_audio_seconds_bucket", "tts_engine_ready"} <= seen
+
+
+def test_promql_labels_exist() -> None:
+    """Every label a selector matches or an expression groups by exists on some series."""
+    series = registry_series()
+    every_label = TARGET_LABELS.union(*series.values())
+    for where, expr in promql_sources():
+        for metric, label in labels_in(expr):
+            allowed = TARGET_LABELS | series[metric] if metric else every_label
+            assert label in allowed, f"{where}: label {label!r} not on {metric or 'any series'}"
+
+
+def test_recording_rules_referenced_are_defined() -> None:
+    """Alerts and the dashboard only read recording rules that alerts.yml defines."""
+    recorded = recorded_names()
+    assert len(recorded) == sum("record" in r for r in all_rules()), "duplicate record names"
+    for where, expr in promql_sources():
+        _, recordings = names_in(expr)
+        assert recordings <= recorded, f"{where}: undefined {sorted(recordings - recorded)}"
+
+
+def test_required_recording_rules_and_alerts_exist() -> None:
+    """TTFA P50/P95/P99, P95 RTF, errors by kind and the operational alerts are all there."""
+    exprs = {r["record"]: r["expr"] for r in all_rules() if "record" in r}
+    ttfa = [e for e in exprs.values() if "tts_time_to_first_audio_seconds_bucket" in e]
+    assert {q for e in ttfa for q in re.findall(r"histogram_quantile\((0\.\d+)", e)} >= {
+        "0.50",
+        "0.95",
+        "0.99",
+    }
+    assert any("0.95" in e and "tts_segment_rtf_bucket" in e for e in exprs.values())
+    assert any("kind" in e and "tts_errors_total" in e for e in exprs.values())
+    alerts = {r["alert"]: r["expr"] for r in all_rules() if "alert" in r}
+    for metric in ("tts_engine_ready", "tts_engine_queue_depth", "tts_active_streams"):
+        assert any(metric in e for e in alerts.values()), f"no alert reads {metric}"
+
+
+def test_alerts_are_well_formed() -> None:
+    """Each alert has a duration, a known severity and a summary; record names are level:metric:op."""
+    for rule in all_rules():
+        assert ("record" in rule) != ("alert" in rule), rule
+        if "record" in rule:
+            assert re.fullmatch(r"[a-z_]+:[a-z0-9_]+:[a-z0-9_]+", rule["record"]), rule["record"]
+            continue
+        assert re.fullmatch(r"\d+[smh]", rule["for"]), rule["alert"]
+        assert rule["labels"]["severity"] in {"warning", "critical"}, rule["alert"]
+        assert rule["annotations"]["summary"], rule["alert"]
+
+
+def test_scrape_config_targets_the_metrics_port() -> None:
+    """prometheus.yml scrapes /metrics under the job name the alerts select on."""
+    jobs = yaml.safe_load(SCRAPE.read_text(encoding="utf-8"))["scrape_configs"]
+    names = {job["job_name"] for job in jobs if job.get("metrics_path", "/metrics") == "/metrics"}
+    used = set(re.findall(r'job="([^"]+)"', ALERTS.read_text(encoding="utf-8")))
+    assert used and used <= names
+    annotations = one("Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert int(annotations["prometheus.io/port"]) == server_port()
+    assert annotations["prometheus.io/path"] == "/metrics"
+
+
+def test_probes_hit_health_and_ready_on_the_server_port() -> None:
+    """startup/readiness probe /ready, liveness /health, all on the port the server binds."""
+    c = container()
+    expected = {"startupProbe": "/ready", "readinessProbe": "/ready", "livenessProbe": "/health"}
+    for probe, path in expected.items():
+        get = c[probe]["httpGet"]
+        assert get["path"] == path, probe
+        assert container_port(get["port"]) == server_port(), probe
+    # The model loads in the background: the startup budget must cover minutes, not seconds.
+    startup = c["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 300
+
+
+def test_service_container_and_image_agree_on_the_port() -> None:
+    """Service targetPort, containerPort, TTS_PORT and the Dockerfile's EXPOSE are one port."""
+    service = one("Service")
+    ports = [container_port(p["targetPort"]) for p in service["spec"]["ports"]]
+    assert ports == [server_port()]
+    assert [int(p) for p in dockerfile_instruction("EXPOSE")] == [server_port()]
+    template_labels = one("Deployment")["spec"]["template"]["metadata"]["labels"]
+    for kind in ("Service", "PodDisruptionBudget"):
+        obj = one(kind)
+        selector = obj["spec"]["selector"]
+        selector = selector.get("matchLabels", selector)
+        assert selector.items() <= template_labels.items(), f"{kind} selects no pod"
+
+
+def test_server_listens_beyond_loopback_in_the_pod() -> None:
+    """TTS_HOST (ConfigMap or image) is not the loopback default, or probes cannot connect."""
+    env = dict(re.findall(r"\b(TTS_HOST)=(\S+)", " ".join(dockerfile_instruction("ENV"))))
+    host = config_data().get("TTS_HOST", env.get("TTS_HOST", Settings().host))
+    assert host not in {"127.0.0.1", "localhost", "::1"}
+
+
+def test_configmap_keys_are_settings() -> None:
+    """Every ConfigMap key is a TTS_* setting, a string, and the whole map passes validation."""
+    data = config_data()
+    settings_env = {"TTS_" + f.name.upper() for f in dataclasses.fields(Settings)}
+    known = (settings_env - {"TTS_TOKENS"}) | {"TTS_TOKEN_FILE"}
+    unknown = set(data) - known
+    assert not unknown, f"not settings (or secrets in a ConfigMap): {sorted(unknown)}"
+    assert all(isinstance(v, str) for v in data.values()), "ConfigMap values must be strings"
+    settings = build_settings(None, environ=data)
+    model_dir = settings.model_dir
+    if model_dir is not None:
+        mounts = [Path(m["mountPath"]) for m in container()["volumeMounts"]]
+        assert any(model_dir.is_relative_to(m) for m in mounts), "model dir not on a volume"
+
+
+def test_tokens_come_from_a_secret() -> None:
+    """The container takes TTS_TOKENS from the Secret that secret.example.yaml describes."""
+    secret = yaml.safe_load((K8S / "secret.example.yaml").read_text(encoding="utf-8"))
+    keys = set(secret.get("stringData", {})) | set(secret.get("data", {}))
+    assert keys and keys <= {"TTS_TOKENS", "TTS_TOKEN_FILE"}
+    refs = [e["secretRef"]["name"] for e in container()["envFrom"] if "secretRef" in e]
+    assert refs == [secret["metadata"]["name"]]
+
+
+def test_one_gpu_per_pod_with_memory_bounds() -> None:
+    """Each pod takes exactly one GPU and has a memory request no larger than its limit."""
+    resources = container()["resources"]
+    assert int(resources["limits"]["nvidia.com/gpu"]) == 1
+    request = gibibytes(resources["requests"]["memory"])
+    limit = gibibytes(resources["limits"]["memory"])
+    assert 2 <= request <= limit
+
+
+def test_grace_period_covers_prestop_and_shutdown() -> None:
+    """terminationGracePeriodSeconds > preStop sleep + uvicorn's and the engine's stop timeouts."""
+    spec = one("Deployment")["spec"]["template"]["spec"]
+    command = container()["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[0] == "sleep"
+    cli = (ROOT / "server" / "cli.py").read_text(encoding="utf-8")
+    match = re.search(r"timeout_graceful_shutdown=(\d+)", cli)
+    assert match, "server/cli.py no longer sets uvicorn's timeout_graceful_shutdown"
+    engine_stop = inspect.signature(EngineWorker.stop).parameters["timeout_s"].default
+    needed = float(command[1]) + int(match[1]) + engine_stop
+    assert spec["terminationGracePeriodSeconds"] > needed
+
+
+def test_pod_runs_unprivileged_without_service_links() -> None:
+    """Non-root, no privilege escalation, and no service-link env that could shadow TTS_PORT."""
+    spec = one("Deployment")["spec"]["template"]["spec"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert container()["securityContext"]["allowPrivilegeEscalation"] is False
+    assert spec["enableServiceLinks"] is False
+
+
+def test_hpa_scales_the_deployment_on_an_exported_gauge() -> None:
+    """The HPA targets the Deployment and scales on a per-pod metric the server exports."""
+    hpa = yaml.safe_load((K8S / "hpa.yaml").read_text(encoding="utf-8"))
+    assert hpa["spec"]["scaleTargetRef"]["name"] == one("Deployment")["metadata"]["name"]
+    names = {m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"}
+    assert names and names <= registry_series().keys()
+    assert 1 <= hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"]
+
+
+def test_kustomization_lists_existing_files() -> None:
+    """kustomization.yaml names only files that exist; the rest are mentioned in it."""
+    text = (K8S / "kustomization.yaml").read_text(encoding="utf-8")
+    resources = yaml.safe_load(text)["resources"]
+    assert all((K8S / r).is_file() for r in resources)
+    for path in K8S.glob("*.yaml"):
+        if path.name != "kustomization.yaml" and path.name not in resources:
+            assert path.name in text, f"{path.name} is neither a resource nor explained"
+
+
+def test_dockerfile_serves_with_a_health_check() -> None:
+    """The image's HEALTHCHECK calls /health and its ENTRYPOINT is the venv's `chattts-stream serve`."""
+    (healthcheck,) = dockerfile_instruction("HEALTHCHECK")
+    assert f":{server_port()}/health" in healthcheck
+    (entrypoint,) = dockerfile_instruction("ENTRYPOINT")
+    argv = json.loads(entrypoint)
+    assert Path(argv[0]).name == "chattts-stream" and argv[1:] == ["serve"]
+    assert argv[0].startswith("/app/"), "the Deployment's securityContext note assumes /app"
+    assert "command" not in container(), "the Deployment must not bypass the ENTRYPOINT"
+
+
+def test_operations_doc_covers_every_metric_and_alert() -> None:
+    """docs/operations.md names every exported metric family and every alert."""
+    text = OPERATIONS.read_text(encoding="utf-8")
+    missing = [name for name in sorted(registry_families()) if name not in text]
+    missing += [r["alert"] for r in all_rules() if "alert" in r and r["alert"] not in text]
+    assert not missing, f"undocumented: {missing}"
