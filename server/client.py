@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
 
 from streaming import protocol as p
 
@@ -162,10 +163,8 @@ class StreamClient:
         while True:
             try:
                 yield await self.recv(timeout_s)
-            except Exception as exc:
-                if type(exc).__name__.startswith("ConnectionClosed"):
-                    return
-                raise
+            except ConnectionClosed:
+                return
 
     def context_of(self, event: Event) -> str | None:
         if isinstance(event, AudioFrame):
