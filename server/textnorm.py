@@ -204,11 +204,18 @@ class TextFrontend:
             self._loaded.set()
             logger.info("text front-end loaded in %.2f s", self.load_seconds)
 
+    def _normalize_lazily(self, text: str) -> str:
+        self.load()
+        return self._normalizer(text) if self._normalizer is not None else text
+
     def prepare(self, text: str) -> PreparedText:
-        """Prepare one segment (blocking; loads the normaliser first if needed)."""
-        if not self._loaded.is_set():
-            self.load()
-        return prepare_text(text, normalizer=self._normalizer, allow_tags=self.allow_control_tags)
+        """Prepare one segment (blocking).
+
+        The normaliser is loaded on first need, so a text without digits or symbols
+        never waits for it; :meth:`start` loads it ahead of time.
+        """
+        normalizer = self._normalizer if self._loaded.is_set() else self._normalize_lazily
+        return prepare_text(text, normalizer=normalizer, allow_tags=self.allow_control_tags)
 
     def _pool(self) -> ThreadPoolExecutor:
         if self._executor is None:

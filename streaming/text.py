@@ -188,7 +188,8 @@ _SYMBOL_READINGS = {
     "④": "四", "⑤": "五", "⑥": "六", "⑦": "七", "⑧": "八", "⑨": "九", "⑩": "十",
     "Ⅰ": "一", "Ⅱ": "二", "Ⅲ": "三", "Ⅳ": "四", "Ⅴ": "五", "Ⅵ": "六", "Ⅶ": "七",
     "Ⅷ": "八", "Ⅸ": "九", "Ⅹ": "十", "½": "二分之一", "¼": "四分之一", "¾": "四分之三",
-    "²": "平方", "³": "立方",
+    "²": "平方", "³": "立方", "㎡": "平方米", "㎞": "公里", "㎏": "千克", "㎝": "厘米",
+    "㎜": "毫米", "㎎": "毫克", "㎖": "毫升",
 }  # fmt: skip
 _DIGIT_READINGS = dict(zip("0123456789", "零一二三四五六七八九", strict=True))
 
@@ -209,11 +210,13 @@ def _read_digits(digits: str) -> str:
     return "".join(_DIGIT_READINGS.get(ch, ch) for ch in digits)
 
 
-def _normalize_or_drop(start: int, end: int, text: str, normalizer: Normalizer | None) -> _Token:
-    """A WORD reading ``text`` through the normaliser; dropped when there is none."""
+def _normalize_or_drop(
+    start: int, end: int, text: str, normalizer: Normalizer | None, suffix: str = ""
+) -> _Token:
+    """A WORD reading ``text`` alone through the normaliser; dropped when there is none."""
     if normalizer is None:
         return _dropped(start, end, REASON_NUMBER)
-    return _word(start, end, normalizer(text))
+    return _word(start, end, normalizer(text) + suffix)
 
 
 # -- span rules ------------------------------------------------------------------------
@@ -301,6 +304,11 @@ _RANGE = re.compile(
     r"(%|％|℃|°C|[a-zA-Z]{1,3}\b)?(?![\d.\-/:])"
 )
 _NUMBER = re.compile(r"[0-9０-９]+(?:[.,:/\-．：／－][0-9０-９]+)*")
+# A fraction alone: in context the library may move its reading ("约1/3" -> "三分之约一").
+_FRACTION = re.compile(r"(?<![\d/.:])\d+/\d+(?![\d/.:])")
+# A currency sign before a number with a magnitude: "$3.5亿" is read "美元三点五亿".
+_CURRENCY_MAGNITUDE = re.compile(r"([$¥￥€£])[ \t]?(\d+(?:\.\d+)?)(万亿|万|亿|千)")
+_CURRENCY_WORDS = {"$": "美元", "¥": "元", "￥": "元", "€": "欧元", "£": "英镑"}
 _WORD_HYPHEN_DIGIT = re.compile(r"(?<=[A-Za-z])-(?=\d)")
 
 
@@ -318,6 +326,13 @@ def _number_rule(text: str, normalizer: Normalizer | None, allow_tags: bool) -> 
         # Numbers are dropped whole, separators included, so "12.5" leaves no "。".
         for match in _NUMBER.finditer(text):
             yield _dropped(match.start(), match.end(), REASON_NUMBER)
+    for match in _CURRENCY_MAGNITUDE.finditer(text):
+        sign, number, magnitude = match.groups()
+        yield _normalize_or_drop(
+            match.start(), match.end(), f"{number}{magnitude}", normalizer, _CURRENCY_WORDS[sign]
+        )
+    for match in _FRACTION.finditer(text):
+        yield _normalize_or_drop(match.start(), match.end(), match.group(), normalizer)
     for match in _THOUSANDS.finditer(text):
         yield _normalize_or_drop(
             match.start(), match.end(), match.group().replace(",", ""), normalizer
@@ -388,7 +403,9 @@ def _normalized_tokens(
     ops = _attach_insertions(ops)
     for tag, i1, i2, j1, j2 in ops:
         source = run[i1:i2]
-        if tag == "equal" or _CJK_ONLY.fullmatch(source):
+        # A same-length or shorter change of ideographs is the library simplifying or
+        # deleting them; a longer one carries a reading moved there (keep it).
+        if tag == "equal" or (_CJK_ONLY.fullmatch(source) and j2 - j1 <= i2 - i1):
             yield offset + i1, offset + i2, None
         else:
             yield offset + i1, offset + i2, said[j1:j2]
@@ -465,6 +482,8 @@ def _classify(text: str, i: int) -> _Token:
         if before.isascii() and before.isalnum() and after.isascii() and after.isalpha():
             # "well-known", "snake_case": ChatTTS would say "well, known".
             return _Token(i, i + 1, _Kind.GAP)
+    if ch in "'’" and 0 < i < len(text) - 1 and text[i - 1].isalpha() and text[i + 1].isalpha():
+        return _dropped(i, i + 1, REASON_PUNCTUATION)  # "it's" is said "its"
     if ch in _STOP_MARKS:
         return _Token(i, i + 1, _Kind.STOP)
     if ch in _COMMA_MARKS:
@@ -572,16 +591,30 @@ def _tokenize(text: str, normalizer: Normalizer | None, allow_tags: bool) -> lis
     return _spell_acronyms(tokens)
 
 
+# Clause and sentence marks split a run before it goes to the normaliser: no reading
+# crosses them, and the library's cost grows with the length of what it is given.
+_CLAUSE_BREAK = re.compile(r"[，。！？；：、\n]|[,;!?](?=\s)")
+
+
 def _plain_tokens(text: str, start: int, end: int, normalizer: Normalizer | None) -> list[_Token]:
-    run = text[start:end]
-    if normalizer is None or not _NEEDS_NORMALIZER.search(run):
+    if normalizer is None:
         return [_classify(text, k) for k in range(start, end)]
     tokens: list[_Token] = []
-    for span_start, span_end, rewrite in _normalized_tokens(run, start, normalizer):
-        if rewrite is None:
-            tokens += [_classify(text, k) for k in range(span_start, span_end)]
+    piece_start = start
+    breaks = [m.end() for m in _CLAUSE_BREAK.finditer(text, start, end)]
+    for piece_end in [*breaks, end]:
+        run = text[piece_start:piece_end]
+        if not run:
+            continue
+        if not _NEEDS_NORMALIZER.search(run):
+            tokens += [_classify(text, k) for k in range(piece_start, piece_end)]
         else:
-            tokens += _rewrite_tokens(span_start, span_end, rewrite)
+            for span_start, span_end, said in _normalized_tokens(run, piece_start, normalizer):
+                if said is None:
+                    tokens += [_classify(text, k) for k in range(span_start, span_end)]
+                else:
+                    tokens += _rewrite_tokens(span_start, span_end, said)
+        piece_start = piece_end
     return tokens
 
 

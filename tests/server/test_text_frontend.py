@@ -1,0 +1,399 @@
+"""The text front-end with WeTextProcessing: readings, accounting, preview, end to end."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from server.cli import main as cli_main
+from server.config import Settings
+from server.textnorm import TextFrontend
+from streaming.segment import Segmenter, SegmenterConfig
+from streaming.text import SPOKEN_CHARSET
+from tests.conftest import CHATTTS_TEST_STEPS
+from tests.live import TIMEOUT_S, LiveServer, run_live_server
+from tests.server.test_stream import assert_complete, speak
+from tests.streaming.test_text import check_accounting
+
+
+@pytest.fixture(scope="module")
+def frontend() -> TextFrontend:
+    front = TextFrontend()
+    front.load()
+    return front
+
+
+# (category, text, spoken): what the server says for each.
+CASES: list[tuple[str, str, str]] = [
+    # integers, decimals, negatives, percentages, fractions, ranges
+    ("integer", "我有3个苹果", "我有三个苹果"),
+    ("decimal", "价格是12.5元", "价格是十二点五元"),
+    ("large", "共1000000人", "共一百万人"),
+    ("negative", "温度是-5度", "温度是负五度"),
+    ("negative-decimal-unit", "零下-3.5℃", "零下负三点五摄氏度"),
+    ("percent", "增长了25%", "增长了百分之二十五"),
+    ("percent-decimal", "降幅为0.5%", "降幅为百分之零点五"),
+    ("fraction", "3/4的人", "四分之三的人"),
+    ("fraction-in-context", "约1/3", "约三分之一"),
+    ("range-unit", "3-5天", "三到五天"),
+    ("range-bare", "10-20个", "十到二十个"),
+    ("range-tilde", "1~3小时", "一到三小时"),
+    ("range-chapter", "第1-2章", "第一到二章"),
+    ("range-percent", "60%~70%", "百分之六十到百分之七十"),
+    ("thousands", "100,000人", "十万人"),
+    ("thousands-decimal", "1,234.56元", "一千二百三十四点五六元"),
+    ("zero-point", "0.25", "零点二五"),
+    ("pi", "3.14159", "三点一四一五九"),
+    ("leading-zeros", "007号", "零零七号"),
+    # currency
+    ("yuan-sign", "¥12", "十二元"),
+    ("dollar", "$5", "五美元"),
+    ("yuan-word", "12元", "十二元"),
+    ("euro", "€10", "十欧元"),
+    ("pound", "£5", "五英镑"),
+    ("fullwidth-yuan", "花了￥99.9", "花了九十九点九元"),
+    ("dollar-magnitude", "$3.5亿", "三点五亿美元"),
+    # dates and years
+    ("date-zh", "2024年10月1日", "二零二四年十月一日"),
+    ("date-iso", "2024-10-01", "二零二四年十月一日"),
+    ("date-short", "10/1", "十月一日"),
+    ("date-slash", "2024/10/01", "二零二四年十月一日"),
+    ("year", "1998年", "一九九八年"),
+    ("year-in-text", "2008年奥运会", "二零零八年奥运会"),
+    ("month-day", "12月31日", "十二月三十一日"),
+    ("month", "9月", "九月"),
+    ("year-bc", "公元前221年", "公元前两百二十一年"),
+    # times
+    ("time-colon", "19:17", "十九点十七分"),
+    ("time-dian", "19点17", "十九点十七"),
+    ("time-seconds", "12:30:45", "十二点三十分四十五秒"),
+    ("time-afternoon", "下午3点", "下午三点"),
+    ("time-range", "10:00-12:00", "十点到十二点"),
+    ("time-pm", "3:00pm", "下午三点"),
+    # phone numbers and IDs, digit by digit
+    ("mobile", "电话13812345678", "电话幺三八幺二三四五六七八"),
+    ("landline", "拨打010-12345678", "拨打零一零一二三四五六七八"),
+    ("hotline", "客服400-800-8888", "客服四零零八零零八八八八"),
+    ("id-card", "身份证110101199003071234", "身份证一一零一零一一九九零零三零七一二三四"),
+    ("id-card-x", "身份证11010119900307123X", "身份证一一零一零一一九九零零三零七一二三X"),
+    ("bank-card", "卡号6222021234567890123", "卡号六二二二零二一二三四五六七八九零一二三"),
+    # ordinals
+    ("ordinal", "第3名", "第三名"),
+    ("ordinal-bare", "第1", "第一"),
+    ("ordinal-ten", "第10届", "第十届"),
+    # units and symbols
+    ("km", "5km", "五公里"),
+    ("kg", "10kg", "十千克"),
+    ("metre", "100m", "一百米"),
+    ("celsius", "25℃", "二十五摄氏度"),
+    ("fahrenheit", "98.6°F", "九十八点六华氏度"),
+    ("speed", "50km/h", "每小时五十公里"),
+    ("milligram", "10mg", "十毫克"),
+    ("times", "3×4", "三乘四"),
+    ("equation", "1+1=2", "一加一等于二"),
+    ("ampersand", "A&B公司", "A和B公司"),
+    ("greek", "α粒子", "阿尔法粒子"),
+    ("square-cm", "100cm²", "一百平方厘米"),
+    ("square-metre-sign", "3㎡", "三平方米"),
+    ("approx", "x≈3", "x约等于三"),
+    # full-width and half-width, repeated punctuation
+    ("fullwidth-mixed", "ＡＢＣ１２３", "ABC一百二十三"),
+    ("fullwidth-digits", "第１２３号", "第一百二十三号"),
+    ("repeated-stops", "你好。。。", "你好。"),
+    ("repeated-mixed", "真的吗？！！", "真的吗。"),
+    ("repeated-commas", "好，，，吧", "好，吧"),
+    ("ellipsis", "等等……好", "等等。好"),
+    ("repeated-ascii", "你好!!!", "你好。"),
+    # English inside Chinese
+    ("acronym", "GPU很快", "G P U很快"),
+    ("acronym-four", "NASA发射了火箭", "N A S A发射了火箭"),
+    ("acronyms-two", "CEO和CTO", "C E O和C T O"),
+    ("word-and-number", "我用iPhone 15 Pro", "我用iPhone 十五 Pro"),
+    ("acronym-hyphen-number", "COVID-19疫情", "C O V I D 十九疫情"),
+    ("model-name", "GPT-4o模型", "G P T 四o模型"),
+    ("version-minor", "Python 3.11版本", "Python 三点一一版本"),
+    ("version", "v1.2.3版本", "v一点二点三版本"),
+    ("formula", "H2O是水", "H二O是水"),
+    ("network", "5G网络", "五G网络"),
+    ("accent", "café很好", "cafe很好"),
+    ("hyphenated", "well-known作家", "well known作家"),
+    ("apostrophe", "It's a good day.", "Its a good day."),
+    ("english-acronym", "I love AI", "I love A I"),
+    # markdown
+    ("bold", "**粗体**文字", "粗体文字"),
+    ("heading", "## 标题", "标题"),
+    ("bullet", "- 列表项", "列表项"),
+    ("ordered-item", "1. 第一项", "一。 第一项"),
+    ("quote", "> 引用", "引用"),
+    ("inline-code", "`code`块", "code块"),
+    ("fence", "```python", ""),
+    ("link", "[链接](https://a.com)", "链接"),
+    ("image", "![图](x.png)", "图"),
+    ("table-row", "| 名称 | 价格 |", "名称， 价格，"),
+    ("table-rule", "|---|---|", ""),
+    ("horizontal-rule", "---", ""),
+    ("strike", "~~删除~~", "删除"),
+    ("underline-bold", "__下划线__", "下划线"),
+    ("citation", "结论[1]。", "结论。"),
+    # URLs, e-mail, emoji, symbols
+    ("url", "访问https://www.example.com/path?q=1。", "访问example点com。"),
+    ("www", "见www.baidu.com", "见baidu点com"),
+    ("email", "邮箱test@example.com", "邮箱test 艾特 example点com"),
+    ("emoji", "好的😀", "好的"),
+    ("emoji-only", "👍👍", ""),
+    ("emoji-sequence", "❤️爱你", "爱你"),
+    # control tags (not allowed by default)
+    ("tags-stripped", "[uv_break]好[laugh]", "好"),
+    # sentences
+    ("issue-example", "我有3个苹果，价格是12.5元", "我有三个苹果，价格是十二点五元"),
+    (
+        "mixed",
+        "今天是2024年10月1日，GPU价格上涨了15%。",
+        "今天是二零二四年十月一日，G P U价格上涨了百分之十五。",
+    ),
+    ("meeting", "会议19:30开始，请准时。", "会议十九点三十分开始，请准时。"),
+    ("interjection-kept", "好啊，这儿有3个", "好啊，这儿有三个"),
+    ("traditional-kept", "這個3個", "這個三個"),
+]
+
+
+def test_table_is_large_enough() -> None:
+    """The table covers at least 80 cases."""
+    assert len(CASES) >= 80
+    assert len({case[0] for case in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize(("text", "spoken"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_reading(frontend: TextFrontend, text: str, spoken: str) -> None:
+    """Each row is spoken exactly as listed, and every character is accounted for."""
+    prepared = frontend.prepare(text)
+    assert prepared.spoken == spoken
+    check_accounting(text, prepared)
+    assert all(SPOKEN_CHARSET.fullmatch(ch) for ch in prepared.spoken)
+
+
+@pytest.mark.parametrize(
+    ("text", "removed"),
+    [
+        ("我有3个苹果，价格是12.5元", []),
+        ("**好**", [(0, "**", "markup"), (3, "**", "markup")]),
+        ("见https://a.io/x。", [(1, "https://", "url"), (13, "/x", "url")]),
+        ("好的😀", [(2, "😀", "emoji")]),
+        ("好[laugh]", [(1, "[laugh]", "tag")]),
+        ("你好。。。", [(3, "。。", "punctuation")]),
+        ("It's", [(2, "'", "punctuation")]),
+        ("好¤", [(1, "¤", "unspeakable")]),
+    ],
+)
+def test_removals(frontend: TextFrontend, text: str, removed: list[tuple[int, str, str]]) -> None:
+    """Only characters genuinely dropped are reported, with their position and reason."""
+    assert [(r.start, r.chars, r.reason) for r in frontend.prepare(text).removed] == removed
+
+
+def test_rewrites_map_input_spans(frontend: TextFrontend) -> None:
+    """Transformed spans are spoken, not removed, and map back to their exact source."""
+    prepared = frontend.prepare("我有3个苹果，价格是12.5元")
+    assert prepared.removed == ()
+    sources = {(p.start, p.end, p.source): p.spoken for p in prepared.rewrites}
+    assert sources[(2, 3, "3")] == "三"
+    assert any(
+        src.startswith("12.5") and said.startswith("十二点五")
+        for (_, _, src), said in sources.items()
+    )
+
+
+def test_control_tags_allowed() -> None:
+    """With allow_control_tags, ChatTTS tags stay in the spoken text and are listed."""
+    front = TextFrontend(allow_control_tags=True, normalizer_factory=lambda: None)
+    prepared = front.prepare("好[uv_break]的[laugh]，3")
+    assert prepared.spoken == "好[uv_break]的[laugh]，"
+    assert prepared.tags == ("[uv_break]", "[laugh]")
+    assert [(r.chars, r.reason) for r in prepared.removed] == [("3", "number")]
+
+
+def test_unavailable_normaliser_drops_and_reports_digits() -> None:
+    """If the library cannot load, digits are dropped and reported (never silently)."""
+
+    def broken() -> None:
+        raise ImportError("no pynini")
+
+    prepared = TextFrontend(normalizer_factory=broken).prepare("我有3个")
+    assert prepared.spoken == "我有个"
+    assert [(r.chars, r.reason) for r in prepared.removed] == [("3", "number")]
+
+
+def test_plain_text_does_not_load_the_normaliser() -> None:
+    """Text with nothing to normalise never waits for the library to load."""
+    calls: list[int] = []
+
+    def factory() -> None:
+        calls.append(1)
+
+    front = TextFrontend(normalizer_factory=factory)
+    assert front.prepare("你好，世界。Hello.").spoken == "你好，世界。Hello。"
+    assert calls == []
+    front.prepare("3个")
+    assert calls == [1]
+
+
+# -- properties with normalisation on -------------------------------------------------
+
+PIECES = [
+    "12.5", "3", "-7", "0.5%", "1/3", "3-5", "10:30", "19点17", "2024-10-01", "2024年",
+    "10月1日", "¥12", "$5", "12元", "13812345678", "110101199003071234", "1,000", "v1.2.3",
+    "5km", "25℃", "×", "~", "+", "=", "&", "GPU", "iPhone", "COVID-19", "café", "**",
+    "## ", "- ", "`", "```py", "[a](http://x.io/y)", "https://a.com/b?c=1", "a@b.cn", "😀",
+    "👍🏽", "[uv_break]", "[laugh]", "[break_3]", "。。。", "？！", "…", "，", "、", "“", "”",
+    "（", "）", "《", "》", "ＡＢ", "１２", "\n", " ", "\t", "我", "有", "苹果", "价格",
+    "是", "的", "啊", "儿", "這", "Hello", "world", ".", ",", "!", "?", ":", ";", "|", "#",
+    "@", "%", "/", "\\", "_", "¤", "★", "\u200b", "\u3000", "㐀", "α", "½", "①",
+]  # fmt: skip
+adversarial = st.lists(st.sampled_from(PIECES), max_size=30).map("".join)
+unicode_noise = st.text(max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.one_of(adversarial, unicode_noise))
+def test_nothing_is_lost(frontend: TextFrontend, text: str) -> None:
+    """Spoken pieces plus reported removals account for every non-blank input character."""
+    prepared = frontend.prepare(text)
+    check_accounting(text, prepared)
+    assert all(SPOKEN_CHARSET.fullmatch(ch) for ch in prepared.spoken)
+
+
+def test_nothing_is_lost_large_corpus(frontend: TextFrontend) -> None:
+    """500 seeded random texts of numbers, markup, symbols and noise: all accounted for."""
+    rng = random.Random(20241001)
+    for _ in range(500):
+        parts = [rng.choice(PIECES) for _ in range(rng.randint(0, 12))]
+        if rng.random() < 0.2:
+            parts.append("".join(chr(rng.randint(0x20, 0x2FFFF)) for _ in range(5)))
+        text = "".join(parts)
+        check_accounting(text, frontend.prepare(text))
+
+
+def speak_all(
+    frontend: TextFrontend, text: str, config: SegmenterConfig, sizes: list[int]
+) -> list[str]:
+    segmenter = Segmenter(config)
+    segments = []
+    points = sorted({0, len(text), *(s % (len(text) + 1) for s in sizes)})
+    for a, b in itertools.pairwise(points):
+        segments += segmenter.push(text[a:b])
+    segments += segmenter.flush()
+    return [frontend.prepare(s.text).spoken for s in segments]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    text=adversarial,
+    max_chars=st.integers(min_value=4, max_value=40),
+    cuts=st.lists(st.integers(min_value=0), max_size=20),
+)
+def test_streaming_equals_one_shot(
+    frontend: TextFrontend, text: str, max_chars: int, cuts: list[int]
+) -> None:
+    """Text pushed in any chunks is spoken exactly as the same text pushed at once."""
+    config = SegmenterConfig(max_chars=max_chars, first_min_chars=4)
+    assert speak_all(frontend, text, config, cuts) == speak_all(frontend, text, config, [])
+    one_char = list(range(len(text) + 1))
+    assert speak_all(frontend, text, config, one_char) == speak_all(frontend, text, config, [])
+
+
+# -- preview: HTTP and CLI -------------------------------------------------------------
+
+PREVIEW_TEXT = "我有3个苹果，价格是12.5元。**NASA**在2024-10-01发布😀"
+
+
+@pytest.fixture(scope="module")
+def espeak_server() -> Iterator[LiveServer]:
+    with run_live_server(Settings(engine="espeak", tokens=("secret",))) as live:
+        yield live
+
+
+def test_preview_endpoint(espeak_server: LiveServer) -> None:
+    """POST /v1/preview returns each segment as it would be spoken, with removals."""
+    with httpx.Client(base_url=espeak_server.base_url, timeout=TIMEOUT_S) as http:
+        refused = http.post("/v1/preview", json={"text": PREVIEW_TEXT})
+        assert refused.status_code == 401
+        response = http.post(
+            "/v1/preview",
+            json={"text": PREVIEW_TEXT},
+            headers={"Authorization": "Bearer secret"},
+        )
+    assert response.status_code == 200
+    segments = response.json()["segments"]
+    assert "".join(s["text"] for s in segments) == PREVIEW_TEXT
+    assert [s["spoken"] for s in segments] == [
+        "我有三个苹果，",
+        "价格是十二点五元。",
+        "N A S A在二零二四年十月一日发布",
+    ]
+    removed = [(r["start"], r["chars"], r["reason"]) for s in segments for r in s["removed"]]
+    star = PREVIEW_TEXT.index("**")
+    assert removed == [
+        (star, "**", "markup"),
+        (star + 6, "**", "markup"),
+        (PREVIEW_TEXT.index("😀"), "😀", "emoji"),
+    ]
+    rewrites = {r["text"]: r["spoken"] for s in segments for r in s["rewrites"]}
+    assert rewrites["3"] == "三"
+    assert rewrites["2024-10-01"] == "二零二四年十月一日"
+    for rewrite in (r for s in segments for r in s["rewrites"]):
+        assert PREVIEW_TEXT[rewrite["start"] : rewrite["end"]] == rewrite["text"]
+
+
+def test_preview_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    """``chattts-stream preview`` prints the same segments as JSON."""
+    assert cli_main(["preview", "--allow-control-tags", "true", "好[laugh]，3点了。再见"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["mode"] == "stream"
+    assert [(s["spoken"], s["tags"]) for s in body["segments"]] == [
+        ("好[laugh]，", ["[laugh]"]),
+        ("三点了。", []),
+        ("再见", []),
+    ]
+
+
+# -- end to end: the real ChatTTS code path ------------------------------------------
+
+
+def chattts_factory(checkpoint: Path) -> object:
+    from server.engines.chattts import ChatTTSEngine
+
+    def factory() -> tuple[ChatTTSEngine, bool, None]:
+        engine = ChatTTSEngine(
+            checkpoint,
+            device="cpu",
+            max_new_token=CHATTTS_TEST_STEPS,
+            min_new_token=CHATTTS_TEST_STEPS,
+        )
+        return engine, False, None
+
+    return factory
+
+
+@pytest.mark.slow
+async def test_numbers_dates_and_acronyms_spoken_in_full_chattts(tiny_checkpoint: Path) -> None:
+    """Over the WebSocket on ChatTTS, numbers, a date and an acronym are spoken in full."""
+    text = "我有3个苹果，价格是12.5元。NASA在2024年10月1日发布[uv_break]了新闻。"
+    settings = Settings(engine="chattts", model_dir=tiny_checkpoint, allow_control_tags=True)
+    with run_live_server(settings, engine=chattts_factory(tiny_checkpoint)) as server:  # type: ignore[arg-type]
+        result = await speak(server, text, size=3)
+    assert_complete(result, text)
+    assert result.warnings == []
+    spoken = [s["spoken"] for s in result.segments]
+    assert spoken == [
+        "我有三个苹果，",
+        "价格是十二点五元。",
+        "N A S A在二零二四年十月一日发布[uv_break]了新闻。",
+    ]
+    assert [s["text"] for s in result.segments][2] == "NASA在2024年10月1日发布[uv_break]了新闻。"
