@@ -27,6 +27,7 @@ from server.worker import EngineWorker, Job
 from streaming import protocol as p
 from streaming.audio import FrameChunker, Resampler, float_to_pcm16
 from streaming.segment import Segment, Segmenter, SegmenterConfig
+from streaming.text import PreparedText
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +63,8 @@ class Context:
             )
         )
         self.segments: asyncio.Queue[Segment | None] = asyncio.Queue()
+        # Each segment is normalised as soon as it is cut, while earlier ones speak.
+        self._prepared: dict[int, asyncio.Future[PreparedText]] = {}
         self.queued_chars = 0  # cut into segments, not yet finished speaking
         self.closing = False
         self.cancelled = False
@@ -105,6 +108,7 @@ class Context:
     def _enqueue(self, segments: list[Segment]) -> None:
         for segment in segments:
             self.queued_chars += len(segment.text)
+            self._prepared[segment.index] = self.session.frontend.submit(segment.text)
             self.segments.put_nowait(segment)
 
     def _arm_idle_timer(self) -> None:
@@ -165,7 +169,8 @@ class Context:
         session = self.session
         metrics = session.metrics
         # Normalisation costs milliseconds: it runs on the text front-end's thread.
-        prepared = await session.frontend.prepare_async(segment.text)
+        future = self._prepared.pop(segment.index, None)
+        prepared = await (future or session.frontend.submit(segment.text))
         if self.cancelled:
             return
         if prepared.removed:
@@ -451,9 +456,7 @@ class Session:
         )
 
     async def _send(self, message: dict[str, Any]) -> None:
-        if self._closed and message.get("bytes") is not None:
-            raise _Closed
-        if self.websocket.application_state != WebSocketState.CONNECTED:
+        if self._closed or self.websocket.application_state != WebSocketState.CONNECTED:
             raise _Closed
         try:
             await self.websocket.send(message)
