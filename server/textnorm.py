@@ -226,6 +226,10 @@ class TextFrontend:
         """Begin loading on the front-end thread; returns at once."""
         self._pool().submit(self.load)
 
+    def submit(self, text: str) -> asyncio.Future[PreparedText]:
+        """Start :meth:`prepare` on the front-end thread; await the result on the loop."""
+        return asyncio.wrap_future(self._pool().submit(self.prepare, text))
+
     async def prepare_async(self, text: str) -> PreparedText:
         """:meth:`prepare` on the front-end thread, off the event loop."""
         loop = asyncio.get_running_loop()
