@@ -121,6 +121,7 @@ class AppState:
         )
         self.frontend = TextFrontend(allow_control_tags=settings.allow_control_tags)
         self.connections = 0
+        self.draining = False
         self.denial_log_filter = _DenialLogFilter()
 
 
@@ -185,16 +186,17 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
     async def ready() -> JSONResponse:
         """Readiness: the engine is loaded and warmed up."""
         status = state.worker.status
+        ready = state.worker.ready and not state.draining
         body = {
-            "ready": state.worker.ready,
-            "state": status.state,
+            "ready": ready,
+            "state": "draining" if state.draining else status.state,
             "engine": status.engine,
             "degraded": status.degraded,
             "detail": status.detail,
             "load_seconds": status.load_seconds,
             "sample_rate": state.worker.engine.sample_rate_hz if state.worker.engine else None,
         }
-        return JSONResponse(body, status_code=200 if state.worker.ready else 503)
+        return JSONResponse(body, status_code=200 if ready else 503)
 
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:
@@ -245,6 +247,8 @@ async def run_websocket(state: AppState, websocket: WebSocket) -> None:
     refusal: TTSError | None = None
     if not state.auth.accepts(token):
         refusal = Unauthorized("missing or invalid token")
+    elif state.draining:
+        refusal = Unavailable("the server is shutting down", code="draining")
     elif not state.worker.ready:
         refusal = Unavailable(f"the engine is {state.worker.status.state}", code="not_ready")
     elif state.connections >= settings.max_connections:
@@ -291,6 +295,8 @@ async def synthesize_http(state: AppState, body: TTSRequest, accept: str) -> Res
             code="text_too_long",
             limit=settings.max_http_text_chars,
         )
+    if state.draining:
+        raise Unavailable("the server is shutting down", code="draining")
     fmt: str = body.format or ("json" if "application/json" in accept else "wav")
     worker = state.worker
     if not worker.ready:

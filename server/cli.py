@@ -5,9 +5,15 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from server.config import Settings, add_arguments, build_settings
+
+if TYPE_CHECKING:
+    from server.app import AppState
+    from server.lifecycle import DrainingServer
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +74,7 @@ def serve(settings: Settings) -> int:
     import uvicorn
 
     from server.app import create_app
+    from server.lifecycle import DrainingServer
 
     configure_logging(settings.log_level)
     app = create_app(settings)
@@ -82,7 +89,11 @@ def serve(settings: Settings) -> int:
         timeout_graceful_shutdown=10,
         log_config=None,
     )
-    server = uvicorn.Server(config)
+    state = app.state.tts
+    server = DrainingServer(config, state)
+    threading.Thread(
+        target=_exit_if_no_engine, args=(server, state), name="engine-watch", daemon=True
+    ).start()
     logger.info(
         "serving on http://%s:%d (engine: %s)",
         settings.host,
@@ -90,7 +101,19 @@ def serve(settings: Settings) -> int:
         settings.resolved_engine(),
     )
     server.run()
+    if state.worker.status.state == "failed":
+        logger.critical("exiting: no engine could be loaded (%s)", state.worker.status.detail)
+        return 1
     return 0
+
+
+def _exit_if_no_engine(server: DrainingServer, state: AppState) -> None:
+    """A server without an engine serves nothing: stop it so the supervisor sees a failure."""
+    while not server.should_exit:
+        if state.worker.wait_ready(timeout_s=0.5) or state.worker.status.state == "failed":
+            break
+    if state.worker.status.state == "failed":
+        server.should_exit = True
 
 
 def preview(settings: Settings, text: str, mode: str) -> int:

@@ -47,6 +47,9 @@ class Settings:
     max_buffered_chars: int = 20000
     max_http_text_chars: int = 2000
     segment_timeout_s: float = 60.0
+    # On SIGTERM: refuse new work (/ready 503) and let audio in progress finish, up to
+    # this long, before closing connections. 0 closes at once.
+    drain_timeout_s: float = 30.0
     http_timeout_s: float = 120.0
 
     # Segmentation and streaming
@@ -126,6 +129,12 @@ _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--max-text-message-chars", "max_text_message_chars", int, "largest text delta"),
     ("--max-buffered-chars", "max_buffered_chars", int, "unspoken text held per context"),
     ("--max-http-text-chars", "max_http_text_chars", int, "longest text for POST /v1/tts"),
+    (
+        "--drain-timeout-s",
+        "drain_timeout_s",
+        float,
+        "on SIGTERM, let audio in progress finish for up to this long (0: close at once)",
+    ),
     ("--segment-timeout-s", "segment_timeout_s", float, "synthesis time allowed per segment"),
     ("--http-timeout-s", "http_timeout_s", float, "synthesis time allowed per POST /v1/tts"),
     ("--segment-max-chars", "segment_max_chars", int, "longest segment sent to the engine"),
@@ -234,6 +243,8 @@ def validate(settings: Settings) -> None:
         "idle_flush_ms",
         "sentence_flush_ms",
     )
+    if settings.drain_timeout_s < 0:
+        problems.append("drain_timeout_s must not be negative")
     problems += [f"{name} must be positive" for name in positive if getattr(settings, name) <= 0]
     if (
         settings.first_segment_min_chars < 1

@@ -78,6 +78,28 @@ class Metrics:
             registry=r,
         )
         self.errors = Counter("tts_errors_total", "errors by kind", ["kind"], registry=r)
+        self.engine_state = Gauge(
+            "tts_engine_state",
+            "1 for the engine's current state, 0 for the others",
+            ["state"],
+            registry=r,
+        )
+        self.engine_degraded = Gauge(
+            "tts_engine_degraded",
+            "1 when serving the fallback voice because ChatTTS failed to load",
+            registry=r,
+        )
+        self.engine_load_seconds = Gauge(
+            "tts_engine_load_seconds", "time to load and warm up the engine", registry=r
+        )
+        self.engine_busy_seconds = Counter(
+            "tts_engine_busy_seconds_total",
+            "engine thread time spent on segments, cancelled and failed ones included",
+            registry=r,
+        )
+        self.draining = Gauge(
+            "tts_draining", "1 while the server drains before shutdown", registry=r
+        )
         self.engine_ready = Gauge(
             "tts_engine_ready", "1 when the engine is loaded and warm", ["engine"], registry=r
         )

@@ -126,7 +126,9 @@ class EngineWorker:
         self.engine: Engine | None = None
         self.status = EngineStatus(state="loading")
         self._pending = 0
+        self._running = False
         self._pending_lock = threading.Lock()
+        self._set_state(self.status)
 
     def start(self) -> None:
         self._thread.start()
@@ -140,6 +142,20 @@ class EngineWorker:
         if self.engine is None:
             raise Unavailable("the engine is not loaded yet", code="not_ready")
         return self.engine.sample_rate_hz
+
+    @property
+    def busy(self) -> bool:
+        """True while a segment is queued or being synthesised."""
+        with self._pending_lock:
+            return self._pending > 0 or self._running
+
+    def _set_state(self, status: EngineStatus) -> None:
+        self.status = status
+        for state in ("loading", "ready", "failed", "stopped"):
+            self._metrics.engine_state.labels(state=state).set(int(state == status.state))
+        self._metrics.engine_degraded.set(int(status.degraded))
+        if status.load_seconds is not None:
+            self._metrics.engine_load_seconds.set(status.load_seconds)
 
     def wait_ready(self, timeout_s: float | None = None) -> bool:
         """Block until the engine is ready or failed (for the CLI and tests)."""
@@ -174,17 +190,19 @@ class EngineWorker:
                 engine.warm_up()
         except Exception as exc:
             logger.exception("engine failed to load")
-            self.status = EngineStatus(state="failed", detail=f"{type(exc).__name__}: {exc}")
+            self._set_state(EngineStatus(state="failed", detail=f"{type(exc).__name__}: {exc}"))
             self._ready.set()
             self._drain_failed()
             return
         self.engine = engine
-        self.status = EngineStatus(
-            state="ready",
-            engine=engine.name,
-            degraded=degraded,
-            detail=detail,
-            load_seconds=round(time.perf_counter() - started, 3),
+        self._set_state(
+            EngineStatus(
+                state="ready",
+                engine=engine.name,
+                degraded=degraded,
+                detail=detail,
+                load_seconds=round(time.perf_counter() - started, 3),
+            )
         )
         self._metrics.engine_ready.labels(engine=engine.name).set(1)
         logger.info(
@@ -198,7 +216,7 @@ class EngineWorker:
             while (job := self._jobs.get()) is not None:
                 self._run_job(engine, job)
         finally:
-            self.status = EngineStatus(state="stopped", engine=engine.name)
+            self._set_state(EngineStatus(state="stopped", engine=engine.name))
             self._metrics.engine_ready.labels(engine=engine.name).set(0)
             self._drain_failed()
             for closing in (engine, self._fallback):
@@ -211,7 +229,15 @@ class EngineWorker:
     def _run_job(self, engine: Engine, job: Job) -> None:
         with self._pending_lock:
             self._pending -= 1
+            self._running = True
             self._metrics.queue_depth.set(self._pending)
+        try:
+            self._run_job_now(engine, job)
+        finally:
+            with self._pending_lock:
+                self._running = False
+
+    def _run_job_now(self, engine: Engine, job: Job) -> None:
         if job.cancelled:
             self._metrics.jobs_cancelled.inc()
             job._deliver(_END)
@@ -226,6 +252,7 @@ class EngineWorker:
             self._fall_back(engine, job)
         finally:
             job.engine_seconds = time.perf_counter() - started
+            self._metrics.engine_busy_seconds.inc(job.engine_seconds)
             if job.cancelled:
                 self._metrics.jobs_cancelled.inc()
             job._deliver(_END)

@@ -14,6 +14,7 @@ import uvicorn
 from server.app import create_app
 from server.config import Settings
 from server.engines.select import EngineFactory
+from server.lifecycle import DrainingServer
 
 #: Every wait in the server tests is a multiple of this.
 TIMEOUT_S = 30.0
@@ -24,6 +25,7 @@ class LiveServer:
     base_url: str  # http://127.0.0.1:PORT
     ws_url: str  # ws://127.0.0.1:PORT/v1/stream
     app: object
+    server: DrainingServer
 
     @property
     def state(self) -> object:
@@ -52,7 +54,7 @@ def run_live_server(
         lifespan="on",
         timeout_graceful_shutdown=5,
     )
-    server = uvicorn.Server(config)
+    server = DrainingServer(config, app.state.tts)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + TIMEOUT_S
@@ -64,7 +66,9 @@ def run_live_server(
     if wait_ready and not worker.wait_ready(TIMEOUT_S * 4):
         raise RuntimeError(f"engine not ready: {worker.status}")
     try:
-        yield LiveServer(f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}/v1/stream", app)
+        yield LiveServer(
+            f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}/v1/stream", app, server
+        )
     finally:
         server.should_exit = True
         thread.join(TIMEOUT_S)

@@ -359,7 +359,7 @@ def test_one_gpu_per_pod_with_memory_bounds() -> None:
 
 
 def test_grace_period_covers_prestop_and_shutdown() -> None:
-    """terminationGracePeriodSeconds > preStop sleep + uvicorn's and the engine's stop timeouts."""
+    """terminationGracePeriodSeconds > preStop sleep + drain + uvicorn's and the engine's stop timeouts."""
     spec = one("Deployment")["spec"]["template"]["spec"]
     command = container()["lifecycle"]["preStop"]["exec"]["command"]
     assert command[0] == "sleep"
@@ -367,7 +367,8 @@ def test_grace_period_covers_prestop_and_shutdown() -> None:
     match = re.search(r"timeout_graceful_shutdown=(\d+)", cli)
     assert match, "server/cli.py no longer sets uvicorn's timeout_graceful_shutdown"
     engine_stop = inspect.signature(EngineWorker.stop).parameters["timeout_s"].default
-    needed = float(command[1]) + int(match[1]) + engine_stop
+    drain_s = float(one("ConfigMap")["data"].get("TTS_DRAIN_TIMEOUT_S", Settings().drain_timeout_s))
+    needed = float(command[1]) + drain_s + int(match[1]) + engine_stop
     assert spec["terminationGracePeriodSeconds"] > needed
 
 

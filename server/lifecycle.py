@@ -1,0 +1,60 @@
+"""Process lifecycle: drain on the first shutdown signal, exit at once on the second."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from types import FrameType
+
+import uvicorn
+
+from server.app import AppState
+
+logger = logging.getLogger(__name__)
+
+
+class DrainingServer(uvicorn.Server):
+    """A uvicorn server that lets audio in progress finish before it closes connections.
+
+    On the first SIGTERM/SIGINT it turns /ready to 503 and refuses new connections and
+    requests, then waits until the engine has been idle for a little longer than the
+    idle-flush time (so text held in segmenters is spoken too), or until
+    ``drain_timeout_s``; only then does uvicorn shut down (WebSocket close code 1012).
+    A second signal, or ``drain_timeout_s = 0``, shuts down at once.
+    """
+
+    def __init__(self, config: uvicorn.Config, state: AppState) -> None:
+        super().__init__(config)
+        self._state = state
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        timeout_s = self._state.settings.drain_timeout_s
+        if self._state.draining or timeout_s <= 0 or not self.started:
+            super().handle_exit(sig, frame)
+            return
+        self._state.draining = True
+        self._state.metrics.draining.set(1)
+        logger.info(
+            "draining: refusing new work, waiting up to %.0f s for audio in progress", timeout_s
+        )
+        threading.Thread(target=self._drain, args=(timeout_s,), name="drain", daemon=True).start()
+
+    def _drain(self, timeout_s: float) -> None:
+        quiet_needed_s = self._state.settings.idle_flush_ms / 1000 + 0.5
+        deadline = time.monotonic() + timeout_s
+        quiet_since: float | None = None
+        while not self.should_exit:
+            now = time.monotonic()
+            if now >= deadline:
+                logger.warning("drain timeout: closing connections with audio still in progress")
+                break
+            if self._state.worker.busy:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = now
+            elif now - quiet_since >= quiet_needed_s:
+                logger.info("drained: no audio in progress")
+                break
+            time.sleep(0.05)
+        self.should_exit = True
