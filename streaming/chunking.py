@@ -34,10 +34,16 @@ class ChunkSchedule:
             raise ValueError(f"index must be >= 0, not {index}")
         size = self.first_steps
         for _ in range(index):
-            if size >= self.max_steps:
+            if size >= self.max_steps or self.growth == 1.0:
                 break
-            size = max(size + 1, round(size * self.growth)) if self.growth > 1 else size
-        return min(size, self.max_steps)
+            size = self._grow(size)
+        return size
+
+    def _grow(self, size: int) -> int:
+        if self.growth == 1.0:
+            return size
+        # At least one step more, so a growth just above 1 still grows.
+        return min(self.max_steps, max(size + 1, round(size * self.growth)))
 
     def boundaries(self, total_steps: int) -> list[int]:
         """Cumulative step counts at which chunks end, for an utterance of ``total_steps``.
@@ -48,9 +54,9 @@ class ChunkSchedule:
             raise ValueError(f"total_steps must be >= 0, not {total_steps}")
         ends: list[int] = []
         end = 0
-        index = 0
+        size = self.first_steps
         while end < total_steps:
-            end = min(total_steps, end + self.size(index))
+            end = min(total_steps, end + size)
             ends.append(end)
-            index += 1
+            size = self._grow(size)
         return ends

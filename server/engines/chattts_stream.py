@@ -31,9 +31,12 @@ Not thread-safe, like ``Chat``: one utterance at a time per instance.
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -51,10 +54,13 @@ __all__ = [
     "FRAMES_PER_STEP",
     "SAMPLES_PER_FRAME",
     "GenerationParams",
+    "OnnxVocoder",
     "StepOutput",
     "StreamSettings",
     "StreamStats",
     "StreamingDecoder",
+    "VocoderFeatures",
+    "istft",
 ]
 
 #: Mel frames per GPT step and samples per mel frame (Vocos hop at 24 kHz).
@@ -87,6 +93,8 @@ class StreamSettings:
     GPT transformer's and the Decoder's weights (CUDA only; Vocos always runs float32:
     its ISTFT is complex). ``compile_vocoder``: ``torch.compile`` the Decoder and the
     Vocos backbone (dynamic shapes; pays on CUDA for long services).
+    ``vocoder_backend``: ``"torch"``, or ``"onnx"`` to run the Decoder + Vocos backbone
+    in ONNX Runtime (:class:`OnnxVocoder`; needs the ``onnx`` extra).
     """
 
     first_chunk_steps: int = 12
@@ -98,8 +106,11 @@ class StreamSettings:
     gpt_dtype: str = "float32"
     decoder_dtype: str = "float32"
     compile_vocoder: bool = False
+    vocoder_backend: str = "torch"
 
     def __post_init__(self) -> None:
+        if self.vocoder_backend not in ("torch", "onnx"):
+            raise ValueError("vocoder_backend must be 'torch' or 'onnx'")
         if self.left_context_frames < 0 or self.lookahead_frames < 0:
             raise ValueError("left_context_frames and lookahead_frames must be >= 0")
         if not 0 <= self.overlap_samples <= SAMPLES_PER_STEP * self.first_chunk_steps // 2:
@@ -153,6 +164,8 @@ class StreamStats:
     first_audio_s: float | None = None
     first_audio_step: int | None = None
     token_ids: list[list[int]] = field(default_factory=list)
+    #: (steps, hidden) GPT hidden states of the utterance, for a one-shot reference decode.
+    hiddens: torch.Tensor | None = None
 
     @property
     def emitted_frames(self) -> float:
@@ -188,6 +201,9 @@ class StreamingDecoder:
         if self.settings.compile_vocoder:
             self._decoder = torch.compile(chat.decoder, dynamic=True)
             self._backbone = torch.compile(chat.vocos.backbone, dynamic=True)
+        self._onnx: OnnxVocoder | None = None
+        if self.settings.vocoder_backend == "onnx":
+            self._onnx = OnnxVocoder(chat)
 
     # -- generation ---------------------------------------------------------------------
 
@@ -311,6 +327,9 @@ class StreamingDecoder:
         This is ChatTTS's ``_decode_to_wavs`` for one sequence (Decoder, then Vocos):
         ``2 * steps - 1`` frames' worth of samples.
         """
+        if self._onnx is not None:
+            onnx_audio: np.ndarray = self._onnx(hiddens.t().unsqueeze(0))[0].cpu().numpy()
+            return onnx_audio
         x = hiddens.t().unsqueeze(0).contiguous().to(self._decoder_dtype)
         mel = self._decoder(x).float()
         features = self._backbone(mel)
@@ -338,6 +357,7 @@ class StreamingDecoder:
         hiddens = torch.empty(
             params.max_new_token, hidden_size, dtype=torch.float, device=self.chat.device
         )
+        stats.hiddens = hiddens[:0]
         chunk_index = 0
         next_boundary = schedule.size(0)
         steps = 0
@@ -362,6 +382,7 @@ class StreamingDecoder:
             hiddens[out.index].copy_(out.hidden)
             stats.token_ids.append(out.ids.tolist())
             steps = stats.steps = out.index + 1
+            stats.hiddens = hiddens[:steps]
             if steps == next_boundary and steps < params.max_new_token:
                 chunk = window(final=False)
                 chunk_index += 1
@@ -372,3 +393,93 @@ class StreamingDecoder:
             chunk = window(final=True)
             if chunk.size:
                 yield emitted(chunk)
+
+
+class VocoderFeatures(torch.nn.Module):
+    """Decoder -> Vocos backbone -> head projection: the vocoder up to its complex ISTFT.
+
+    The traceable part of ChatTTS's decode (``DVAE.forward`` without its ``out=``
+    multiply, which the ONNX exporter refuses), for export; :func:`istft` finishes it.
+    """
+
+    def __init__(self, chat: Any) -> None:
+        super().__init__()
+        self.decoder = chat.decoder
+        self.backbone = chat.vocos.backbone
+        self.out = chat.vocos.head.out
+
+    def forward(self, hiddens: torch.Tensor) -> torch.Tensor:
+        b, c, t = hiddens.shape
+        x = hiddens.view(b, 2, c // 2, t).permute(0, 2, 3, 1).flatten(2)
+        mel = self.decoder.out_conv(self.decoder.decoder(x)) * self.decoder.coef
+        projected: torch.Tensor = self.out(self.backbone(mel)).transpose(1, 2)
+        return projected
+
+
+def istft(chat: Any, projected: torch.Tensor) -> torch.Tensor:
+    """Vocos's ``ISTFTHead`` after its projection: magnitude/phase to audio ``(B, T)``."""
+    mag, phase = projected.chunk(2, dim=1)
+    mag = torch.clip(torch.exp(mag), max=1e2)
+    spectrum = mag * (torch.cos(phase) + 1j * torch.sin(phase))
+    audio: torch.Tensor = chat.vocos.head.istft(spectrum)
+    return audio
+
+
+class OnnxVocoder:
+    """Decoder + Vocos backbone exported to ONNX and run in ONNX Runtime; ISTFT in torch.
+
+    Exported once per instance (a few seconds at full size) with a dynamic step axis;
+    uses the CUDA execution provider when the model is on CUDA and it is available.
+    """
+
+    def __init__(self, chat: Any, path: Path | None = None) -> None:
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise RuntimeError(
+                "vocoder_backend='onnx' needs onnxruntime: pip install -e '.[onnx]'"
+            ) from exc
+        self.chat = chat
+        self.device = torch.device(chat.device)
+        module = VocoderFeatures(chat).eval()
+        hidden = int(chat.config.gpt.hidden_size)
+        with tempfile.TemporaryDirectory() as tmp:
+            target = path or Path(tmp) / "vocoder.onnx"
+            example = torch.zeros(1, hidden, 16, device=self.device)
+            # The TorchScript exporter: it takes this module as is, where the
+            # torch.export-based one needs more work; torch >= 2.9 flags it deprecated.
+            with torch.inference_mode(), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "You are using the legacy", DeprecationWarning)
+                torch.onnx.export(
+                    module,
+                    (example,),
+                    str(target),
+                    input_names=["hiddens"],
+                    output_names=["projected"],
+                    dynamic_axes={"hiddens": {2: "steps"}, "projected": {2: "frames"}},
+                    opset_version=17,
+                    dynamo=False,
+                )
+            wanted = ["CPUExecutionProvider"]
+            if self.device.type == "cuda":
+                wanted.insert(0, "CUDAExecutionProvider")
+            available = set(ort.get_available_providers())
+            options = ort.SessionOptions()
+            # As many threads as torch: the GPT and ONNX Runtime must not oversubscribe.
+            options.intra_op_num_threads = torch.get_num_threads()
+            options.inter_op_num_threads = 1
+            self.session = ort.InferenceSession(
+                str(target), options, providers=[p for p in wanted if p in available]
+            )
+        self.provider: str = self.session.get_providers()[0]
+
+    def project(self, hiddens: torch.Tensor) -> torch.Tensor:
+        """``(1, hidden, steps)`` hidden states to the head's ``(1, n_fft + 2, frames)``."""
+        x = hiddens.detach().float().contiguous().cpu().numpy()
+        projected = self.session.run(None, {"hiddens": x})[0]
+        return torch.from_numpy(projected).to(self.device)
+
+    @torch.inference_mode()
+    def __call__(self, hiddens: torch.Tensor) -> torch.Tensor:
+        """``(1, hidden, steps)`` hidden states to ``(1, samples)`` float32 audio."""
+        return istft(self.chat, self.project(hiddens))

@@ -232,3 +232,16 @@ def test_bad_settings_are_rejected(kwargs: dict[str, Any]) -> None:
     """Unknown dtypes, negative context, an overlap beyond half the first chunk raise ValueError."""
     with pytest.raises(ValueError):
         StreamSettings(**kwargs)
+
+
+def test_onnx_vocoder_matches_torch(chat: Any, speaker: str) -> None:
+    """vocoder_backend="onnx" streams the same audio as torch, to float rounding."""
+    pytest.importorskip("onnxruntime")
+    params = GenerationParams(spk_emb=speaker, seed=6, max_new_token=60, min_new_token=60)
+    with torch.random.fork_rng(devices=[]):
+        reference = np.concatenate(list(StreamingDecoder(chat).stream(TEXT, params)))
+    onnx_decoder = StreamingDecoder(chat, StreamSettings(vocoder_backend="onnx"))
+    streamed = np.concatenate(list(onnx_decoder.stream(TEXT, params)))
+    assert streamed.size == reference.size
+    error = streamed - reference
+    assert 10 * np.log10(np.sum(reference**2) / np.sum(error**2)) > 60
