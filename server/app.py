@@ -119,7 +119,9 @@ class AppState:
         self.worker = EngineWorker(
             factory, self.metrics, warm_up=settings.warm_up, fallback=fallback_factory(settings)
         )
-        self.frontend = TextFrontend(allow_control_tags=settings.allow_control_tags)
+        self.frontend = TextFrontend(
+            allow_control_tags=settings.allow_control_tags, cache_dir=settings.text_cache_dir
+        )
         self.connections = 0
         self.draining = False
         self.denial_log_filter = _DenialLogFilter()
@@ -186,10 +188,17 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
     async def ready() -> JSONResponse:
         """Readiness: the engine is loaded and warmed up."""
         status = state.worker.status
-        ready = state.worker.ready and not state.draining
+        # Without warm-up the normaliser loads on first use, so it cannot hold /ready back.
+        text_ready = state.frontend.loaded or not settings.warm_up
+        ready = state.worker.ready and text_ready and not state.draining
         body = {
             "ready": ready,
             "state": "draining" if state.draining else status.state,
+            "text_frontend": {
+                "loaded": state.frontend.loaded,
+                "normalizer": state.frontend.has_normalizer,
+                "load_seconds": state.frontend.load_seconds,
+            },
             "engine": status.engine,
             "degraded": status.degraded,
             "detail": status.detail,

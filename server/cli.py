@@ -124,7 +124,9 @@ def preview(settings: Settings, text: str, mode: str) -> int:
 
     if text == "-":
         text = sys.stdin.read()
-    frontend = TextFrontend(allow_control_tags=settings.allow_control_tags)
+    frontend = TextFrontend(
+        allow_control_tags=settings.allow_control_tags, cache_dir=settings.text_cache_dir
+    )
     segments = frontend.preview(text, preview_segmenter(settings, mode))
     body = {"mode": mode, "segments": [segment.to_json() for segment in segments]}
     print(json.dumps(body, ensure_ascii=False, indent=2))

@@ -63,6 +63,9 @@ class Settings:
     # Text: pass ChatTTS control tags ([uv_break], [laugh], [break_N]...) written in the
     # text to the engine; off, they are removed and reported like any dropped text.
     allow_control_tags: bool = False
+    # Where the text normaliser's built transducers are kept (built once, ~4 s); None: the
+    # user cache (~/.cache/chattts-stream). Images prebuild them into a fixed directory.
+    text_cache_dir: Path | None = None
 
     @property
     def transport_max_bytes(self) -> int:
@@ -163,6 +166,12 @@ _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "allow_control_tags",
         _env_bool,
         "pass ChatTTS control tags like [uv_break] [laugh] [break_N] to the engine (true/false)",
+    ),
+    (
+        "--text-cache-dir",
+        "text_cache_dir",
+        Path,
+        "directory for the text normaliser's built transducers (default: the user cache)",
     ),
 )
 

@@ -55,10 +55,7 @@ _CACHE_ENTRIES = 4096
 
 
 def default_cache_dir() -> Path:
-    """Where the built transducers are kept: $TTS_TEXT_CACHE_DIR, else the user cache."""
-    configured = os.environ.get("TTS_TEXT_CACHE_DIR")
-    if configured:
-        return Path(configured)
+    """Where the built transducers are kept unless ``--text-cache-dir`` says otherwise."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "chattts-stream" / _CACHE_VERSION
 
@@ -174,9 +171,10 @@ class TextFrontend:
         *,
         allow_control_tags: bool = False,
         normalizer_factory: Callable[[], Normalizer | None] | None = None,
+        cache_dir: Path | None = None,
     ) -> None:
         self.allow_control_tags = allow_control_tags
-        self._factory = normalizer_factory or load_wetext
+        self._factory = normalizer_factory or functools.partial(load_wetext, cache_dir)
         self._normalizer: Normalizer | None = None
         self._loaded = threading.Event()
         self._lock = threading.Lock()
@@ -186,6 +184,11 @@ class TextFrontend:
     @property
     def loaded(self) -> bool:
         return self._loaded.is_set()
+
+    @property
+    def has_normalizer(self) -> bool:
+        """False when the library could not be loaded (digits are then dropped and reported)."""
+        return self._normalizer is not None
 
     def load(self) -> None:
         """Load the normaliser (blocking); a no-op once loaded."""

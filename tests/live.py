@@ -65,6 +65,11 @@ def run_live_server(
     worker = app.state.tts.worker
     if wait_ready and not worker.wait_ready(TIMEOUT_S * 4):
         raise RuntimeError(f"engine not ready: {worker.status}")
+    frontend = app.state.tts.frontend
+    while wait_ready and settings.warm_up and not frontend.loaded:
+        if time.monotonic() > deadline + TIMEOUT_S * 4:
+            raise RuntimeError("text front-end not loaded")
+        time.sleep(0.01)
     try:
         yield LiveServer(
             f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}/v1/stream", app, server

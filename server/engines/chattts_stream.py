@@ -345,19 +345,48 @@ class StreamingDecoder:
         Statistics land in :attr:`last_stats`. Raises :class:`Cancelled` when
         ``should_stop`` turns true (polled before every GPT step).
         """
-        settings = self.settings
-        schedule = settings.schedule
         stats = self.last_stats = StreamStats()
-        started = time.perf_counter()
-        joiner = WindowJoiner(
-            overlap_samples=settings.overlap_samples,
-            holdback_samples=settings.lookahead_frames * SAMPLES_PER_FRAME,
-        )
         hidden_size = int(self.chat.config.gpt.hidden_size)
         hiddens = torch.empty(
             params.max_new_token, hidden_size, dtype=torch.float, device=self.chat.device
         )
         stats.hiddens = hiddens[:0]
+
+        def step_counts() -> Iterator[int]:
+            for out in self.generate(text, params, should_stop):
+                hiddens[out.index].copy_(out.hidden)
+                stats.token_ids.append(out.ids.tolist())
+                stats.hiddens = hiddens[: out.index + 1]
+                yield out.index + 1
+
+        yield from self._vocode_steps(hiddens, step_counts(), params.max_new_token, stats)
+
+    def vocode_stream(self, hiddens: torch.Tensor) -> Iterator[np.ndarray]:
+        """Stream already generated ``(steps, hidden)`` states through the same windows.
+
+        What :meth:`stream` does after generation, without the GPT: for measuring the
+        windowed vocoder (context, overlap) on fixed hidden states.
+        """
+        stats = self.last_stats = StreamStats()
+        stats.hiddens = hiddens
+        steps = int(hiddens.size(0))
+        yield from self._vocode_steps(hiddens, iter(range(1, steps + 1)), steps, stats)
+
+    def _vocode_steps(
+        self,
+        hiddens: torch.Tensor,
+        step_counts: Iterator[int],
+        max_steps: int,
+        stats: StreamStats,
+    ) -> Iterator[np.ndarray]:
+        # step_counts yields how many rows of hiddens are ready, one more each time.
+        settings = self.settings
+        schedule = settings.schedule
+        started = time.perf_counter()
+        joiner = WindowJoiner(
+            overlap_samples=settings.overlap_samples,
+            holdback_samples=settings.lookahead_frames * SAMPLES_PER_FRAME,
+        )
         chunk_index = 0
         next_boundary = schedule.size(0)
         steps = 0
@@ -378,12 +407,9 @@ class StreamingDecoder:
                 stats.first_audio_step = steps
             return chunk
 
-        for out in self.generate(text, params, should_stop):
-            hiddens[out.index].copy_(out.hidden)
-            stats.token_ids.append(out.ids.tolist())
-            steps = stats.steps = out.index + 1
-            stats.hiddens = hiddens[:steps]
-            if steps == next_boundary and steps < params.max_new_token:
+        for steps in step_counts:
+            stats.steps = steps
+            if steps == next_boundary and steps < max_steps:
                 chunk = window(final=False)
                 chunk_index += 1
                 next_boundary = steps + schedule.size(chunk_index)

@@ -24,6 +24,7 @@ import numpy as np
 
 from server.engines.base import SynthesisRequest, VoiceSpec
 from streaming.audio import Resampler
+from streaming.text import strip_tags
 
 __all__ = ["EspeakEngine", "EspeakError"]
 
@@ -232,12 +233,15 @@ class EspeakEngine:
             raise EspeakError("engine is closed")
         voice_name, pitch = voice_for_seed(request.voice.seed)
         rate_wpm = rate_for_speed(request.voice.speed)
-        if should_stop() or not request.text.strip():
+        # ChatTTS control tags ([uv_break], [laugh], ...) mean nothing to espeak, which
+        # would read them out letter by letter.
+        text = strip_tags(request.text)
+        if should_stop() or not text.strip():
             return
         # The lock covers only the C call, never a yield: a consumer that pauses this
         # generator must not block other engines' synthesis.
         with _lock:
-            pcm = _shared_library().synthesize(request.text, voice_name, rate_wpm, pitch)
+            pcm = _shared_library().synthesize(text, voice_name, rate_wpm, pitch)
         native = pcm.astype(np.float32) / np.float32(32768.0)
         audio = np.concatenate((self._resampler.process(native), self._resampler.flush()))
         for start in range(0, len(audio), self.chunk_samples):

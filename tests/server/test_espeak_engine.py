@@ -206,3 +206,19 @@ def test_rate_for_speed_rejects_nonsense(speed: float) -> None:
     """A speed that is not a positive finite number is an error."""
     with pytest.raises(ValueError, match="speed"):
         rate_for_speed(speed)
+
+
+def test_control_tags_are_not_read_aloud() -> None:
+    """ChatTTS control tags are stripped: the tagged text sounds exactly like the bare text."""
+    engine = EspeakEngine()
+    voice = VoiceSpec(seed=0)
+    tagged = b"".join(
+        c.tobytes()
+        for c in engine.synthesize(
+            SynthesisRequest("你好[uv_break]世界[laugh]。", voice), lambda: False
+        )
+    )
+    bare = b"".join(
+        c.tobytes() for c in engine.synthesize(SynthesisRequest("你好世界。", voice), lambda: False)
+    )
+    assert abs(len(tagged) - len(bare)) < 0.05 * len(bare)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+import time
 import wave
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from server.app import WEB_DIR
 from server.client import StreamClient
 from server.config import Settings
 from server.engines.fake import ScriptedEngine
+from server.textnorm import TextFrontend
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
 
 TEXT = "今天天气很好，我们去公园散步。"
@@ -57,6 +59,31 @@ def test_ready_answers_200_with_the_engine_when_loaded(http: httpx.Client) -> No
     assert body["ready"] is True
     assert (body["state"], body["engine"], body["degraded"]) == ("ready", "espeak", False)
     assert body["sample_rate"] == 24000
+    assert body["text_frontend"]["loaded"] is True and body["text_frontend"]["normalizer"] is True
+
+
+def test_ready_waits_for_the_text_normaliser() -> None:
+    """With warm-up, /ready stays 503 until the text normaliser has loaded, then turns 200."""
+    release = threading.Event()
+
+    def slow_normalizer() -> None:
+        release.wait(TIMEOUT_S)
+
+    with run_live_server(Settings(engine="espeak"), wait_ready=False) as live:
+        # The app's own front-end may have loaded already: a fresh, slow one shows the gate.
+        frontend = TextFrontend(normalizer_factory=slow_normalizer)
+        live.state.frontend = frontend  # type: ignore[attr-defined]
+        frontend.start()
+        live.state.worker.wait_ready(TIMEOUT_S)  # type: ignore[attr-defined]
+        waiting = httpx.get(live.base_url + "/ready", timeout=TIMEOUT_S)
+        release.set()
+        deadline = time.monotonic() + TIMEOUT_S
+        while not frontend.loaded and time.monotonic() < deadline:
+            time.sleep(0.01)
+        loaded = httpx.get(live.base_url + "/ready", timeout=TIMEOUT_S)
+        frontend.close()
+    assert waiting.status_code == 503 and waiting.json()["text_frontend"]["loaded"] is False
+    assert loaded.status_code == 200 and loaded.json()["text_frontend"]["normalizer"] is False
 
 
 def test_ready_is_503_while_the_engine_loads() -> None:
