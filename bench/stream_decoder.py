@@ -28,6 +28,7 @@ final JSON line:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import platform
@@ -257,6 +258,8 @@ def total_compute(chat: Any, ours: StreamingDecoder, speaker: str, seconds: floa
         their_snr = float(
             10 * np.log10(np.sum(one_shot[:m] ** 2) / max(np.sum(their_error**2), 1e-30))
         )
+        assert ours.last_stats.hiddens is not None
+        figures["context_sweep"] = context_sweep(chat, ours, ours.last_stats.hiddens.clone())
         figures["chattts_stream"] = {
             "total_s": round(seconds_stream, 3),
             "decoded_per_emitted_frame": round(counter.frames / emitted_frames, 3),
@@ -268,6 +271,49 @@ def total_compute(chat: Any, ours: StreamingDecoder, speaker: str, seconds: floa
               f"{figures['chattts_stream']['decoded_per_emitted_frame']:.2f}, SNR {their_snr:.1f} dB, "
               f"seams {figures['chattts_stream']['seams']}")  # fmt: skip
     return figures
+
+
+def context_sweep(chat: Any, ours: StreamingDecoder, hiddens: torch.Tensor) -> dict[str, Any]:
+    """SNR of windowed vs one-shot decoding of the same hidden states, per left context.
+
+    Twice: with the generated Decoder (its ConvNeXt layer scales sit at their 1e-6
+    initialisation, so its blocks barely reach across frames) and with those scales
+    set to 0.125 (Vocos's own initial value), a stand-in for trained weights whose
+    Decoder context matters. The GPT is not involved.
+    """
+    blocks = chat.decoder.decoder.decoder_block
+    saved = [block.weight.detach().clone() for block in blocks]
+    results: dict[str, Any] = {}
+    try:
+        for label, scale in (("generated_decoder", None), ("decoder_layer_scale_0.125", 0.125)):
+            if scale is not None:
+                for block in blocks:
+                    block.weight.data.fill_(scale)
+            one_shot = chat._decode_to_wavs([hiddens.clone()], True)[0]
+            row: dict[str, Any] = {}
+            for context in (8, 24, 48):
+                decoder = StreamingDecoder(
+                    chat,
+                    dataclasses.replace(
+                        ours.settings,
+                        left_context_frames=context,
+                        compile_vocoder=False,
+                        vocoder_backend="torch",
+                    ),
+                )
+                streamed = np.concatenate(list(decoder.vocode_stream(hiddens)))
+                error = streamed - one_shot
+                snr = float(10 * np.log10(np.sum(one_shot**2) / max(np.sum(error**2), 1e-30)))
+                row[f"left_context_{context}"] = {
+                    "snr_db": round(snr, 1),
+                    "decoded_per_emitted_frame": round(decoder.last_stats.decode_ratio, 3),
+                }
+            results[label] = row
+    finally:
+        for block, weight in zip(blocks, saved, strict=True):
+            block.weight.data.copy_(weight)
+    print(f"  context sweep (SNR vs one-shot): {results}")
+    return results
 
 
 def _seam_dict(report: Any) -> dict[str, Any]:

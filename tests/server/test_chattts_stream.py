@@ -159,6 +159,18 @@ def test_joins_are_continuous_and_match_one_shot(chat: Any, speaker: str) -> Non
     assert seams.flux_ratio_max < 2
 
 
+def test_vocode_stream_replays_the_same_windows(chat: Any, speaker: str) -> None:
+    """vocode_stream over a stream's hidden states gives that stream's chunks exactly."""
+    decoder = StreamingDecoder(chat)
+    params = GenerationParams(spk_emb=speaker, seed=8, max_new_token=90, min_new_token=90)
+    chunks = list(decoder.stream(TEXT, params))
+    hiddens = decoder.last_stats.hiddens
+    assert hiddens is not None and hiddens.size(0) == 90
+    replayed = list(decoder.vocode_stream(hiddens.clone()))
+    assert [c.size for c in replayed] == [c.size for c in chunks]
+    assert all(np.array_equal(a, b) for a, b in zip(replayed, chunks, strict=True))
+
+
 class _StopAfter:
     """should_stop that turns true on its n-th call; counts GPT forwards after that."""
 
