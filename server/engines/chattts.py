@@ -90,7 +90,7 @@ class ChatTTSEngine:
     and chunks then grow by ``chunk_growth`` up to ``max_chunk_steps``; each is decoded
     with ``left_context_frames`` of context, ``lookahead_frames`` held back and
     ``overlap_samples`` crossfaded (see :class:`StreamSettings`, which also documents
-    ``gpt_dtype``, ``decoder_dtype`` and ``compile_vocoder``).
+    ``gpt_dtype``, ``decoder_dtype``, ``compile_vocoder`` and ``vocoder_backend``).
 
     With ``decoder="chattts"``, ``stream_batch`` GPT steps make one chunk (46.875 steps per second of audio);
     ChatTTS drops the first ``pass_first_n_batches`` yields, i.e. holds the first audio
@@ -126,6 +126,7 @@ class ChatTTSEngine:
         gpt_dtype: str = "float32",
         decoder_dtype: str = "float32",
         compile_vocoder: bool = False,
+        vocoder_backend: str = "torch",
     ) -> None:
         if decoder not in ("ours", "chattts"):
             raise ValueError(f"decoder must be 'ours' or 'chattts', not {decoder!r}")
@@ -154,6 +155,7 @@ class ChatTTSEngine:
             gpt_dtype=gpt_dtype,
             decoder_dtype=decoder_dtype,
             compile_vocoder=compile_vocoder,
+            vocoder_backend=vocoder_backend,
         )
         self._chat: Any = load_chat(model_dir, device=self.device, compile=compile)
         # An instance attribute: ChatTTS reads chat.context at each generate() call.
