@@ -274,7 +274,7 @@ def total_compute(chat: Any, ours: StreamingDecoder, speaker: str, seconds: floa
 
 
 def context_sweep(chat: Any, ours: StreamingDecoder, hiddens: torch.Tensor) -> dict[str, Any]:
-    """SNR of windowed vs one-shot decoding of the same hidden states, per left context.
+    """SNR of windowed vs one-shot decoding of the same hidden states, per left context and lookahead.
 
     Twice: with the generated Decoder (its ConvNeXt layer scales sit at their 1e-6
     initialisation, so its blocks barely reach across frames) and with those scales
@@ -291,12 +291,21 @@ def context_sweep(chat: Any, ours: StreamingDecoder, hiddens: torch.Tensor) -> d
                     block.weight.data.fill_(scale)
             one_shot = chat._decode_to_wavs([hiddens.clone()], True)[0]
             row: dict[str, Any] = {}
-            for context in (8, 24, 48):
+            for context, lookahead in (
+                (8, 4),
+                (24, 4),
+                (48, 4),
+                (24, 0),
+                (24, 2),
+                (24, 8),
+                (24, 16),
+            ):
                 decoder = StreamingDecoder(
                     chat,
                     dataclasses.replace(
                         ours.settings,
                         left_context_frames=context,
+                        lookahead_frames=lookahead,
                         compile_vocoder=False,
                         vocoder_backend="torch",
                     ),
@@ -304,7 +313,7 @@ def context_sweep(chat: Any, ours: StreamingDecoder, hiddens: torch.Tensor) -> d
                 streamed = np.concatenate(list(decoder.vocode_stream(hiddens)))
                 error = streamed - one_shot
                 snr = float(10 * np.log10(np.sum(one_shot**2) / max(np.sum(error**2), 1e-30)))
-                row[f"left_context_{context}"] = {
+                row[f"left_{context}_lookahead_{lookahead}"] = {
                     "snr_db": round(snr, 1),
                     "decoded_per_emitted_frame": round(decoder.last_stats.decode_ratio, 3),
                 }
