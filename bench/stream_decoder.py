@@ -444,7 +444,8 @@ def main(argv: list[str] | None = None) -> int:
         "checkpoint": args.size,
         "settings": {k: getattr(ours.settings, k) for k in (
             "first_chunk_steps", "chunk_growth", "max_chunk_steps", "left_context_frames",
-            "lookahead_frames", "overlap_samples", "gpt_dtype", "decoder_dtype", "compile_vocoder")},
+            "lookahead_frames", "overlap_samples", "gpt_dtype", "decoder_dtype", "compile_vocoder",
+            "vocoder_backend")},
     }  # fmt: skip
     if args.decoder_dtype == "float32":
         results["first_audio"] = first_audio(
