@@ -49,7 +49,8 @@ if not torch.cuda.is_available():
     missing.append("  CUDA: torch sees no GPU")
 if missing:
     print("cannot run the ChatTTS benchmark here; missing or broken:\n" + "\n".join(missing))
-    print("install them offline with WHEELS=<wheelhouse> (see the header of this script)")
+    if any(not line.startswith("  CUDA") for line in missing):
+        print("install missing modules offline with WHEELS=<wheelhouse> (see this script's header)")
     sys.exit(3)
 try:
     import onnxruntime
