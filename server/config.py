@@ -35,6 +35,25 @@ class Settings:
     # voice (and warn) rather than skip it.
     fallback_on_synthesis_failure: bool = True
 
+    # ChatTTS sampling (the voice's character; same for every segment of a context).
+    temperature: float = 0.3
+    top_p: float = 0.7
+    top_k: int = 20
+    max_new_token: int = 2048  # GPT steps per segment at most (46.875 steps per second of audio)
+    # ChatTTS streaming decoder (docs/streaming-decoder.md): "ours" or ChatTTS's own stream.
+    decoder: str = "ours"
+    first_chunk_steps: int = 12
+    chunk_growth: float = 2.0
+    max_chunk_steps: int = 96
+    left_context_frames: int = 16
+    lookahead_frames: int = 8
+    overlap_samples: int = 512
+    # CUDA only: half precision for the GPT / the Decoder, torch.compile of the vocoder.
+    gpt_dtype: str = "float32"
+    decoder_dtype: str = "float32"
+    compile_vocoder: bool = False
+    vocoder_backend: str = "torch"  # or "onnx" (ONNX Runtime; needs the onnx extra)
+
     # Auth: no tokens means open (with a warning in the log).
     tokens: tuple[str, ...] = field(default=(), repr=False)
     protect_metrics: bool = False
@@ -113,6 +132,31 @@ _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--device", "device", str, "auto (CUDA when available), cpu, cuda, cuda:N"),
     ("--compile", "compile", _env_bool, "torch.compile the ChatTTS GPT (true/false)"),
     ("--warm-up", "warm_up", _env_bool, "run a warm-up synthesis before /ready (true/false)"),
+    ("--temperature", "temperature", float, "ChatTTS sampling temperature"),
+    ("--top-p", "top_p", float, "ChatTTS nucleus sampling threshold"),
+    ("--top-k", "top_k", int, "ChatTTS top-k sampling"),
+    ("--max-new-token", "max_new_token", int, "GPT steps per segment at most"),
+    ("--decoder", "decoder", str, "ChatTTS streaming decoder: ours or chattts (ChatTTS's own)"),
+    ("--first-chunk-steps", "first_chunk_steps", int, "GPT steps before the first audio chunk"),
+    ("--chunk-growth", "chunk_growth", float, "factor by which chunks grow after the first"),
+    ("--max-chunk-steps", "max_chunk_steps", int, "largest chunk, in GPT steps"),
+    (
+        "--left-context-frames",
+        "left_context_frames",
+        int,
+        "decoder frames of left context per chunk",
+    ),
+    ("--lookahead-frames", "lookahead_frames", int, "decoder frames held back for right context"),
+    ("--overlap-samples", "overlap_samples", int, "samples crossfaded at chunk joins"),
+    ("--gpt-dtype", "gpt_dtype", str, "CUDA: float32, float16 or bfloat16 for the GPT"),
+    ("--decoder-dtype", "decoder_dtype", str, "CUDA: float32, float16 or bfloat16 for the Decoder"),
+    (
+        "--compile-vocoder",
+        "compile_vocoder",
+        _env_bool,
+        "CUDA: torch.compile the vocoder (true/false)",
+    ),
+    ("--vocoder-backend", "vocoder_backend", str, "torch, or onnx (ONNX Runtime, the onnx extra)"),
     (
         "--fallback-on-load-failure",
         "fallback_on_load_failure",
@@ -235,6 +279,15 @@ def validate(settings: Settings) -> None:
     problems: list[str] = []
     if settings.engine not in ENGINES:
         problems.append(f"engine must be one of {', '.join(ENGINES)}, not {settings.engine!r}")
+    if settings.decoder not in ("ours", "chattts"):
+        problems.append(f"decoder must be ours or chattts, not {settings.decoder!r}")
+    for name in ("gpt_dtype", "decoder_dtype"):
+        if getattr(settings, name) not in ("float32", "float16", "bfloat16"):
+            problems.append(f"{name} must be float32, float16 or bfloat16")
+    if settings.vocoder_backend not in ("torch", "onnx"):
+        problems.append("vocoder_backend must be torch or onnx")
+    if settings.chunk_growth < 1:
+        problems.append("chunk_growth must be at least 1")
     if settings.engine == "chattts" and settings.model_dir is None:
         problems.append("engine chattts needs --model-dir (or TTS_MODEL_DIR)")
     positive = (
@@ -245,6 +298,10 @@ def validate(settings: Settings) -> None:
         "max_buffered_chars",
         "max_http_text_chars",
         "segment_timeout_s",
+        "temperature",
+        "max_new_token",
+        "first_chunk_steps",
+        "max_chunk_steps",
         "http_timeout_s",
         "segment_max_chars",
         "frame_ms",

@@ -256,6 +256,10 @@ class StreamingDecoder:
         mask_buf = torch.ones(1, start + max_new, dtype=torch.bool, device=input_ids.device)
         mask_buf.narrow(1, 0, attention_mask.size(1)).copy_(attention_mask)
         gpt_dtype = gpt.gpt.dtype
+        # ChatTTS casts position ids to the model dtype; in float32 that is exact (and we
+        # keep it, for bit-identical tokens), but bfloat16 rounds integers above 256 and
+        # float16 above 2048: half-precision runs pass them as integers instead.
+        index_dtype = gpt_dtype if gpt_dtype == torch.float32 else torch.long
         past: Any = None
         progress = start
         for step in range(max_new):
@@ -278,12 +282,12 @@ class StreamingDecoder:
                 ).sum(3)
             outputs = gpt.gpt(
                 attention_mask=mask.to(device_gpt, dtype=gpt_dtype),
-                position_ids=position_ids.to(device_gpt, dtype=gpt_dtype),
+                position_ids=position_ids.to(device_gpt, dtype=index_dtype),
                 past_key_values=past,
                 inputs_embeds=inputs_embeds.to(device_gpt, dtype=gpt_dtype),
                 use_cache=True,
                 output_attentions=False,
-                cache_position=cache_position.to(device_gpt, dtype=gpt_dtype),
+                cache_position=cache_position.to(device_gpt, dtype=index_dtype),
             )
             past = outputs.past_key_values
             # The heads see every position of the prefill, as in ChatTTS: a GEMM over the

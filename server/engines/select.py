@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from server.config import Settings
 from server.engines.base import Engine
@@ -38,7 +39,7 @@ def engine_factory(settings: Settings) -> EngineFactory:
 
             assert settings.model_dir is not None
             return (
-                ChatTTSEngine(settings.model_dir, device=settings.device, compile=settings.compile),
+                ChatTTSEngine(settings.model_dir, **chattts_options(settings)),
                 False,
                 None,
             )
@@ -63,3 +64,27 @@ def fallback_factory(settings: Settings) -> Callable[[], Engine] | None:
         return EspeakEngine()
 
     return build
+
+
+def chattts_options(settings: Settings) -> dict[str, Any]:
+    """The ChatTTSEngine keyword arguments the settings fix."""
+    names = (
+        "device",
+        "compile",
+        "temperature",
+        "top_p",
+        "top_k",
+        "max_new_token",
+        "decoder",
+        "first_chunk_steps",
+        "chunk_growth",
+        "max_chunk_steps",
+        "left_context_frames",
+        "lookahead_frames",
+        "overlap_samples",
+        "gpt_dtype",
+        "decoder_dtype",
+        "compile_vocoder",
+        "vocoder_backend",
+    )
+    return {name: getattr(settings, name) for name in names}

@@ -1,0 +1,58 @@
+"""Settings: flags over environment over defaults, validation, and what reaches the engine."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+
+import pytest
+
+from server.config import Settings, add_arguments, build_settings
+from server.engines.select import chattts_options
+
+
+def parse(argv: list[str], environ: dict[str, str] | None = None) -> Settings:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return build_settings(parser.parse_args(argv), environ or {})
+
+
+def test_flags_win_over_environment_over_defaults() -> None:
+    """A flag beats its TTS_* variable, which beats the default."""
+    env = {"TTS_FIRST_CHUNK_STEPS": "8", "TTS_TOP_K": "5"}
+    settings = parse(["--first-chunk-steps", "16"], env)
+    assert (settings.first_chunk_steps, settings.top_k, settings.top_p) == (16, 5, Settings().top_p)
+
+
+def test_chattts_options_are_engine_parameters() -> None:
+    """Every decoder/sampling setting passed to ChatTTSEngine is one of its keyword arguments."""
+    from server.engines.chattts import ChatTTSEngine
+
+    parameters = inspect.signature(ChatTTSEngine.__init__).parameters
+    options = chattts_options(parse(["--decoder", "chattts", "--lookahead-frames", "4"]))
+    assert set(options) <= set(parameters)
+    assert options["decoder"] == "chattts" and options["lookahead_frames"] == 4
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["--decoder", "fast"], "decoder must be ours or chattts"),
+        (["--gpt-dtype", "int8"], "gpt_dtype must be float32, float16 or bfloat16"),
+        (["--vocoder-backend", "tensorrt"], "vocoder_backend must be torch or onnx"),
+        (["--chunk-growth", "0.5"], "chunk_growth must be at least 1"),
+        (["--max-contexts", "0"], "max_contexts must be positive"),
+        (["--drain-timeout-s", "-1"], "drain_timeout_s must not be negative"),
+        (["--engine", "chattts"], "engine chattts needs --model-dir"),
+    ],
+)
+def test_invalid_settings_are_refused_by_name(argv: list[str], problem: str) -> None:
+    """A setting that cannot work stops start-up with a message naming it."""
+    with pytest.raises(SystemExit, match=problem):
+        parse(argv)
+
+
+def test_bad_environment_value_names_the_variable() -> None:
+    """A malformed TTS_* value stops start-up naming the variable."""
+    with pytest.raises(SystemExit, match="TTS_MAX_CONTEXTS"):
+        parse([], {"TTS_MAX_CONTEXTS": "many"})
