@@ -117,7 +117,11 @@ class AppState:
         self.auth = TokenAuth(settings.tokens)
         factory = factory or engine_factory(settings)
         self.worker = EngineWorker(
-            factory, self.metrics, warm_up=settings.warm_up, fallback=fallback_factory(settings)
+            factory,
+            self.metrics,
+            warm_up=settings.warm_up,
+            fallback=fallback_factory(settings),
+            idle_release_s=settings.idle_release_s,
         )
         self.frontend = TextFrontend(
             allow_control_tags=settings.allow_control_tags, cache_dir=settings.text_cache_dir

@@ -29,6 +29,8 @@ class Settings:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     compile: bool = False
     warm_up: bool = True
+    # After this long without work the engine frees cached GPU memory (torch.cuda.empty_cache).
+    idle_release_s: float = 60.0
     # When ChatTTS fails to load, serve the fallback voice (degraded) instead of exiting.
     fallback_on_load_failure: bool = True
     # When ChatTTS fails on a segment before any of its audio, speak it with the fallback
@@ -132,6 +134,7 @@ _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--device", "device", str, "auto (CUDA when available), cpu, cuda, cuda:N"),
     ("--compile", "compile", _env_bool, "torch.compile the ChatTTS GPT (true/false)"),
     ("--warm-up", "warm_up", _env_bool, "run a warm-up synthesis before /ready (true/false)"),
+    ("--idle-release-s", "idle_release_s", float, "free cached GPU memory after this long idle"),
     ("--temperature", "temperature", float, "ChatTTS sampling temperature"),
     ("--top-p", "top_p", float, "ChatTTS nucleus sampling threshold"),
     ("--top-k", "top_k", int, "ChatTTS top-k sampling"),
@@ -298,6 +301,7 @@ def validate(settings: Settings) -> None:
         "max_buffered_chars",
         "max_http_text_chars",
         "segment_timeout_s",
+        "idle_release_s",
         "temperature",
         "max_new_token",
         "first_chunk_steps",

@@ -97,6 +97,11 @@ class Metrics:
             "engine thread time spent on segments, cancelled and failed ones included",
             registry=r,
         )
+        self.idle_releases = Counter(
+            "tts_engine_idle_releases_total",
+            "idle periods after which the engine released cached memory",
+            registry=r,
+        )
         self.draining = Gauge(
             "tts_draining", "1 while the server drains before shutdown", registry=r
         )

@@ -109,6 +109,7 @@ class EngineWorker:
         *,
         warm_up: bool = True,
         fallback: Callable[[], Engine] | None = None,
+        idle_release_s: float = 60.0,
     ) -> None:
         """``factory`` runs on the engine thread and returns (engine, degraded, detail).
 
@@ -117,6 +118,7 @@ class EngineWorker:
         """
         self._factory = factory
         self._fallback_factory = fallback
+        self._idle_release_s = idle_release_s
         self._fallback: Engine | None = None
         self._metrics = metrics
         self._warm_up = warm_up
@@ -213,7 +215,7 @@ class EngineWorker:
         )
         self._ready.set()
         try:
-            while (job := self._jobs.get()) is not None:
+            while (job := self._next_job(engine)) is not None:
                 self._run_job(engine, job)
         finally:
             self._set_state(EngineStatus(state="stopped", engine=engine.name))
@@ -225,6 +227,25 @@ class EngineWorker:
                         closing.close()
                 except Exception:
                     logger.exception("engine close failed")
+
+    def _next_job(self, engine: Engine) -> Job | None:
+        """The next job; after ``idle_release_s`` without one, let the engine free memory.
+
+        ``release_idle_memory`` is optional on engines (ChatTTS on CUDA empties the
+        allocator cache, as the seed article advises for idle periods); it runs once per
+        idle period, on this thread, so it never races a synthesis.
+        """
+        try:
+            return self._jobs.get(timeout=self._idle_release_s)
+        except queue.Empty:
+            release = getattr(engine, "release_idle_memory", None)
+            if release is not None:
+                try:
+                    release()
+                except Exception:
+                    logger.exception("releasing idle memory failed")
+            self._metrics.idle_releases.inc()
+            return self._jobs.get()
 
     def _run_job(self, engine: Engine, job: Job) -> None:
         with self._pending_lock:

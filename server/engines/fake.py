@@ -36,6 +36,7 @@ class ScriptedEngine:
         self.requests: list[SynthesisRequest] = []
         self.stopped_early = 0
         self.busy = threading.Event()  # set while a synthesis runs
+        self.idle_releases = 0
 
     def warm_up(self) -> None:
         pass
@@ -66,6 +67,9 @@ class ScriptedEngine:
             raise
         finally:
             self.busy.clear()
+
+    def release_idle_memory(self) -> None:
+        self.idle_releases += 1
 
     def close(self) -> None:
         pass
