@@ -37,6 +37,7 @@ from server.textnorm import TextFrontend
 from server.worker import EngineWorker
 from streaming import protocol as p
 from streaming.audio import Resampler, float_to_pcm16, wav_bytes
+from streaming.joins import JoinSettings, SegmentJoiner
 from streaming.segment import Segmenter, SegmenterConfig
 
 logger = logging.getLogger(__name__)
@@ -328,6 +329,11 @@ async def synthesize_http(state: AppState, body: TTSRequest, accept: str) -> Res
     spoken_texts: list[str] = []
     deadline = time.perf_counter() + settings.http_timeout_s
     fallback_segments = 0
+    joiner = (
+        SegmentJoiner(worker.sample_rate_hz, JoinSettings(pause_scale=settings.pause_scale))
+        if settings.shape_joins
+        else None
+    )
     for segment in segments:
         prepared = await state.frontend.prepare_async(segment.text)
         removed += [
@@ -340,12 +346,16 @@ async def synthesize_http(state: AppState, body: TTSRequest, accept: str) -> Res
         job = worker.submit(SynthesisRequest(prepared.spoken, voice))
         remaining = max(deadline - time.perf_counter(), 0.001)
         produced = 0
+        if joiner is not None:
+            joiner.begin(segment.text)
         async for chunk in job.chunks(remaining):
             fallback_segments += job.fell_back and produced == 0
             if not pieces:
                 state.metrics.ttfa.labels(route="http").observe(time.perf_counter() - started)
-            pieces.append(chunk)
+            pieces.append(joiner.process(chunk) if joiner is not None else chunk)
             produced += chunk.size
+        if joiner is not None:
+            pieces.append(joiner.finish())
         state.metrics.observe_segment(
             engine_seconds=job.engine_seconds,
             audio_seconds=produced / worker.sample_rate_hz,
@@ -359,6 +369,8 @@ async def synthesize_http(state: AppState, body: TTSRequest, accept: str) -> Res
         )
     engine_rate = worker.sample_rate_hz
     audio = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
+    if joiner is not None:
+        audio = audio[: audio.size - joiner.last_pause_samples]  # no pause after the last
     rate = body.sample_rate or engine_rate
     if rate != engine_rate:
         resampler = Resampler(engine_rate, rate)

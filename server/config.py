@@ -80,6 +80,11 @@ class Settings:
     sentence_flush_ms: int = 150
     frame_ms: int = 100
     first_frame_ms: int = 40
+    # Segment joins (streaming/joins.py): trim the engine's silence, insert a pause that
+    # follows the punctuation, fade every join to zero, keep one loudness per context.
+    shape_joins: bool = True
+    # Multiplies every pause of the table in streaming/joins.py (0: no pauses).
+    pause_scale: float = 1.0
 
     # Text: pass ChatTTS control tags ([uv_break], [laugh], [break_N]...) written in the
     # text to the engine; off, they are removed and reported like any dropped text.
@@ -209,6 +214,13 @@ _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--frame-ms", "frame_ms", int, "audio frame duration"),
     ("--first-frame-ms", "first_frame_ms", int, "duration of the first frame of a segment"),
     (
+        "--shape-joins",
+        "shape_joins",
+        _env_bool,
+        "trim silence, insert punctuation pauses, fade joins and level loudness between segments",
+    ),
+    ("--pause-scale", "pause_scale", float, "multiplies the pause after each segment"),
+    (
         "--allow-control-tags",
         "allow_control_tags",
         _env_bool,
@@ -313,6 +325,8 @@ def validate(settings: Settings) -> None:
         "idle_flush_ms",
         "sentence_flush_ms",
     )
+    if settings.pause_scale < 0:
+        problems.append("pause_scale must not be negative")
     if settings.drain_timeout_s < 0:
         problems.append("drain_timeout_s must not be negative")
     problems += [f"{name} must be positive" for name in positive if getattr(settings, name) <= 0]

@@ -26,6 +26,7 @@ from server.textnorm import TextFrontend
 from server.worker import EngineWorker, Job
 from streaming import protocol as p
 from streaming.audio import FrameChunker, Resampler, float_to_pcm16
+from streaming.joins import JoinSettings, SegmentJoiner
 from streaming.segment import Segment, Segmenter, SegmenterConfig
 from streaming.text import PreparedText
 
@@ -76,6 +77,8 @@ class Context:
         self.first_audio_sent = False
         self._idle: asyncio.TimerHandle | None = None
         self.task: asyncio.Task[None] | None = None
+        # Shapes the joins between this context's segments (at the engine rate).
+        self.joiner: SegmentJoiner | None = None
 
     @property
     def buffered_chars(self) -> int:
@@ -222,6 +225,9 @@ class Context:
             return
         self.job = job
         produced = 0
+        joiner = self._joiner(engine_rate)
+        if joiner is not None:
+            joiner.begin(segment.text)
         try:
             async for chunk in job.chunks(settings.segment_timeout_s):
                 if self.cancelled:
@@ -236,23 +242,40 @@ class Context:
                         )
                     )
                 produced += chunk.size
+                if joiner is not None:
+                    chunk = joiner.process(chunk)
                 samples = resampler.process(chunk) if resampler is not None else chunk
                 await self._send_frames(segment.index, chunker.push(samples))
             if self.cancelled:
                 return
-            tail = resampler.flush() if resampler is not None else np.zeros(0, np.float32)
-            await self._send_frames(segment.index, [*chunker.push(tail), *chunker.flush()])
+            # The joiner's held tail, its fade to zero and the pause after the segment.
+            rest = joiner.finish() if joiner is not None else np.zeros(0, np.float32)
+            if resampler is not None:
+                rest = np.concatenate((resampler.process(rest), resampler.flush()))
+            await self._send_frames(segment.index, [*chunker.push(rest), *chunker.flush()])
         except SynthesisError as exc:
             metrics.errors.labels(kind=exc.code).inc()
             await session.send_error(exc.code, f"segment {segment.index}: {exc.message}", self.id)
             return
         finally:
             self.job = None
+            if joiner is not None:
+                joiner.abandon()  # no-op after finish(); drops held audio otherwise
         metrics.observe_segment(
             engine_seconds=job.engine_seconds,
             audio_seconds=produced / engine_rate,
             characters=len(prepared.spoken),
         )
+
+    def _joiner(self, engine_rate_hz: int) -> SegmentJoiner | None:
+        settings = self.session.settings
+        if not settings.shape_joins:
+            return None
+        if self.joiner is None or self.joiner.sample_rate_hz != engine_rate_hz:
+            self.joiner = SegmentJoiner(
+                engine_rate_hz, JoinSettings(pause_scale=settings.pause_scale)
+            )
+        return self.joiner
 
     async def _send_frames(self, segment_index: int, frames: list[np.ndarray]) -> None:
         for frame in frames:

@@ -15,6 +15,7 @@ from websockets.exceptions import InvalidStatus
 from server.client import AudioFrame, Event, StreamClient
 from server.config import Settings
 from server.engines.fake import ScriptedEngine
+from streaming.joins import pause_ms_for
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
 
 MAX_TEXT_MESSAGE_CHARS = 10
@@ -238,8 +239,9 @@ async def test_slow_segment_times_out_and_the_context_goes_on(timeout_server: Li
     assert [(e["code"], e["context_id"]) for e in errors] == [("synthesis_timeout", "a")]
     assert [s["text"] for s in json_events(events, "segment")] == [slow, quick]
     quick_frames = [e for e in events if isinstance(e, AudioFrame) and e.segment == 1]
-    # 2 characters at 100 ms each, at 24 kHz.
-    assert sum(f.samples for f in quick_frames) == 2 * 2400
+    # 2 characters at 100 ms each, at 24 kHz, then the pause after a sentence (the
+    # scripted tone has no silence to trim).
+    assert sum(f.samples for f in quick_frames) == 2 * 2400 + pause_ms_for(quick) * 24
     (done,) = json_events(events, "done")
     assert done["cancelled"] is False
     assert done["audio_samples"] == sum(e.samples for e in events if isinstance(e, AudioFrame))
