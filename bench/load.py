@@ -170,6 +170,7 @@ def own_server(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
         model_dir=Path(args.model_dir) if args.model_dir else None,
         device=args.device,
         max_connections=max(64, max(args.concurrency) * 2),
+        max_new_token=args.max_new_token,
     )
     with run_live_server(settings) as server:
         yield server.ws_url, server.base_url
@@ -207,6 +208,13 @@ def main() -> int:
         "--model-dir", help="when starting a server: a ChatTTS model dir (default: espeak)"
     )
     parser.add_argument("--device", default="auto")
+    parser.add_argument(
+        "--max-new-token",
+        type=int,
+        default=Settings().max_new_token,
+        help="when starting a server: GPT steps per segment at most (random-weight checkpoints "
+        "rarely stop by themselves: ~12 steps per Chinese character is speech-like)",
+    )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--chars-per-delta", type=int, default=2)
     parser.add_argument("--delta-interval-ms", type=float, default=40.0)

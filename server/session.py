@@ -75,6 +75,7 @@ class Context:
         self.segments_spoken = 0
         self.first_text_at: float | None = None
         self.first_audio_sent = False
+        self.playback_started_at: float | None = None  # monotonic, at the first frame sent
         self._idle: asyncio.TimerHandle | None = None
         self.task: asyncio.Task[None] | None = None
         # Shapes the joins between this context's segments (at the engine rate).
@@ -219,7 +220,9 @@ class Context:
             first_frame_samples=self.sample_rate_hz * settings.first_frame_ms // 1000,
         )
         try:
-            job = session.worker.submit(SynthesisRequest(prepared.spoken, self.voice))
+            job = session.worker.submit(
+                SynthesisRequest(prepared.spoken, self.voice), deadline=self._playback_deadline()
+            )
         except TTSError as exc:
             await session.send_error(exc.code, exc.message, self.id)
             return
@@ -277,6 +280,17 @@ class Context:
             )
         return self.joiner
 
+    def _playback_deadline(self) -> float:
+        """When a real-time player of this stream runs out of the audio sent so far.
+
+        Assumes playback started with the first frame and never stalled; a stream whose
+        listener already ran dry (or that has not started) is due now.
+        """
+        now = time.monotonic()
+        if self.playback_started_at is None:
+            return now
+        return max(now, self.playback_started_at + self.samples_sent / self.sample_rate_hz)
+
     async def _send_frames(self, segment_index: int, frames: list[np.ndarray]) -> None:
         for frame in frames:
             if self.cancelled or not frame.size:
@@ -287,6 +301,7 @@ class Context:
             self.samples_sent += int(frame.size)
             if not self.first_audio_sent:
                 self.first_audio_sent = True
+                self.playback_started_at = time.monotonic()
                 if self.first_text_at is not None:
                     self.session.metrics.ttfa.labels(route="ws").observe(
                         time.perf_counter() - self.first_text_at

@@ -1,21 +1,30 @@
 """The engine worker: one dedicated thread per model instance, fed from the event loop.
 
-The thread loads the engine, warms it up, then runs synthesis jobs one at a time in
-submission order. Each session submits at most one segment per context at a time, so
-FIFO order here is round-robin across contexts and connections: a long text on one
-socket never starves another. The event loop never runs torch; chunks come back through
-``loop.call_soon_threadsafe`` into a per-job asyncio queue.
+The thread loads the engine, warms it up, then schedules synthesis jobs. The event loop
+never runs torch; chunks come back through ``loop.call_soon_threadsafe`` into a per-job
+asyncio queue.
+
+Scheduling is earliest-deadline-first at chunk granularity. Every job carries the time
+at which its listener's playback reaches the start of its audio (now, for a stream that
+has not started); each chunk the engine makes pushes that deadline later by the chunk's
+duration. When the engine can interleave (its ``synthesize`` generators are independent,
+``interleaves = True``), up to ``max_active`` jobs are in flight and the thread advances
+the one with the earliest deadline by one chunk: a new stream gets its first audio after
+one chunk of the others, not after their whole segments, and a stream with seconds of
+audio buffered yields to one about to run dry. Other engines run one job at a time, still
+picked by deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,8 +52,17 @@ class EngineStatus:
 class Job:
     """One segment's synthesis; iterate it on the event loop to receive its chunks."""
 
-    def __init__(self, request: SynthesisRequest, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        request: SynthesisRequest,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        deadline: float,
+        order: int,
+    ) -> None:
         self.request = request
+        self.deadline = deadline  # time.monotonic() when playback reaches this audio
+        self.order = order  # submission order: ties go to the earlier job
         self._loop = loop
         self._chunks: asyncio.Queue[object] = asyncio.Queue()
         self._cancelled = threading.Event()
@@ -63,6 +81,10 @@ class Job:
         """
         self.cancel()
         self._chunks.put_nowait(_END)
+
+    def is_cancelled(self) -> bool:
+        """The ``should_stop`` the engine polls; safe from any thread."""
+        return self._cancelled.is_set()
 
     @property
     def cancelled(self) -> bool:
@@ -110,6 +132,7 @@ class EngineWorker:
         warm_up: bool = True,
         fallback: Callable[[], Engine] | None = None,
         idle_release_s: float = 60.0,
+        max_active: int = 8,
     ) -> None:
         """``factory`` runs on the engine thread and returns (engine, degraded, detail).
 
@@ -119,6 +142,8 @@ class EngineWorker:
         self._factory = factory
         self._fallback_factory = fallback
         self._idle_release_s = idle_release_s
+        self._max_active = max_active
+        self._submitted = itertools.count()
         self._fallback: Engine | None = None
         self._metrics = metrics
         self._warm_up = warm_up
@@ -128,7 +153,7 @@ class EngineWorker:
         self.engine: Engine | None = None
         self.status = EngineStatus(state="loading")
         self._pending = 0
-        self._running = False
+        self._active = 0
         self._pending_lock = threading.Lock()
         self._set_state(self.status)
 
@@ -149,7 +174,7 @@ class EngineWorker:
     def busy(self) -> bool:
         """True while a segment is queued or being synthesised."""
         with self._pending_lock:
-            return self._pending > 0 or self._running
+            return self._pending > 0 or self._active > 0
 
     def _set_state(self, status: EngineStatus) -> None:
         self.status = status
@@ -164,11 +189,20 @@ class EngineWorker:
         self._ready.wait(timeout_s)
         return self.ready
 
-    def submit(self, request: SynthesisRequest) -> Job:
-        """Queue a segment; call from the event loop."""
+    def submit(self, request: SynthesisRequest, *, deadline: float | None = None) -> Job:
+        """Queue a segment; call from the event loop.
+
+        ``deadline`` (``time.monotonic()``) is when the listener's playback reaches this
+        segment's audio; ``None`` means now (nothing buffered: most urgent).
+        """
         if not self.ready:
             raise Unavailable(f"the engine is {self.status.state}", code="not_ready")
-        job = Job(request, asyncio.get_running_loop())
+        job = Job(
+            request,
+            asyncio.get_running_loop(),
+            deadline=time.monotonic() if deadline is None else deadline,
+            order=next(self._submitted),
+        )
         with self._pending_lock:
             self._pending += 1
             self._metrics.queue_depth.set(self._pending)
@@ -215,8 +249,7 @@ class EngineWorker:
         )
         self._ready.set()
         try:
-            while (job := self._next_job(engine)) is not None:
-                self._run_job(engine, job)
+            self._schedule(engine)
         finally:
             self._set_state(EngineStatus(state="stopped", engine=engine.name))
             self._metrics.engine_ready.labels(engine=engine.name).set(0)
@@ -228,58 +261,124 @@ class EngineWorker:
                 except Exception:
                     logger.exception("engine close failed")
 
-    def _next_job(self, engine: Engine) -> Job | None:
-        """The next job; after ``idle_release_s`` without one, let the engine free memory.
+    def _schedule(self, engine: Engine) -> None:
+        """Run jobs until ``stop()``: admit by deadline, advance the most urgent a chunk."""
+        limit = self._max_active if getattr(engine, "interleaves", False) else 1
+        waiting: list[Job] = []
+        active: list[_Running] = []
+        while True:
+            stopping = self._take_jobs(engine, waiting, block=not waiting and not active)
+            if stopping:
+                for running in active:
+                    running.job.cancel()
+                    self._finish(running)
+                for job in waiting:
+                    job._deliver(Unavailable("the engine stopped", code="not_ready"))
+                    job._deliver(_END)
+                return
+            # A cancelled job leaves at once, not when its deadline comes up.
+            for running in [r for r in active if r.job.cancelled]:
+                active.remove(running)
+                self._finish(running)
+            while waiting and len(active) < limit:
+                job = min(waiting, key=_urgency)
+                waiting.remove(job)
+                with self._pending_lock:
+                    self._pending -= 1
+                    self._active += 1
+                    self._metrics.queue_depth.set(self._pending)
+                admitted = self._begin(engine, job)
+                if admitted is not None:
+                    active.append(admitted)
+            if not active:
+                continue
+            running = min(active, key=lambda r: _urgency(r.job, engine.sample_rate_hz))
+            if not self._advance(engine, running):
+                active.remove(running)
+                self._finish(running)
 
-        ``release_idle_memory`` is optional on engines (ChatTTS on CUDA empties the
-        allocator cache, as the seed article advises for idle periods); it runs once per
-        idle period, on this thread, so it never races a synthesis.
+    def _begin(self, engine: Engine, job: Job) -> _Running | None:
+        try:
+            return _Running(job, engine.synthesize(job.request, job.is_cancelled))
+        except Exception:
+            logger.exception("synthesis failed to start for %r", job.request.text[:40])
+            self._fall_back(engine, job)
+            self._finish(_Running(job, iter(())))
+            return None
+
+    def _take_jobs(self, engine: Engine, waiting: list[Job], *, block: bool) -> bool:
+        """Move submitted jobs into ``waiting``; True when ``stop()`` was called.
+
+        With nothing to do it blocks, and after ``idle_release_s`` lets the engine free
+        memory (``release_idle_memory`` is optional on engines: ChatTTS on CUDA empties
+        the allocator cache, as the seed article advises for idle periods), once per idle
+        period, on this thread, so it never races a synthesis.
         """
-        try:
-            return self._jobs.get(timeout=self._idle_release_s)
-        except queue.Empty:
-            release = getattr(engine, "release_idle_memory", None)
-            if release is not None:
-                try:
-                    release()
-                except Exception:
-                    logger.exception("releasing idle memory failed")
-            self._metrics.idle_releases.inc()
-            return self._jobs.get()
+        while True:
+            try:
+                if block:
+                    job = self._jobs.get(timeout=self._idle_release_s)
+                    block = False
+                else:
+                    job = self._jobs.get_nowait()
+            except queue.Empty:
+                if not block:
+                    return False
+                self._release_idle_memory(engine)
+                job = self._jobs.get()
+                block = False
+            if job is None:
+                return True
+            waiting.append(job)
 
-    def _run_job(self, engine: Engine, job: Job) -> None:
-        with self._pending_lock:
-            self._pending -= 1
-            self._running = True
-            self._metrics.queue_depth.set(self._pending)
-        try:
-            self._run_job_now(engine, job)
-        finally:
-            with self._pending_lock:
-                self._running = False
+    def _release_idle_memory(self, engine: Engine) -> None:
+        release = getattr(engine, "release_idle_memory", None)
+        if release is not None:
+            try:
+                release()
+            except Exception:
+                logger.exception("releasing idle memory failed")
+        self._metrics.idle_releases.inc()
 
-    def _run_job_now(self, engine: Engine, job: Job) -> None:
+    def _advance(self, engine: Engine, running: _Running) -> bool:
+        """Produce one chunk of ``running``; False once the job is over."""
+        job = running.job
         if job.cancelled:
-            self._metrics.jobs_cancelled.inc()
-            job._deliver(_END)
-            return
+            return False
         started = time.perf_counter()
         try:
-            self._stream(engine, job)
+            chunk = next(running.chunks)
+        except StopIteration:
+            return False
         except Cancelled:
-            pass
+            return False
         except Exception:
             logger.exception("synthesis failed for %r", job.request.text[:40])
+            running.close()
             self._fall_back(engine, job)
+            return False
         finally:
-            job.engine_seconds = time.perf_counter() - started
-            self._metrics.engine_busy_seconds.inc(job.engine_seconds)
-            if job.cancelled:
-                self._metrics.jobs_cancelled.inc()
-            job._deliver(_END)
+            job.engine_seconds += time.perf_counter() - started
+        if chunk.size and not job.cancelled:
+            job.samples += int(chunk.size)
+            job._deliver(np.ascontiguousarray(chunk, dtype=np.float32))
+        return True
+
+    def _finish(self, running: _Running) -> None:
+        job = running.job
+        # A cancelled job's generator is closed here, on the engine thread, not whenever
+        # it happens to be garbage-collected.
+        running.close()
+        with self._pending_lock:
+            self._active -= 1
+        self._metrics.engine_busy_seconds.inc(job.engine_seconds)
+        if job.cancelled:
+            self._metrics.jobs_cancelled.inc()
+        job._deliver(_END)
 
     def _stream(self, engine: Engine, job: Job) -> None:
-        chunks = engine.synthesize(job.request, lambda: job.cancelled)
+        """Run a whole synthesis at once (the fallback path)."""
+        chunks = engine.synthesize(job.request, job.is_cancelled)
         try:
             for chunk in chunks:
                 if job.cancelled:
@@ -288,8 +387,6 @@ class EngineWorker:
                     job.samples += int(chunk.size)
                     job._deliver(np.ascontiguousarray(chunk, dtype=np.float32))
         finally:
-            # A cancelled job's generator is closed here, on the engine thread, not
-            # whenever it happens to be garbage-collected.
             close = getattr(chunks, "close", None)
             if close is not None:
                 close()
@@ -333,3 +430,22 @@ class EngineWorker:
             if job is not None:
                 job._deliver(Unavailable("the engine stopped", code="not_ready"))
                 job._deliver(_END)
+
+
+class _Running:
+    """A job admitted to the engine: its chunk generator, advanced a chunk at a time."""
+
+    def __init__(self, job: Job, chunks: Iterator[np.ndarray]) -> None:
+        self.job = job
+        self.chunks = chunks
+
+    def close(self) -> None:
+        close = getattr(self.chunks, "close", None)
+        if close is not None:
+            close()
+
+
+def _urgency(job: Job, sample_rate_hz: int | None = None) -> tuple[float, int]:
+    """Sort key: when playback needs the job's next audio, then submission order."""
+    produced_s = job.samples / sample_rate_hz if sample_rate_hz else 0.0
+    return (job.deadline + produced_s, job.order)

@@ -325,6 +325,13 @@ class ChatTTSEngine:
             raise RuntimeError("the ChatTTS engine is closed")
         return self._chat
 
+    @property
+    def interleaves(self) -> bool:
+        """Our decoder keeps each synthesis's state (KV cache, windows) in its own
+        generator, so the worker may interleave several; ChatTTS's own stream shares the
+        ``Chat`` instance's state and may not."""
+        return self._stream is not None
+
     def release_idle_memory(self) -> None:
         """Return the CUDA allocator's cached blocks while idle (a no-op on CPU)."""
         if self.device.startswith("cuda"):

@@ -195,6 +195,9 @@ class EspeakEngine:
 
     name: str = "espeak"
     sample_rate_hz: int = 24_000
+    # Each synthesize() renders and resamples its whole segment before its first yield,
+    # so the worker may interleave generators.
+    interleaves = True
 
     def __init__(self, chunk_ms: int = 100) -> None:
         if chunk_ms <= 0:

@@ -18,6 +18,7 @@ from server.engines.base import SynthesisRequest
 
 class ScriptedEngine:
     name = "scripted"
+    interleaves = True  # each synthesize() generator is independent of the others
 
     def __init__(
         self,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from server.engines.base import SynthesisRequest, VoiceSpec
 from server.engines.fake import ScriptedEngine
 from server.metrics import Metrics
@@ -40,3 +42,84 @@ async def test_engine_releases_memory_once_per_idle_period() -> None:
         await wait_for(lambda: engine.idle_releases == 3)
     finally:
         await asyncio.to_thread(worker.stop)
+
+
+async def collect(job_chunks: object, log: list[tuple[str, int]], name: str) -> int:
+    total = 0
+    async for chunk in job_chunks:  # type: ignore[attr-defined]
+        if total == 0:
+            log.append((name, 0))
+        total += chunk.size
+    log.append((name, total))
+    return total
+
+
+def scripted_worker(*, interleaves: bool) -> tuple[EngineWorker, ScriptedEngine]:
+    engine = ScriptedEngine(chunk_ms=100, chunk_delay_s=0.01, ms_per_char=500)
+    engine.interleaves = interleaves  # type: ignore[misc]
+    worker = EngineWorker(lambda: (engine, False, None), Metrics(), idle_release_s=60)
+    worker.start()
+    return worker, engine
+
+
+@pytest.mark.parametrize("interleaves", [True, False])
+async def test_new_stream_does_not_wait_for_a_long_segment(interleaves: bool) -> None:
+    """An interleaving engine starts a new stream's audio before a long segment ends; others wait."""
+    worker, _engine = scripted_worker(interleaves=interleaves)
+    try:
+        assert await asyncio.to_thread(worker.wait_ready, TIMEOUT_S)
+        log: list[tuple[str, int]] = []
+        long = worker.submit(SynthesisRequest("很长的一段话" * 4, VoiceSpec(seed=1)))
+        first = asyncio.create_task(collect(long.chunks(TIMEOUT_S), log, "long"))
+        await wait_for(lambda: long.samples > 0)
+        short = worker.submit(SynthesisRequest("短句", VoiceSpec(seed=2)))
+        await asyncio.gather(first, collect(short.chunks(TIMEOUT_S), log, "short"))
+    finally:
+        await asyncio.to_thread(worker.stop)
+    long_end = log.index(("long", long.samples))
+    short_start = log.index(("short", 0))
+    assert (short_start < long_end) is interleaves
+
+
+async def test_waiting_jobs_run_earliest_deadline_first() -> None:
+    """Behind a running job, a segment due now starts before one due in a minute."""
+    worker, _engine = scripted_worker(interleaves=False)
+    try:
+        assert await asyncio.to_thread(worker.wait_ready, TIMEOUT_S)
+        log: list[tuple[str, int]] = []
+        running = worker.submit(SynthesisRequest("正在说的话", VoiceSpec(seed=1)))
+        await wait_for(lambda: running.samples > 0)
+        later = worker.submit(
+            SynthesisRequest("不急", VoiceSpec(seed=2)), deadline=time.monotonic() + 60
+        )
+        urgent = worker.submit(SynthesisRequest("很急", VoiceSpec(seed=3)))
+        await asyncio.gather(
+            collect(running.chunks(TIMEOUT_S), log, "running"),
+            collect(later.chunks(TIMEOUT_S), log, "later"),
+            collect(urgent.chunks(TIMEOUT_S), log, "urgent"),
+        )
+    finally:
+        await asyncio.to_thread(worker.stop)
+    starts = [name for name, total in log if total == 0]
+    assert starts == ["running", "urgent", "later"]
+
+
+async def test_cancelled_job_leaves_at_once_even_when_not_due() -> None:
+    """A cancelled job stops making audio at once, even while another job is more urgent."""
+    worker, engine = scripted_worker(interleaves=True)
+    try:
+        assert await asyncio.to_thread(worker.wait_ready, TIMEOUT_S)
+        relaxed = worker.submit(
+            SynthesisRequest("时间充裕" * 4, VoiceSpec(seed=1)), deadline=time.monotonic() + 60
+        )
+        await wait_for(lambda: relaxed.samples > 0)
+        busy = worker.submit(SynthesisRequest("抢先的一段话" * 4, VoiceSpec(seed=2)))
+        await wait_for(lambda: busy.samples > 0)
+        relaxed.cancel()
+        produced = [chunk.size async for chunk in relaxed.chunks(TIMEOUT_S)]
+        busy.cancel()
+        [chunk async for chunk in busy.chunks(TIMEOUT_S)]
+    finally:
+        await asyncio.to_thread(worker.stop)
+    assert sum(produced) < 24000 * 8  # far less than its 8 s of audio
+    assert engine.stopped_early == 2
