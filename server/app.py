@@ -123,6 +123,7 @@ class AppState:
             warm_up=settings.warm_up,
             fallback=fallback_factory(settings),
             idle_release_s=settings.idle_release_s,
+            max_active=settings.max_active_segments,
         )
         self.frontend = TextFrontend(
             allow_control_tags=settings.allow_control_tags, cache_dir=settings.text_cache_dir

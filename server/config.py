@@ -31,6 +31,9 @@ class Settings:
     warm_up: bool = True
     # After this long without work the engine frees cached GPU memory (torch.cuda.empty_cache).
     idle_release_s: float = 60.0
+    # Segments one engine synthesises at once, interleaved a chunk at a time by playback
+    # deadline (engines that can interleave: our ChatTTS decoder, espeak).
+    max_active_segments: int = 8
     # When ChatTTS fails to load, serve the fallback voice (degraded) instead of exiting.
     fallback_on_load_failure: bool = True
     # When ChatTTS fails on a segment before any of its audio, speak it with the fallback
@@ -140,6 +143,12 @@ _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--compile", "compile", _env_bool, "torch.compile the ChatTTS GPT (true/false)"),
     ("--warm-up", "warm_up", _env_bool, "run a warm-up synthesis before /ready (true/false)"),
     ("--idle-release-s", "idle_release_s", float, "free cached GPU memory after this long idle"),
+    (
+        "--max-active-segments",
+        "max_active_segments",
+        int,
+        "segments the engine works on at once, interleaved by playback deadline",
+    ),
     ("--temperature", "temperature", float, "ChatTTS sampling temperature"),
     ("--top-p", "top_p", float, "ChatTTS nucleus sampling threshold"),
     ("--top-k", "top_k", int, "ChatTTS top-k sampling"),
@@ -314,6 +323,7 @@ def validate(settings: Settings) -> None:
         "max_http_text_chars",
         "segment_timeout_s",
         "idle_release_s",
+        "max_active_segments",
         "temperature",
         "max_new_token",
         "first_chunk_steps",
