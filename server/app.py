@@ -335,8 +335,9 @@ async def synthesize_http(state: AppState, body: TTSRequest, accept: str) -> Res
         if settings.shape_joins
         else None
     )
+    text_stream = state.frontend.stream()
     for segment in segments:
-        prepared = await state.frontend.prepare_async(segment.text)
+        prepared = await text_stream.submit(segment.text)
         removed += [
             {"start": segment.start + r.start, "chars": r.chars, "reason": r.reason}
             for r in prepared.removed

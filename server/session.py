@@ -66,6 +66,7 @@ class Context:
         self.segments: asyncio.Queue[Segment | None] = asyncio.Queue()
         # Each segment is normalised as soon as it is cut, while earlier ones speak.
         self._prepared: dict[int, asyncio.Future[PreparedText]] = {}
+        self._text = session.frontend.stream()
         self.queued_chars = 0  # cut into segments, not yet finished speaking
         self.closing = False
         self.cancelled = False
@@ -112,7 +113,7 @@ class Context:
     def _enqueue(self, segments: list[Segment]) -> None:
         for segment in segments:
             self.queued_chars += len(segment.text)
-            self._prepared[segment.index] = self.session.frontend.submit(segment.text)
+            self._prepared[segment.index] = self._text.submit(segment.text)
             self.segments.put_nowait(segment)
 
     def _arm_idle_timer(self) -> None:
@@ -174,7 +175,7 @@ class Context:
         metrics = session.metrics
         # Normalisation costs milliseconds: it runs on the text front-end's thread.
         future = self._prepared.pop(segment.index, None)
-        prepared = await (future or session.frontend.submit(segment.text))
+        prepared = await (future or self._text.submit(segment.text))
         if self.cancelled:
             return
         if prepared.removed:

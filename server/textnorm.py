@@ -9,7 +9,7 @@ neither the library nor its start-up cost.
 Costs, measured by ``bench/text_frontend.py`` on these 2-core machines: loading the
 transducers ~0.5 s (building them once, on first start, ~4 s); 1-30 ms a segment that
 holds numbers (0.1 ms for plain prose, which skips the library). That is not
-negligible on an event loop, so :meth:`TextFrontend.prepare_async` runs on one
+negligible on an event loop, so :meth:`TextFrontend.submit` runs it on one
 dedicated thread; one thread also serialises calls into pynini, whose thread safety is
 not documented.
 
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from streaming.segment import Segmenter, SegmenterConfig
-from streaming.text import Normalizer, PreparedText, prepare_text
+from streaming.text import CodeFences, Normalizer, PreparedText, code_body, prepare_text
 
 logger = logging.getLogger(__name__)
 
@@ -233,17 +233,17 @@ class TextFrontend:
         """Start :meth:`prepare` on the front-end thread; await the result on the loop."""
         return asyncio.wrap_future(self._pool().submit(self.prepare, text))
 
-    async def prepare_async(self, text: str) -> PreparedText:
-        """:meth:`prepare` on the front-end thread, off the event loop."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool(), self.prepare, text)
+    def stream(self) -> TextStream:
+        """A preparer for the segments of one text stream (a context, a request)."""
+        return TextStream(self)
 
     def preview(self, text: str, config: SegmenterConfig) -> list[PreviewSegment]:
         """Segments of ``text`` pushed whole then flushed, each prepared (blocking)."""
         segmenter = Segmenter(config)
         segments = [*segmenter.push(text), *segmenter.flush()]
+        stream = self.stream()
         return [
-            PreviewSegment(s.index, s.text, s.start, s.end, s.reason, self.prepare(s.text))
+            PreviewSegment(s.index, s.text, s.start, s.end, s.reason, stream.prepare(s.text))
             for s in segments
         ]
 
@@ -255,3 +255,23 @@ class TextFrontend:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
+
+
+class TextStream:
+    """Prepares one stream's segments, in order, with what spans segments (code fences)."""
+
+    def __init__(self, frontend: TextFrontend) -> None:
+        self._frontend = frontend
+        self._fences = CodeFences()
+
+    def prepare(self, text: str) -> PreparedText:
+        """Prepare the next segment (blocking)."""
+        return code_body(text) if self._fences.is_code(text) else self._frontend.prepare(text)
+
+    def submit(self, text: str) -> asyncio.Future[PreparedText]:
+        """Start preparing the next segment; call on the event loop, segments in order."""
+        if self._fences.is_code(text):
+            future: asyncio.Future[PreparedText] = asyncio.get_running_loop().create_future()
+            future.set_result(code_body(text))
+            return future
+        return self._frontend.submit(text)

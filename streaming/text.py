@@ -67,6 +67,7 @@ REASON_URL = "url"  # the scheme, path and query of a URL (its host is read)
 REASON_TAG = "tag"  # a control tag while control tags are not allowed
 REASON_PUNCTUATION = "punctuation"  # a mark in a run of marks, or before any word
 REASON_NUMBER = "number"  # digits, when no normaliser is configured
+REASON_CODE = "code"  # the body of a fenced code block: not read aloud, on purpose
 
 
 @dataclass(frozen=True)
@@ -762,3 +763,35 @@ def _reason_alone(token: _Token) -> str:
     if token.kind in _PAUSES:
         return REASON_PUNCTUATION
     return REASON_UNSPEAKABLE
+
+
+# A Markdown code fence opens or closes at the start of a line.
+_CODE_FENCE = re.compile(r"^[ \t]*(?:```|~~~)", re.MULTILINE)
+_NON_BLANK_RUN = re.compile(r"\S+")
+
+
+class CodeFences:
+    """Which segments of one text stream are the body of a fenced code block.
+
+    Segments are cut without regard to fences, so a block spans several; feed every
+    segment of the stream in order to :meth:`is_code`. A segment holding a fence line is
+    left to :func:`prepare_text` (which drops the fence markup); one wholly between an
+    opening and a closing fence is code, which is not read aloud.
+    """
+
+    def __init__(self) -> None:
+        self._open = False
+
+    def is_code(self, text: str) -> bool:
+        fences = len(_CODE_FENCE.findall(text))
+        body = self._open and fences == 0
+        if fences % 2:
+            self._open = not self._open
+        return body
+
+
+def code_body(text: str) -> PreparedText:
+    """A segment inside a code block: nothing spoken, every non-blank run reported as code."""
+    return PreparedText(
+        "", tuple(Removal(m.start(), m.group(), REASON_CODE) for m in _NON_BLANK_RUN.finditer(text))
+    )

@@ -397,3 +397,21 @@ async def test_numbers_dates_and_acronyms_spoken_in_full_chattts(tiny_checkpoint
         "N A S A在二零二四年十月一日发布[uv_break]了新闻。",
     ]
     assert [s["text"] for s in result.segments][2] == "NASA在2024年10月1日发布[uv_break]了新闻。"
+
+
+async def test_code_block_is_reported_not_read(espeak_server: LiveServer) -> None:
+    """A fenced code block streamed in small deltas is reported as code and makes no audio."""
+    from server.client import StreamClient
+
+    text = "说明如下：\n```python\nprint(1)\n```\n以上就是代码。"
+    async with StreamClient.connect(espeak_server.ws_url, token="secret") as client:
+        for i in range(0, len(text), 3):
+            await client.send_text(text[i : i + 3])
+        await client.end()
+        result = await client.collect(timeout_s=30)
+    spoken = [s["spoken"] for s in result.segments]
+    assert "".join(spoken) == "说明如下，以上就是代码。"
+    code = [r["chars"] for w in result.warnings for r in w["removed"] if r["reason"] == "code"]
+    assert code == ["print(1)"]
+    code_segments = {s["index"] for s in result.segments if s["text"].strip() == "print(1)"}
+    assert not code_segments & {f.segment for f in result.frames}
