@@ -171,6 +171,7 @@ def own_server(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
         device=args.device,
         max_connections=max(64, max(args.concurrency) * 2),
         max_new_token=args.max_new_token,
+        max_active_segments=args.max_active_segments,
     )
     with run_live_server(settings) as server:
         yield server.ws_url, server.base_url
@@ -214,6 +215,12 @@ def main() -> int:
         default=Settings().max_new_token,
         help="when starting a server: GPT steps per segment at most (random-weight checkpoints "
         "rarely stop by themselves: ~12 steps per Chinese character is speech-like)",
+    )
+    parser.add_argument(
+        "--max-active-segments",
+        type=int,
+        default=Settings().max_active_segments,
+        help="when starting a server: segments interleaved at once (1: one segment at a time)",
     )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--chars-per-delta", type=int, default=2)
