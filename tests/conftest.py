@@ -11,6 +11,7 @@ import pytest
 
 if TYPE_CHECKING:
     from server.engines.chattts import ChatTTSEngine
+    from server.engines.select import EngineFactory
 
 #: GPT steps per synthesis for the shared engine: min = max makes every run the same
 #: length (random weights end at random), 72 steps = 3 chunks of 24 = ~1.5 s of audio.
@@ -42,3 +43,15 @@ def chattts_engine(tiny_checkpoint: Path) -> Iterator[ChatTTSEngine]:
     engine.warm_up()
     yield engine
     engine.close()
+
+
+def fixed_length_chattts(checkpoint: Path, steps: int = CHATTTS_TEST_STEPS) -> EngineFactory:
+    """An engine factory for run_live_server: ChatTTS on CPU, every segment ``steps`` long."""
+
+    def factory() -> tuple[ChatTTSEngine, bool, None]:
+        from server.engines.chattts import ChatTTSEngine
+
+        engine = ChatTTSEngine(checkpoint, device="cpu", max_new_token=steps, min_new_token=steps)
+        return engine, False, None
+
+    return factory

@@ -16,7 +16,7 @@ from server.engines.base import SynthesisRequest
 from server.engines.espeak import EspeakEngine
 from streaming.audio import pcm16_to_float
 from streaming.joins import JoinSettings, pause_ms_for
-from tests.conftest import CHATTTS_TEST_STEPS
+from tests.conftest import fixed_length_chattts
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.server.test_stream import assert_complete, speak
 
@@ -156,17 +156,7 @@ def test_http_has_pauses_between_segments_but_none_at_the_end(shaped: LiveServer
 
 @pytest.fixture(scope="module")
 def chattts_server(tiny_checkpoint: Path) -> Iterator[LiveServer]:
-    from server.engines.chattts import ChatTTSEngine
-
-    def factory() -> tuple[ChatTTSEngine, bool, None]:
-        engine = ChatTTSEngine(
-            tiny_checkpoint,
-            device="cpu",
-            max_new_token=CHATTTS_TEST_STEPS,
-            min_new_token=CHATTTS_TEST_STEPS,
-        )
-        return engine, False, None
-
+    factory = fixed_length_chattts(tiny_checkpoint)
     settings = Settings(engine="chattts", model_dir=tiny_checkpoint, warm_up=False)
     with run_live_server(settings, engine=factory) as server:
         yield server

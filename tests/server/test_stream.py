@@ -13,7 +13,7 @@ import pytest
 from server.client import ContextResult, StreamClient
 from server.config import Settings
 from server.engines.fake import ScriptedEngine
-from tests.conftest import CHATTTS_TEST_STEPS
+from tests.conftest import fixed_length_chattts
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
 
 TEXT = "你好，欢迎使用流式语音合成。今天天气很好！我们一起去公园散步吧？好的"
@@ -62,17 +62,7 @@ async def speak(
 
 @pytest.fixture(scope="module")
 def chattts_server(tiny_checkpoint: Path) -> Iterator[LiveServer]:
-    from server.engines.chattts import ChatTTSEngine
-
-    def factory() -> tuple[ChatTTSEngine, bool, None]:
-        engine = ChatTTSEngine(
-            tiny_checkpoint,
-            device="cpu",
-            max_new_token=CHATTTS_TEST_STEPS,
-            min_new_token=CHATTTS_TEST_STEPS,
-        )
-        return engine, False, None
-
+    factory = fixed_length_chattts(tiny_checkpoint)
     with run_live_server(
         Settings(engine="chattts", model_dir=tiny_checkpoint), engine=factory
     ) as server:

@@ -18,7 +18,7 @@ from server.config import Settings
 from server.textnorm import TextFrontend
 from streaming.segment import Segmenter, SegmenterConfig
 from streaming.text import SPOKEN_CHARSET
-from tests.conftest import CHATTTS_TEST_STEPS
+from tests.conftest import fixed_length_chattts
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.server.test_stream import assert_complete, speak
 from tests.streaming.test_text import check_accounting
@@ -366,27 +366,12 @@ def test_preview_cli(capsys: pytest.CaptureFixture[str]) -> None:
 # -- end to end: the real ChatTTS code path ------------------------------------------
 
 
-def chattts_factory(checkpoint: Path) -> object:
-    from server.engines.chattts import ChatTTSEngine
-
-    def factory() -> tuple[ChatTTSEngine, bool, None]:
-        engine = ChatTTSEngine(
-            checkpoint,
-            device="cpu",
-            max_new_token=CHATTTS_TEST_STEPS,
-            min_new_token=CHATTTS_TEST_STEPS,
-        )
-        return engine, False, None
-
-    return factory
-
-
 @pytest.mark.slow
 async def test_numbers_dates_and_acronyms_spoken_in_full_chattts(tiny_checkpoint: Path) -> None:
     """Over the WebSocket on ChatTTS, numbers, a date and an acronym are spoken in full."""
     text = "我有3个苹果，价格是12.5元。NASA在2024年10月1日发布[uv_break]了新闻。"
     settings = Settings(engine="chattts", model_dir=tiny_checkpoint, allow_control_tags=True)
-    with run_live_server(settings, engine=chattts_factory(tiny_checkpoint)) as server:  # type: ignore[arg-type]
+    with run_live_server(settings, engine=fixed_length_chattts(tiny_checkpoint)) as server:
         result = await speak(server, text, size=3)
     assert_complete(result, text)
     assert result.warnings == []
