@@ -352,3 +352,28 @@ async def test_failed_segment_is_spoken_by_the_fallback_voice() -> None:
     assert_complete(result, "坏的一句。好的一句。")
     assert [w["code"] for w in result.warnings] == ["fallback_voice"]
     assert {f.segment for f in result.frames} == {0, 1}
+
+
+async def test_many_contexts_leave_nothing_behind() -> None:
+    """Fifty utterances (ended, cancelled, abandoned) on one socket leave no context, stream or job behind."""
+    engine = ScriptedEngine(chunk_delay_s=0.0, ms_per_char=20)
+    with run_live_server(Settings(engine="espeak"), engine=lambda: (engine, False, None)) as server:
+        state = server.state
+        async with StreamClient.connect(server.ws_url) as client:
+            for i in range(50):
+                ctx = await client.start(f"c{i}", seed=i)
+                await client.send_text(f"第{i}句话。还有一句。", ctx)
+                if i % 3 == 0:
+                    await client.cancel(ctx)
+                else:
+                    await client.end(ctx)
+                result = await client.collect(ctx, timeout_s=TIMEOUT_S)
+                assert result.done is not None and result.done["cancelled"] is (i % 3 == 0)
+            assert client._backlog == []
+        async with asyncio.timeout(TIMEOUT_S):
+            while state.connections or state.worker.busy:  # type: ignore[attr-defined]
+                await asyncio.sleep(0.01)
+        metrics = state.metrics  # type: ignore[attr-defined]
+        assert metrics.active_streams._value.get() == 0
+        assert metrics.active_sessions._value.get() == 0
+        assert metrics.queue_depth._value.get() == 0
