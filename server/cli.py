@@ -142,9 +142,14 @@ def _has_uvloop() -> bool:
 
 
 def download_weights(path: str) -> int:
+    """Fetch exactly the nine files ``Chat.load(source="custom")`` checks (~1 GB)."""
     from huggingface_hub import snapshot_download
 
-    target = snapshot_download(repo_id=WEIGHTS_REPO, local_dir=path, allow_patterns=["asset/*"])
+    from server.checkpoint import ASSET_FILES
+
+    target = snapshot_download(
+        repo_id=WEIGHTS_REPO, local_dir=path, allow_patterns=list(ASSET_FILES)
+    )
     print(f"ChatTTS weights in {target}; run: chattts-stream serve --model-dir {target}")
     return 0
 
