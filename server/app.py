@@ -45,6 +45,8 @@ logger = logging.getLogger(__name__)
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 
 SampleRate = Literal[8000, 16000, 22050, 24000, 44100, 48000]  # = p.SUPPORTED_SAMPLE_RATES_HZ
+#: Removed runs listed in the X-TTS-Removed header (X-TTS-Removed-Count has the total).
+_MAX_REMOVED_IN_HEADER = 32
 AudioFormat = Literal["wav", "pcm", "json", "mp3", "ogg", "flac"]
 _MEDIA_TYPES = {
     "wav": "audio/wav",
@@ -312,6 +314,11 @@ async def synthesize_http(state: AppState, body: TTSRequest, accept: str) -> Res
         )
     if state.draining:
         raise Unavailable("the server is shutting down", code="draining")
+    if body.speaker:
+        try:
+            state.worker.check_voice(body.speaker)
+        except ValueError as exc:
+            raise InvalidRequest(f"speaker: {exc}", code="invalid_voice") from None
     fmt: str = body.format or ("json" if "application/json" in accept else "wav")
     worker = state.worker
     if not worker.ready:
@@ -350,12 +357,15 @@ async def synthesize_http(state: AppState, body: TTSRequest, accept: str) -> Res
         produced = 0
         if joiner is not None:
             joiner.begin(segment.text)
-        async for chunk in job.chunks(remaining):
-            fallback_segments += job.fell_back and produced == 0
-            if not pieces:
-                state.metrics.ttfa.labels(route="http").observe(time.perf_counter() - started)
-            pieces.append(joiner.process(chunk) if joiner is not None else chunk)
-            produced += chunk.size
+        try:
+            async for chunk in job.chunks(remaining):
+                fallback_segments += job.fell_back and produced == 0
+                if not pieces:
+                    state.metrics.ttfa.labels(route="http").observe(time.perf_counter() - started)
+                pieces.append(joiner.process(chunk) if joiner is not None else chunk)
+                produced += chunk.size
+        finally:
+            job.cancel()  # a no-op when complete; stops the engine if the request died
         if joiner is not None:
             pieces.append(joiner.finish())
         state.metrics.observe_segment(
@@ -382,8 +392,10 @@ async def synthesize_http(state: AppState, body: TTSRequest, accept: str) -> Res
     headers = {
         "X-TTS-Inference-Ms": f"{elapsed_s * 1000:.1f}",
         "X-TTS-Engine": state.worker.status.engine or "",
-        # JSON with \u escapes: header values must be ASCII.
-        "X-TTS-Removed": json.dumps(removed) if removed else "",
+        # JSON with \u escapes: header values must be ASCII. Capped: proxies refuse
+        # responses with headers beyond a few KB; the json format has the full list.
+        "X-TTS-Removed": json.dumps(removed[:_MAX_REMOVED_IN_HEADER]) if removed else "",
+        "X-TTS-Removed-Count": str(len(removed)) if removed else "",
     }
     if fallback_segments:
         headers["X-TTS-Fallback-Segments"] = str(fallback_segments)

@@ -174,7 +174,11 @@ class StreamClient:
     async def collect(
         self, context_id: str = p.DEFAULT_CONTEXT_ID, timeout_s: float = 60.0
     ) -> ContextResult:
-        """Read until ``done`` for ``context_id``; other contexts' events are kept for later."""
+        """Read until ``done`` for ``context_id`` (or the refusal of its ``start``).
+
+        Other contexts' events are kept for their own ``collect``; connection-level
+        errors and warnings (no context) are recorded in this result.
+        """
         result = ContextResult(context_id)
         kept: list[Event] = []
         pending = self._backlog
@@ -183,13 +187,32 @@ class StreamClient:
             async with asyncio.timeout(timeout_s):
                 while result.done is None:
                     event = pending.pop(0) if pending else await self.recv()
-                    if self.context_of(event) != context_id:
+                    owner = self.context_of(event)
+                    if owner is None and isinstance(event, dict):
+                        _record(result, event)  # a connection-level error or warning
+                        continue
+                    if owner != context_id:
                         kept.append(event)
                         continue
                     _record(result, event)
+                    if _refuses_start(event, result):
+                        break  # no done will come for a context that never opened
         finally:
             self._backlog = kept + pending + self._backlog
         return result
+
+
+_START_REFUSALS = frozenset({"too_many_contexts", "context_exists", "invalid_field"})
+
+
+def _refuses_start(event: Event, result: ContextResult) -> bool:
+    return (
+        isinstance(event, dict)
+        and event.get("type") == "error"
+        and event.get("code") in _START_REFUSALS
+        and result.started is None
+        and not result.segments
+    )
 
 
 def _record(result: ContextResult, event: Event) -> None:

@@ -108,6 +108,10 @@ class Context:
         self._cancel_idle_timer()
         if self.job is not None:
             self.job.abandon()
+        # Normalisation not started yet is dropped: it would delay other contexts.
+        for future in self._prepared.values():
+            future.cancel()
+        self._prepared.clear()
         self.segments.put_nowait(None)
 
     def _enqueue(self, segments: list[Segment]) -> None:
@@ -151,6 +155,17 @@ class Context:
                     break
                 try:
                     await self._speak_segment(segment)
+                except _Closed:
+                    raise
+                except Exception:
+                    # A bug must not end the context silently: report it, go on.
+                    logger.exception(
+                        "[%s] context %r: segment %d failed", session.id, self.id, segment.index
+                    )
+                    metrics.errors.labels(kind="internal_error").inc()
+                    await session.send_error(
+                        "internal_error", f"segment {segment.index} could not be spoken", self.id
+                    )
                 finally:
                     self.queued_chars -= len(segment.text)
             await session.send_json(
@@ -220,6 +235,8 @@ class Context:
             self.sample_rate_hz * settings.frame_ms // 1000,
             first_frame_samples=self.sample_rate_hz * settings.first_frame_ms // 1000,
         )
+        if self.cancelled:
+            return
         try:
             job = session.worker.submit(
                 SynthesisRequest(prepared.spoken, self.voice), deadline=self._playback_deadline()
@@ -262,6 +279,9 @@ class Context:
             await session.send_error(exc.code, f"segment {segment.index}: {exc.message}", self.id)
             return
         finally:
+            # Leaving early (cancel, disconnect, timeout, error) must not leave the engine
+            # synthesising for nobody; after a complete segment this is a no-op.
+            job.cancel()
             self.job = None
             if joiner is not None:
                 joiner.abandon()  # no-op after finish(); drops held audio otherwise
@@ -455,6 +475,13 @@ class Session:
                 message.context_id,
                 limit=self.settings.max_contexts,
             )
+        if message.voice is not None:
+            try:
+                self.worker.check_voice(message.voice)
+            except ValueError as exc:
+                raise p.ProtocolError(
+                    "invalid_field", f"field 'voice': {exc}", message.context_id
+                ) from None
         seed = message.seed
         if seed is None:
             seed = random.randrange(p.MAX_SEED)

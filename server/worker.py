@@ -184,6 +184,12 @@ class EngineWorker:
         if status.load_seconds is not None:
             self._metrics.engine_load_seconds.set(status.load_seconds)
 
+    def check_voice(self, voice: str) -> None:
+        """Raise ValueError when the engine cannot use ``voice`` (engines that check)."""
+        check = getattr(self.engine, "check_voice", None)
+        if check is not None:
+            check(voice)
+
     def wait_ready(self, timeout_s: float | None = None) -> bool:
         """Block until the engine is ready or failed (for the CLI and tests)."""
         self._ready.wait(timeout_s)
@@ -210,11 +216,14 @@ class EngineWorker:
         return job
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Finish the job in progress, drop the rest, release the engine."""
+        """Cancel the jobs in flight (at their next step), refuse the queued ones, release
+        the engine."""
         self._jobs.put(None)
         self._thread.join(timeout_s)
         if self._thread.is_alive():
             logger.warning("engine thread did not stop within %.1f s", timeout_s)
+        else:
+            self._drain_failed()  # jobs submitted while the thread was stopping
 
     # --- engine thread ----------------------------------------------------------------
 
@@ -266,6 +275,18 @@ class EngineWorker:
         limit = self._max_active if getattr(engine, "interleaves", False) else 1
         waiting: list[Job] = []
         active: list[_Running] = []
+        try:
+            self._schedule_loop(engine, limit, waiting, active)
+        except BaseException:
+            logger.exception("the engine thread failed; ending every job in flight")
+            for job in [*waiting, *(running.job for running in active)]:
+                job._deliver(Unavailable("the engine stopped", code="not_ready"))
+                job._deliver(_END)
+            raise
+
+    def _schedule_loop(
+        self, engine: Engine, limit: int, waiting: list[Job], active: list[_Running]
+    ) -> None:
         while True:
             stopping = self._take_jobs(engine, waiting, block=not waiting and not active)
             if stopping:
@@ -275,6 +296,9 @@ class EngineWorker:
                 for job in waiting:
                     job._deliver(Unavailable("the engine stopped", code="not_ready"))
                     job._deliver(_END)
+                with self._pending_lock:
+                    self._pending -= len(waiting)
+                waiting.clear()
                 return
             # A cancelled job leaves at once, not when its deadline comes up.
             for running in [r for r in active if r.job.cancelled]:
@@ -441,8 +465,13 @@ class _Running:
 
     def close(self) -> None:
         close = getattr(self.chunks, "close", None)
-        if close is not None:
+        if close is None:
+            return
+        try:
             close()
+        except Exception:
+            # A generator whose cleanup fails must not take the engine thread down.
+            logger.exception("closing the synthesis of %r failed", self.job.request.text[:40])
 
 
 def _urgency(job: Job, sample_rate_hz: int | None = None) -> tuple[float, int]:

@@ -64,3 +64,10 @@ class Engine(Protocol):
 
     def close(self) -> None:
         """Release the model (GPU memory, threads); the engine is unusable afterwards."""
+
+    # Optional, looked up with getattr by the worker:
+    #   interleaves: bool            synthesize() generators are independent, so several
+    #                                may be advanced alternately on the engine thread
+    #   check_voice(voice) -> None   raise ValueError for a speaker string it cannot use
+    #                                (called from the event loop: must be cheap, read-only)
+    #   release_idle_memory() -> None  free cached memory after an idle period

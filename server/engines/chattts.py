@@ -306,6 +306,13 @@ class ChatTTSEngine:
             speaker: str = self._loaded().sample_random_speaker()
         return speaker
 
+    def check_voice(self, voice: str) -> None:
+        """Raise ValueError when ``voice`` is not a speaker string this model can use.
+
+        Cheap and read-only: callers check a client's voice before queueing any work.
+        """
+        self._checked_voice(voice)
+
     def _checked_voice(self, voice: str) -> str:
         # Reject a foreign or corrupt speaker string here, with a clear message, rather
         # than as a shape error deep inside the GPT's embedding. (_decode is ChatTTS's

@@ -377,3 +377,43 @@ async def test_many_contexts_leave_nothing_behind() -> None:
         assert metrics.active_streams._value.get() == 0
         assert metrics.active_sessions._value.get() == 0
         assert metrics.queue_depth._value.get() == 0
+
+
+async def test_chattts_refuses_a_foreign_voice_at_start(chattts_server: LiveServer) -> None:
+    """A voice string the model cannot use is refused at start (invalid_field), not per segment."""
+    async with StreamClient.connect(chattts_server.ws_url) as client:
+        ctx = await client.start(voice="not a speaker", seed=1)
+        result = await client.collect(ctx, timeout_s=TIMEOUT_S)
+    assert result.done is None and result.started is None
+    assert [e["code"] for e in result.errors] == ["invalid_field"]
+    assert "voice" in result.errors[0]["message"]
+    response = httpx.post(
+        chattts_server.base_url + "/v1/tts",
+        json={"text": "你好。", "speaker": "nope"},
+        timeout=TIMEOUT_S,
+    )
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_voice"
+
+
+async def test_a_failing_segment_reports_internal_error_and_the_context_goes_on() -> None:
+    """A bug while preparing one segment gives internal_error; later segments and done still come."""
+    from server.textnorm import TextFrontend
+
+    def normalizer() -> object:
+        def normalize(text: str) -> str:
+            if "炸" in text:
+                raise RuntimeError("a bug in the text front-end")
+            return text
+
+        return normalize
+
+    engine = ScriptedEngine(chunk_delay_s=0.0, ms_per_char=20)
+    with run_live_server(Settings(engine="espeak"), engine=lambda: (engine, False, None)) as server:
+        server.state.frontend = TextFrontend(normalizer_factory=normalizer)  # type: ignore[attr-defined]
+        async with StreamClient.connect(server.ws_url) as client:
+            await client.send_text("好的一句。炸1的一句。还有一句。")
+            await client.end()
+            result = await client.collect(timeout_s=TIMEOUT_S)
+    assert [e["code"] for e in result.errors] == ["internal_error"]
+    assert result.done is not None and result.done["segments"] == 2
+    assert {f.segment for f in result.frames} == {0, 2}
