@@ -132,7 +132,19 @@ class AppState:
         )
         self.connections = 0
         self.draining = False
+        self.sessions: set[Session] = set()
         self.denial_log_filter = _DenialLogFilter()
+
+    def has_pending_text(self) -> bool:
+        """True while any context holds text not yet spoken (read from the drain thread)."""
+        try:
+            return any(
+                context.buffered_chars
+                for session in list(self.sessions)
+                for context in list(session.contexts.values())
+            )
+        except RuntimeError:  # a dict changed size under us: ask again later
+            return True
 
 
 def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> FastAPI:
@@ -289,7 +301,12 @@ async def run_websocket(state: AppState, websocket: WebSocket) -> None:
     try:
         await websocket.accept(subprotocol=subprotocol)
         logger.info("[%s] connected from %s", session_id, websocket.client)
-        await Session(websocket, settings, state.worker, metrics, session_id, state.frontend).run()
+        session = Session(websocket, settings, state.worker, metrics, session_id, state.frontend)
+        state.sessions.add(session)
+        try:
+            await session.run()
+        finally:
+            state.sessions.discard(session)
     except Exception:
         logger.exception("[%s] session failed", session_id)
         metrics.errors.labels(kind="internal_error").inc()

@@ -18,8 +18,8 @@ class DrainingServer(uvicorn.Server):
     """A uvicorn server that lets audio in progress finish before it closes connections.
 
     On the first SIGTERM/SIGINT it turns /ready to 503 and refuses new connections and
-    requests, then waits until the engine has been idle for a little longer than the
-    idle-flush time (so text held in segmenters is spoken too), or until
+    requests, then waits until no context holds unspoken text and the engine has been
+    idle for a little longer than the idle-flush time, or until
     ``drain_timeout_s``; only then does uvicorn shut down (WebSocket close code 1012).
     A second signal, or ``drain_timeout_s = 0``, shuts down at once.
     """
@@ -49,7 +49,7 @@ class DrainingServer(uvicorn.Server):
             if now >= deadline:
                 logger.warning("drain timeout: closing connections with audio still in progress")
                 break
-            if self._state.worker.busy:
+            if self._state.worker.busy or self._state.has_pending_text():
                 quiet_since = None
             elif quiet_since is None:
                 quiet_since = now
