@@ -200,9 +200,11 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
             raise Unauthorized("missing or invalid bearer token")
 
     @app.get("/health")
-    async def health() -> dict[str, str]:
-        """Liveness: the process serves HTTP."""
-        return {"status": "ok"}
+    async def health() -> JSONResponse:
+        """Liveness: the process serves HTTP and its engine thread has not died."""
+        if not state.worker.alive:
+            return JSONResponse({"status": "engine thread stopped"}, status_code=503)
+        return JSONResponse({"status": "ok"})
 
     @app.get("/ready")
     async def ready() -> JSONResponse:

@@ -150,6 +150,7 @@ class EngineWorker:
         self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         self._ready = threading.Event()
+        self._stopping = False
         self.engine: Engine | None = None
         self.status = EngineStatus(state="loading")
         self._pending = 0
@@ -159,6 +160,13 @@ class EngineWorker:
 
     def start(self) -> None:
         self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        """False when the engine thread has died on its own (not loading, not stopped)."""
+        if self._stopping or not self._ready.is_set() or self.status.state == "failed":
+            return True  # loading, shutting down, or a load failure (/ready reports those)
+        return self._thread.is_alive()
 
     @property
     def ready(self) -> bool:
@@ -218,6 +226,7 @@ class EngineWorker:
     def stop(self, timeout_s: float = 10.0) -> None:
         """Cancel the jobs in flight (at their next step), refuse the queued ones, release
         the engine."""
+        self._stopping = True
         self._jobs.put(None)
         self._thread.join(timeout_s)
         if self._thread.is_alive():
@@ -329,6 +338,10 @@ class EngineWorker:
             self._fall_back(engine, job)
             self._finish(_Running(job, iter(())))
             return None
+        except BaseException:
+            job._deliver(Unavailable("the engine stopped", code="not_ready"))
+            job._deliver(_END)
+            raise
 
     def _take_jobs(self, engine: Engine, waiting: list[Job], *, block: bool) -> bool:
         """Move submitted jobs into ``waiting``; True when ``stop()`` was called.

@@ -123,3 +123,32 @@ async def test_cancelled_job_leaves_at_once_even_when_not_due() -> None:
         await asyncio.to_thread(worker.stop)
     assert sum(produced) < 24000 * 8  # far less than its 8 s of audio
     assert engine.stopped_early == 2
+
+
+class _Fatal(BaseException):
+    """Escapes every ``except Exception``: stands for a crash of the engine thread."""
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+async def test_dead_engine_thread_ends_jobs_and_fails_liveness() -> None:
+    """If the engine thread dies, its jobs end at once and /health turns 503 (restart me)."""
+    import httpx
+
+    from server.config import Settings
+    from tests.live import run_live_server
+
+    engine = ScriptedEngine(chunk_delay_s=0.0, ms_per_char=20)
+
+    def crash(request: SynthesisRequest, should_stop: object) -> object:
+        raise _Fatal
+
+    engine.synthesize = crash  # type: ignore[assignment, method-assign]
+    with run_live_server(Settings(engine="espeak"), engine=lambda: (engine, False, None)) as live:
+        assert httpx.get(live.base_url + "/health", timeout=TIMEOUT_S).status_code == 200
+        worker = live.state.worker  # type: ignore[attr-defined]
+        job = worker.submit(SynthesisRequest("一句话。", VoiceSpec(seed=1)))
+        with pytest.raises(Exception, match="engine stopped"):
+            [chunk async for chunk in job.chunks(TIMEOUT_S)]
+        await wait_for(lambda: not worker.alive)
+        health = httpx.get(live.base_url + "/health", timeout=TIMEOUT_S)
+        assert health.status_code == 503
