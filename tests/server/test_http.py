@@ -401,3 +401,15 @@ def test_http_sample_rates_match_the_protocol() -> None:
     from streaming import protocol
 
     assert get_args(SampleRate) == protocol.SUPPORTED_SAMPLE_RATES_HZ
+
+
+def test_removed_header_is_capped_with_the_total_beside_it(http: httpx.Client) -> None:
+    """Many removals: X-TTS-Removed lists the first 32 runs, X-TTS-Removed-Count has them all."""
+    text = "你😀" * 40 + "。"
+    response = tts(http, text=text, format="pcm")
+    assert response.status_code == 200
+    listed = json.loads(response.headers["X-TTS-Removed"])
+    everything = tts(http, text=text, format="json").json()["removed"]
+    assert len(everything) > 32
+    assert listed == everything[:32]
+    assert response.headers["X-TTS-Removed-Count"] == str(len(everything))
