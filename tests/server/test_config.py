@@ -56,3 +56,17 @@ def test_bad_environment_value_names_the_variable() -> None:
     """A malformed TTS_* value stops start-up naming the variable."""
     with pytest.raises(SystemExit, match="TTS_MAX_CONTEXTS"):
         parse([], {"TTS_MAX_CONTEXTS": "many"})
+
+
+def test_settings_defaults_match_the_engine_defaults() -> None:
+    """The server's decoder and sampling defaults are the engine's own (no drift between them)."""
+    from server.engines.chattts import ChatTTSEngine
+
+    parameters = inspect.signature(ChatTTSEngine.__init__).parameters
+    defaults = chattts_options(Settings())
+    differing = {
+        name: (value, parameters[name].default)
+        for name, value in defaults.items()
+        if name != "device" and value != parameters[name].default
+    }
+    assert differing == {}
