@@ -33,9 +33,6 @@ from streaming.text import PreparedText
 logger = logging.getLogger(__name__)
 
 
-_UNAMBIGUOUS_SENTENCE_ENDS = frozenset("。！？；…”’）」』】》")
-
-
 class _Closed(Exception):
     """The client is gone; stop sending."""
 
@@ -122,13 +119,11 @@ class Context:
 
     def _arm_idle_timer(self) -> None:
         self._cancel_idle_timer()
-        pending = self.segmenter.pending_text.rstrip()
-        if pending:
+        if self.segmenter.pending_text.strip():
             settings = self.session.settings
-            # A complete CJK sentence is held only in case a closing quote follows; when
-            # the input pauses there (an LLM thinking), speak it soon, not after the full
-            # idle time. ASCII '.' is not in the set: "3." may still become "3.5".
-            complete = pending[-1] in _UNAMBIGUOUS_SENTENCE_ENDS
+            # When the input pauses (an LLM thinking) after a complete sentence, speak it
+            # soon rather than after the full idle time.
+            complete = self.segmenter.holds_complete_sentence
             delay_ms = settings.sentence_flush_ms if complete else settings.idle_flush_ms
             self._idle = asyncio.get_running_loop().call_later(delay_ms / 1000, self._on_idle)
 

@@ -152,6 +152,16 @@ class Segmenter:
         """Text pushed but not yet emitted in a segment."""
         return self._buf[self._start :]
 
+    @property
+    def holds_complete_sentence(self) -> bool:
+        """The pending text ends a Chinese sentence (。！？；… plus any closers after it).
+
+        Such text is held only in case more closers follow; a caller whose input has
+        paused may flush it early. ASCII '.' does not count: "3." may become "3.5".
+        """
+        pending = self.pending_text.rstrip().rstrip("".join(_CLOSERS))
+        return bool(pending) and pending[-1] in _CJK_TERMINATORS
+
     def push(self, text: str) -> list[Segment]:
         """Feed a delta; return the segments it completes, in order."""
         if not text:
@@ -380,7 +390,7 @@ class Segmenter:
         best: dict[str, list[int]] = {
             kind: [0, 0] for kind in ("sentence", "clause", "blank", "cjk", "symbol")
         }
-        hard = split = 0
+        hard = loose = split = 0
         in_clause = clause_cjk = in_sentence = False
         awaited: list[str] = []
         opened_at: list[int] = []  # buffer index of each open quote or bracket
@@ -431,11 +441,18 @@ class Segmenter:
                     or (_is_ascii_digit(before) and _is_ascii_digit(after))
                 ):
                     split = cut
-                    if not inside_number and not numeric[cut - start]:
-                        hard = cut
+                    if not inside_number:
+                        # Outside a tight number like 3.14 or 0/0, though perhaps inside
+                        # a loose date/time span ("0/ 0/0"): better than inside a number.
+                        loose = cut
+                        if not numeric[cut - start]:
+                            hard = cut
+                # A straight quote with nothing open before it opens a quote: a cut may
+                # go before it (it starts the next segment whole), unlike a closer.
+                opens_quote = balanced and (after == '"' or (after == "'" and not before.isalpha()))
                 if after.isspace():
                     candidates.append("blank")
-                elif after in _ATTACHING:
+                elif after in _ATTACHING and not opens_quote:
                     pass
                 elif not (before.isascii() and after.isascii()):
                     candidates.append("cjk")
@@ -461,7 +478,7 @@ class Segmenter:
             [open_quote]
             + [best[kind][0] for kind in ("clause", "blank", "cjk", "symbol")]
             + [best[kind][1] for kind in ("sentence", "clause", "blank", "cjk", "symbol")]
-            + [lead, hard, split]
+            + [lead, hard, loose, split]
         )
         for cut in order:
             if cut:

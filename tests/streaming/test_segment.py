@@ -372,3 +372,22 @@ def test_no_cut_inside_words_or_numbers(text: str, config: SegmenterConfig) -> N
         assert not (before.isascii() and before.isalpha() and after.isascii() and after.isalpha())
         assert not (before.isdigit() and after.isdigit())
         assert cut not in inside
+
+
+@pytest.mark.parametrize(
+    ("text", "complete"),
+    [
+        ("说完了。", True),
+        ("他说：“好了。”", True),
+        ("真的吗？！", True),
+        ("半句话", False),
+        ("函数（x）", False),
+        ("圆周率是3.", False),
+        ("", False),
+    ],
+)
+def test_holds_complete_sentence(text: str, complete: bool) -> None:
+    """Pending text counts as a complete sentence only after a CJK end mark (and closers)."""
+    segmenter = Segmenter()
+    segmenter.push(text)
+    assert segmenter.holds_complete_sentence is complete
