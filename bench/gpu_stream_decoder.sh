@@ -15,9 +15,13 @@
 #
 # Then two runs of bench/stream_decoder.py, each ending in one JSON line:
 #   1. float32 everywhere (like for like with the CPU figures), with the ONNX vocoder
-#      on the CUDA execution provider when onnxruntime-gpu is importable;
-#   2. the GPT in bfloat16 (ChatTTS's own paths run on the same cast GPT) and the
-#      Decoder + Vocos backbone under torch.compile.
+#      on the CUDA execution provider when onnxruntime-gpu is importable; its "gpt_cache"
+#      block times GPT steps on the dynamic cache, the static cache and the static cache
+#      replayed as CUDA graphs (ms per step, and how long the tokens stay the dynamic
+#      cache's: the CUDA graph step is first exercised here);
+#   2. the GPT in bfloat16 (ChatTTS's own paths run on the same cast GPT), its steps
+#      replayed as CUDA graphs, and the Decoder + Vocos backbone under torch.compile.
+#      If that run fails, it is repeated without CUDA graphs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -61,6 +65,10 @@ PYCHECK
 
 "$PY" bench/stream_decoder.py --device cuda --checkpoint "$CKPT" \
   --lengths 10 30 --repeats 3 --long-repeats 2 --first-audio-repeats 5
-"$PY" bench/stream_decoder.py --device cuda --checkpoint "$CKPT" \
-  --lengths 10 30 --repeats 2 --long-repeats 1 --first-audio-repeats 3 \
-  --gpt-dtype bfloat16 --compile-vocoder --no-onnx
+half=("$PY" bench/stream_decoder.py --device cuda --checkpoint "$CKPT"
+  --lengths 10 30 --repeats 2 --long-repeats 1 --first-audio-repeats 3
+  --gpt-dtype bfloat16 --compile-vocoder --no-onnx)
+"${half[@]}" --cuda-graphs || {
+  echo "the bfloat16 run with CUDA graphs failed (status $?); again without them"
+  "${half[@]}" --gpt-cache-steps 0
+}

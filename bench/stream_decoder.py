@@ -20,6 +20,10 @@ final JSON line:
   chunks (:mod:`streaming.seams`), ours and ChatTTS's stream.
 - SNR of our streamed audio against ChatTTS's one-shot decode of the same tokens (same
   seed, so the same tokens: pinned by tests/server/test_chattts_stream.py).
+- GPT KV cache (``gpt_cache``): our generation alone (no vocoder) with transformers'
+  dynamic cache (as ChatTTS), our static cache, and on CUDA the static cache replayed
+  as CUDA graphs: milliseconds per GPT step, the ratio to the dynamic cache, and
+  whether the tokens are the same as the dynamic cache's (same seed).
 - ONNX (``--onnx``, on by default when onnxruntime imports): Decoder + Vocos backbone +
   head projection exported to ONNX and run with ONNX Runtime against torch, on one
   typical window; the ISTFT stays in torch (complex ops do not export).
@@ -325,6 +329,64 @@ def context_sweep(chat: Any, ours: StreamingDecoder, hiddens: torch.Tensor) -> d
     return results
 
 
+def gpt_cache(chat: Any, ours: StreamingDecoder, speaker: str, steps: int, repeats: int,
+              device: str) -> dict[str, Any]:  # fmt: skip
+    """GPT steps alone on each KV cache: ms per step, ratio to the dynamic cache, same tokens?"""
+    variants = [("dynamic", {"gpt_cache": "dynamic", "cuda_graphs": False}),
+                ("static", {"gpt_cache": "static", "cuda_graphs": False})]  # fmt: skip
+    if device.startswith("cuda"):
+        variants.append(("static_cuda_graphs", {"gpt_cache": "static", "cuda_graphs": True}))
+    params = _ours_params(speaker, steps)
+    results: dict[str, Any] = {"steps": steps, "repeats": repeats}
+    reference: torch.Tensor | None = None
+    reference_hidden: torch.Tensor | None = None
+    for label, overrides in variants:
+        settings = dataclasses.replace(
+            ours.settings, compile_vocoder=False, vocoder_backend="torch", gpt_cache_slots=1,
+            gpt_cache_tokens=max(ours.settings.gpt_cache_tokens, steps + 512), **overrides,
+        )  # fmt: skip
+        try:
+            decoder = StreamingDecoder(chat, settings)
+            list(decoder.generate(TEXT, _ours_params(speaker, 8)))  # warm-up (graph capture)
+            times: list[float] = []
+            ids: list[torch.Tensor] = []
+            hidden: list[torch.Tensor] = []
+            for _ in range(repeats):
+                seconds, outputs = _timed(lambda d=decoder: list(d.generate(TEXT, params)), device)
+                times.append(seconds)
+                ids = [o.ids for o in outputs]
+                hidden = [o.hidden for o in outputs]
+        except Exception as exc:  # report a variant that cannot run, keep the others
+            results[label] = {"failed": f"{type(exc).__name__}: {exc}"[:300]}
+            print(f"GPT cache {label}: failed: {results[label]['failed']}")
+            continue
+        tokens = torch.stack(ids).cpu()
+        states = torch.stack(hidden).float().cpu()
+        if reference is None or reference_hidden is None:
+            reference, reference_hidden = tokens, states
+        # Where the tokens first differ from the dynamic cache's (sampling amplifies the
+        # last bits), and how far the hidden states are apart before that.
+        n = min(len(tokens), len(reference))
+        differs = (tokens[:n] != reference[:n]).any(dim=1).nonzero()
+        same_until = int(differs[0]) if differs.numel() else n
+        gap = (states[: same_until + 1] - reference_hidden[: same_until + 1]).abs().max()
+        ms_per_step = 1000 * statistics.median(times) / max(len(ids), 1)
+        results[label] = {
+            "ms_per_step": round(ms_per_step, 3),
+            "steps_done": len(ids),
+            "same_tokens_as_dynamic": bool(torch.equal(tokens, reference)),
+            "same_tokens_for_steps": same_until,
+            "hidden_max_abs_diff_until_then": float(gap),
+        }
+        if "dynamic" in results and "ms_per_step" in results["dynamic"]:
+            results[label]["ratio_to_dynamic"] = round(
+                ms_per_step / results["dynamic"]["ms_per_step"], 3
+            )
+        print(f"GPT cache {label}: {ms_per_step:.2f} ms per step over {len(ids)} steps "
+              f"{results[label]}")  # fmt: skip
+    return results
+
+
 def _seam_dict(report: Any) -> dict[str, Any]:
     return {
         "joins": report.joins,
@@ -398,6 +460,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decoder-dtype", default="float32")
     parser.add_argument("--compile-vocoder", action="store_true")
     parser.add_argument("--no-onnx", action="store_true")
+    parser.add_argument("--gpt-cache", choices=["dynamic", "static"], default="dynamic",
+                        help="our decoder's KV cache in the stream figures")  # fmt: skip
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="our decoder replays the GPT step as a CUDA graph (static cache)")  # fmt: skip
+    parser.add_argument("--gpt-cache-steps", type=int, default=469,
+                        help="GPT steps per run of the KV-cache comparison (0: skip it)")  # fmt: skip
+    parser.add_argument("--only-gpt-cache", action="store_true",
+                        help="run only the KV-cache comparison")  # fmt: skip
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--clock", choices=["cpu", "wall"], default=None,
                         help="what to time with (default: cpu on CPU, wall on CUDA)")  # fmt: skip
@@ -425,6 +495,8 @@ def main(argv: list[str] | None = None) -> int:
             gpt_dtype=args.gpt_dtype,
             decoder_dtype=args.decoder_dtype,
             compile_vocoder=args.compile_vocoder,
+            gpt_cache="static" if args.cuda_graphs else args.gpt_cache,
+            cuda_graphs=args.cuda_graphs,
         ),
     )
     if args.decoder_dtype != "float32":
@@ -445,8 +517,15 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {k: getattr(ours.settings, k) for k in (
             "first_chunk_steps", "chunk_growth", "max_chunk_steps", "left_context_frames",
             "lookahead_frames", "overlap_samples", "gpt_dtype", "decoder_dtype", "compile_vocoder",
-            "vocoder_backend")},
+            "vocoder_backend", "gpt_cache", "cuda_graphs")},
     }  # fmt: skip
+    if args.gpt_cache_steps:
+        results["gpt_cache"] = gpt_cache(
+            chat, ours, speaker, args.gpt_cache_steps, max(args.repeats, 1), args.device
+        )
+    if args.only_gpt_cache:
+        print(json.dumps(results, ensure_ascii=False))
+        return 0
     if args.decoder_dtype == "float32":
         results["first_audio"] = first_audio(
             chat, ours, speaker, args.first_audio_repeats, args.device

@@ -58,6 +58,13 @@ class Settings:
     decoder_dtype: str = "float32"
     compile_vocoder: bool = False
     vocoder_backend: str = "torch"  # or "onnx" (ONNX Runtime; needs the onnx extra)
+    # The GPT's KV cache: "dynamic" (transformers', as ChatTTS) or "static" (preallocated
+    # per segment slot; gpt_cache_slots 0 = max_active_segments). cuda_graphs: replay
+    # each GPT step as a CUDA graph (CUDA, static cache).
+    gpt_cache: str = "dynamic"
+    gpt_cache_tokens: int = 2560
+    gpt_cache_slots: int = 0
+    cuda_graphs: bool = False
 
     # Auth: no tokens means open (with a warning in the log).
     tokens: tuple[str, ...] = field(default=(), repr=False)
@@ -174,6 +181,25 @@ _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "CUDA: torch.compile the vocoder (true/false)",
     ),
     ("--vocoder-backend", "vocoder_backend", str, "torch, or onnx (ONNX Runtime, the onnx extra)"),
+    ("--gpt-cache", "gpt_cache", str, "the GPT's KV cache: dynamic or static (preallocated)"),
+    (
+        "--gpt-cache-tokens",
+        "gpt_cache_tokens",
+        int,
+        "static cache: positions per segment (prompt + max new tokens); longer ones use dynamic",
+    ),
+    (
+        "--gpt-cache-slots",
+        "gpt_cache_slots",
+        int,
+        "static cache: segments cached at once (0: --max-active-segments)",
+    ),
+    (
+        "--cuda-graphs",
+        "cuda_graphs",
+        _env_bool,
+        "CUDA: replay each GPT step as a CUDA graph (needs --gpt-cache static)",
+    ),
     (
         "--fallback-on-load-failure",
         "fallback_on_load_failure",
@@ -310,6 +336,14 @@ def validate(settings: Settings) -> None:
             problems.append(f"{name} must be float32, float16 or bfloat16")
     if settings.vocoder_backend not in ("torch", "onnx"):
         problems.append("vocoder_backend must be torch or onnx")
+    if settings.gpt_cache not in ("dynamic", "static"):
+        problems.append(f"gpt_cache must be dynamic or static, not {settings.gpt_cache!r}")
+    if settings.cuda_graphs and settings.gpt_cache != "static":
+        problems.append("cuda_graphs needs gpt_cache static")
+    if settings.gpt_cache_tokens < 2:
+        problems.append("gpt_cache_tokens must be at least 2")
+    if settings.gpt_cache_slots < 0:
+        problems.append("gpt_cache_slots must not be negative (0: max_active_segments)")
     if settings.chunk_growth < 1:
         problems.append("chunk_growth must be at least 1")
     if settings.engine == "chattts" and settings.model_dir is None:

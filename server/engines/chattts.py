@@ -90,7 +90,8 @@ class ChatTTSEngine:
     and chunks then grow by ``chunk_growth`` up to ``max_chunk_steps``; each is decoded
     with ``left_context_frames`` of context, ``lookahead_frames`` held back and
     ``overlap_samples`` crossfaded (see :class:`StreamSettings`, which also documents
-    ``gpt_dtype``, ``decoder_dtype``, ``compile_vocoder`` and ``vocoder_backend``).
+    ``gpt_dtype``, ``decoder_dtype``, ``compile_vocoder``, ``vocoder_backend``,
+    ``gpt_cache``, ``gpt_cache_tokens``, ``gpt_cache_slots`` and ``cuda_graphs``).
 
     With ``decoder="chattts"``, ``stream_batch`` GPT steps make one chunk (46.875 steps per second of audio);
     ChatTTS drops the first ``pass_first_n_batches`` yields, i.e. holds the first audio
@@ -127,6 +128,10 @@ class ChatTTSEngine:
         decoder_dtype: str = "float32",
         compile_vocoder: bool = False,
         vocoder_backend: str = "torch",
+        gpt_cache: str = "dynamic",
+        gpt_cache_tokens: int = 2560,
+        gpt_cache_slots: int = 8,
+        cuda_graphs: bool = False,
     ) -> None:
         if decoder not in ("ours", "chattts"):
             raise ValueError(f"decoder must be 'ours' or 'chattts', not {decoder!r}")
@@ -156,6 +161,10 @@ class ChatTTSEngine:
             decoder_dtype=decoder_dtype,
             compile_vocoder=compile_vocoder,
             vocoder_backend=vocoder_backend,
+            gpt_cache=gpt_cache,
+            gpt_cache_tokens=gpt_cache_tokens,
+            gpt_cache_slots=gpt_cache_slots,
+            cuda_graphs=cuda_graphs,
         )
         self._chat: Any = load_chat(model_dir, device=self.device, compile=compile)
         # An instance attribute: ChatTTS reads chat.context at each generate() call.
@@ -167,6 +176,9 @@ class ChatTTSEngine:
     def warm_up(self) -> None:
         """Run one short synthesis so the first real request pays no lazy start-up cost."""
         started = time.perf_counter()
+        static_gpt = self._stream.static_gpt if self._stream is not None else None
+        if static_gpt is not None and static_gpt.cuda_graphs:
+            static_gpt.prepare()  # every slot's CUDA graph, so no request pays a capture
         request = SynthesisRequest(text=_WARM_UP_TEXT, voice=VoiceSpec())
         samples = sum(
             chunk.size for chunk in self._synthesize(request, lambda: False, max_new_token=48)
@@ -340,7 +352,10 @@ class ChatTTSEngine:
         return self._stream is not None
 
     def release_idle_memory(self) -> None:
-        """Return the CUDA allocator's cached blocks while idle (a no-op on CPU)."""
+        """Free idle static KV-cache slots (and their CUDA graphs), then return the CUDA
+        allocator's cached blocks."""
+        if self._stream is not None and self._stream.static_gpt is not None:
+            self._stream.static_gpt.release_memory()
         if self.device.startswith("cuda"):
             torch.cuda.empty_cache()
 

@@ -45,6 +45,7 @@ import torch.nn.utils.parametrize as parametrize
 from ChatTTS.model.processors import gen_logits
 
 from server.engines.base import Cancelled
+from server.engines.gpt_static import CacheSlot, StaticGPT
 from streaming.chunking import ChunkSchedule
 from streaming.crossfade import WindowJoiner
 
@@ -98,6 +99,13 @@ class StreamSettings:
     Vocos backbone (dynamic shapes; pays on CUDA for long services).
     ``vocoder_backend``: ``"torch"``, or ``"onnx"`` to run the Decoder + Vocos backbone
     in ONNX Runtime (:class:`OnnxVocoder`; needs the ``onnx`` extra).
+
+    ``gpt_cache``: ``"dynamic"`` (transformers' ``DynamicCache``, as ChatTTS) or
+    ``"static"`` (:class:`server.engines.gpt_static.StaticGPT`: keys and values written in
+    place into buffers of ``gpt_cache_tokens`` positions, ``gpt_cache_slots`` utterances
+    at once; an utterance that does not fit, or finds every slot taken, runs on the
+    dynamic cache). ``cuda_graphs`` (CUDA, static cache only): each GPT step replays a
+    captured CUDA graph.
     """
 
     first_chunk_steps: int = 12
@@ -110,8 +118,18 @@ class StreamSettings:
     decoder_dtype: str = "float32"
     compile_vocoder: bool = False
     vocoder_backend: str = "torch"
+    gpt_cache: str = "dynamic"
+    gpt_cache_tokens: int = 2560
+    gpt_cache_slots: int = 4
+    cuda_graphs: bool = False
 
     def __post_init__(self) -> None:
+        if self.gpt_cache not in ("dynamic", "static"):
+            raise ValueError("gpt_cache must be 'dynamic' or 'static'")
+        if self.gpt_cache_tokens < 2 or self.gpt_cache_slots < 1:
+            raise ValueError("gpt_cache_tokens must be >= 2 and gpt_cache_slots >= 1")
+        if self.cuda_graphs and self.gpt_cache != "static":
+            raise ValueError("cuda_graphs needs gpt_cache='static'")
         if self.vocoder_backend not in ("torch", "onnx"):
             raise ValueError("vocoder_backend must be 'torch' or 'onnx'")
         if self.left_context_frames < 0 or self.lookahead_frames < 0:
@@ -207,6 +225,14 @@ class StreamingDecoder:
         self._onnx: OnnxVocoder | None = None
         if self.settings.vocoder_backend == "onnx":
             self._onnx = OnnxVocoder(chat)
+        self.static_gpt: StaticGPT | None = None
+        if self.settings.gpt_cache == "static":
+            self.static_gpt = StaticGPT(
+                chat.gpt.gpt,
+                max_tokens=self.settings.gpt_cache_tokens,
+                slots=self.settings.gpt_cache_slots,
+                cuda_graphs=self.settings.cuda_graphs,
+            )
 
     # -- generation ---------------------------------------------------------------------
 
@@ -255,6 +281,49 @@ class StreamingDecoder:
         ids_buf.narrow(1, 0, start).copy_(input_ids)
         mask_buf = torch.ones(1, start + max_new, dtype=torch.bool, device=input_ids.device)
         mask_buf.narrow(1, 0, attention_mask.size(1)).copy_(attention_mask)
+        static = self.static_gpt
+        # The static cache assumes an unpadded prompt (one text always is).
+        unpadded = bool(attention_mask.all())
+        slot = static.acquire(start + max_new) if static is not None and unpadded else None
+        try:
+            yield from self._steps(
+                text_len=start,
+                max_new=max_new,
+                emb=emb,
+                ids_buf=ids_buf,
+                mask_buf=mask_buf,
+                slot=slot,
+                params=params,
+                logits_processors=logits_processors,
+                temperature=temperature,
+                should_stop=should_stop,
+            )
+        finally:
+            if slot is not None:
+                assert static is not None
+                static.release(slot)
+
+    def _steps(
+        self,
+        *,
+        text_len: int,
+        max_new: int,
+        emb: torch.Tensor,
+        ids_buf: torch.Tensor,
+        mask_buf: torch.Tensor,
+        slot: CacheSlot | None,
+        params: GenerationParams,
+        logits_processors: tuple[Any, ...],
+        temperature: torch.Tensor,
+        should_stop: Callable[[], bool],
+    ) -> Iterator[StepOutput]:
+        chat = self.chat
+        gpt = chat.gpt
+        num_vq = int(chat.config.gpt.num_vq)
+        eos_token = int(chat.config.gpt.num_audio_tokens) - 1
+        device = torch.device(chat.device)
+        device_gpt = gpt.device_gpt
+        start = text_len
         gpt_dtype = gpt.gpt.dtype
         # ChatTTS casts position ids to the model dtype; in float32 that is exact (and we
         # keep it, for bit-identical tokens), but bfloat16 rounds integers above 256 and
@@ -265,35 +334,44 @@ class StreamingDecoder:
         for step in range(max_new):
             if should_stop():
                 raise Cancelled("stopped inside the GPT loop")
-            # Same inputs, dtypes and mask form as ChatTTS's _prepare_generation_inputs,
-            # so the arithmetic (hence the sampled tokens) is bit-identical.
-            mask = mask_buf.narrow(1, 0, progress)
-            position_ids = mask.long().cumsum(-1) - 1
-            position_ids.masked_fill_(mask.eq(0), 1)
             if step == 0:
-                cache_position = torch.arange(0, progress, device=input_ids.device)
                 inputs_embeds = emb
             else:
-                position_ids = position_ids.narrow(1, -1, 1)
-                cache_position = torch.arange(progress - 1, progress, device=input_ids.device)
                 last = ids_buf.narrow(1, progress - 1, 1).to(device_gpt)
                 inputs_embeds = torch.stack(
                     [gpt.emb_code[q](last[:, :, q]).to(device) for q in range(num_vq)], 3
                 ).sum(3)
-            outputs = gpt.gpt(
-                attention_mask=mask.to(device_gpt, dtype=gpt_dtype),
-                position_ids=position_ids.to(device_gpt, dtype=index_dtype),
-                past_key_values=past,
-                inputs_embeds=inputs_embeds.to(device_gpt, dtype=gpt_dtype),
-                use_cache=True,
-                output_attentions=False,
-                cache_position=cache_position.to(device_gpt, dtype=index_dtype),
-            )
-            past = outputs.past_key_values
+            if slot is not None:
+                assert self.static_gpt is not None
+                run = self.static_gpt.prefill if step == 0 else self.static_gpt.step
+                last_hidden = run(slot, inputs_embeds.to(device_gpt, dtype=gpt_dtype))
+            else:
+                # Same inputs, dtypes and mask form as ChatTTS's _prepare_generation_inputs,
+                # so the arithmetic (hence the sampled tokens) is bit-identical.
+                mask = mask_buf.narrow(1, 0, progress)
+                position_ids = mask.long().cumsum(-1) - 1
+                position_ids.masked_fill_(mask.eq(0), 1)
+                if step == 0:
+                    cache_position = torch.arange(0, progress, device=ids_buf.device)
+                else:
+                    position_ids = position_ids.narrow(1, -1, 1)
+                    cache_position = torch.arange(progress - 1, progress, device=ids_buf.device)
+                outputs = gpt.gpt(
+                    attention_mask=mask.to(device_gpt, dtype=gpt_dtype),
+                    position_ids=position_ids.to(device_gpt, dtype=index_dtype),
+                    past_key_values=past,
+                    inputs_embeds=inputs_embeds.to(device_gpt, dtype=gpt_dtype),
+                    use_cache=True,
+                    output_attentions=False,
+                    cache_position=cache_position.to(device_gpt, dtype=index_dtype),
+                )
+                past = outputs.past_key_values
+                last_hidden = outputs.last_hidden_state
+                del outputs
             # The heads see every position of the prefill, as in ChatTTS: a GEMM over the
             # whole prompt may round differently from a GEMV over its last row.
-            states = outputs.last_hidden_state.to(device, dtype=torch.float)
-            del outputs
+            states = last_hidden.to(device, dtype=torch.float)
+            del last_hidden
             with parametrize.cached():
                 logits = torch.empty(
                     1, states.size(1), eos_token + 1, num_vq, dtype=torch.float, device=device

@@ -86,5 +86,11 @@ def chattts_options(settings: Settings) -> dict[str, Any]:
         "decoder_dtype",
         "compile_vocoder",
         "vocoder_backend",
+        "gpt_cache",
+        "gpt_cache_tokens",
+        "cuda_graphs",
     )
-    return {name: getattr(settings, name) for name in names}
+    options = {name: getattr(settings, name) for name in names}
+    # 0: one slot per segment the worker may interleave.
+    options["gpt_cache_slots"] = settings.gpt_cache_slots or settings.max_active_segments
+    return options

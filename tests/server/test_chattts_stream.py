@@ -172,13 +172,17 @@ def test_vocode_stream_replays_the_same_windows(chat: Any, speaker: str) -> None
 
 
 class _StopAfter:
-    """should_stop that turns true on its n-th call; counts GPT forwards after that."""
+    """should_stop that turns true on its n-th call; counts GPT forwards after that.
+
+    A forward is counted at the GPT's final norm, which both KV-cache paths run once per
+    forward (the static one does not call the transformers model itself).
+    """
 
     def __init__(self, chat: Any, n: int) -> None:
         self.n = n
         self.calls = 0
         self.forwards_after_stop = 0
-        self._handle = chat.gpt.gpt.register_forward_hook(self._hook)
+        self._handle = chat.gpt.gpt.norm.register_forward_hook(self._hook)
 
     def _hook(self, module: Any, args: Any, output: Any) -> None:
         if self.calls >= self.n:
@@ -192,12 +196,13 @@ class _StopAfter:
         self._handle.remove()
 
 
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
 @pytest.mark.parametrize("n", [1, 5, 30])
-def test_cancellation_stops_between_steps(chat: Any, speaker: str, n: int) -> None:
+def test_cancellation_stops_between_steps(chat: Any, speaker: str, n: int, cache: str) -> None:
     """A stop lands before the next GPT step: Cancelled, and no forward runs after it."""
     stop = _StopAfter(chat, n)
     params = GenerationParams(spk_emb=speaker, seed=1, max_new_token=100, min_new_token=100)
-    decoder = StreamingDecoder(chat)
+    decoder = StreamingDecoder(chat, StreamSettings(gpt_cache=cache, gpt_cache_slots=1))
     try:
         with pytest.raises(Cancelled):
             list(decoder.stream(TEXT, params, stop))
@@ -206,6 +211,11 @@ def test_cancellation_stops_between_steps(chat: Any, speaker: str, n: int) -> No
     assert stop.calls == n
     assert stop.forwards_after_stop == 0
     assert decoder.last_stats.steps == n - 1
+    if decoder.static_gpt is not None:
+        # The cancelled utterance gave its cache slot back: the next one reuses it.
+        list(decoder.generate(TEXT, GenerationParams(seed=1, max_new_token=3, min_new_token=3)))
+        assert decoder.static_gpt.allocated_slots == 1
+        assert decoder.static_gpt.fallbacks == 0
 
 
 def test_same_seed_and_speaker_give_identical_audio(chat: Any, speaker: str) -> None:

@@ -40,6 +40,10 @@ def test_chattts_options_are_engine_parameters() -> None:
         (["--decoder", "fast"], "decoder must be ours or chattts"),
         (["--gpt-dtype", "int8"], "gpt_dtype must be float32, float16 or bfloat16"),
         (["--vocoder-backend", "tensorrt"], "vocoder_backend must be torch or onnx"),
+        (["--gpt-cache", "paged"], "gpt_cache must be dynamic or static"),
+        (["--cuda-graphs", "true"], "cuda_graphs needs gpt_cache static"),
+        (["--gpt-cache-tokens", "1"], "gpt_cache_tokens must be at least 2"),
+        (["--gpt-cache-slots", "-1"], "gpt_cache_slots must not be negative"),
         (["--chunk-growth", "0.5"], "chunk_growth must be at least 1"),
         (["--max-contexts", "0"], "max_contexts must be positive"),
         (["--drain-timeout-s", "-1"], "drain_timeout_s must not be negative"),
@@ -70,3 +74,16 @@ def test_settings_defaults_match_the_engine_defaults() -> None:
         if name != "device" and value != parameters[name].default
     }
     assert differing == {}
+
+
+def test_static_cache_settings_reach_the_engine() -> None:
+    """--gpt-cache static with --cuda-graphs reaches ChatTTSEngine; 0 slots means one per
+    segment the worker interleaves."""
+    options = chattts_options(
+        parse(["--gpt-cache", "static", "--cuda-graphs", "true", "--max-active-segments", "3"])
+    )
+    assert options["gpt_cache"] == "static" and options["cuda_graphs"] is True
+    assert options["gpt_cache_slots"] == 3
+    env = {"TTS_GPT_CACHE_SLOTS": "5", "TTS_GPT_CACHE_TOKENS": "1024"}
+    options = chattts_options(parse([], env))
+    assert (options["gpt_cache_slots"], options["gpt_cache_tokens"]) == (5, 1024)
