@@ -225,7 +225,12 @@ _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         float,
         "on SIGTERM, let audio in progress finish for up to this long (0: close at once)",
     ),
-    ("--segment-timeout-s", "segment_timeout_s", float, "synthesis time allowed per segment"),
+    (
+        "--segment-timeout-s",
+        "segment_timeout_s",
+        float,
+        "time a segment may wait for its audio (queueing and synthesis, not sending)",
+    ),
     ("--http-timeout-s", "http_timeout_s", float, "synthesis time allowed per POST /v1/tts"),
     ("--segment-max-chars", "segment_max_chars", int, "longest segment sent to the engine"),
     (

@@ -98,18 +98,21 @@ class Job:
     async def chunks(self, timeout_s: float) -> AsyncIterator[np.ndarray]:
         """Yield the chunks as they are made; raise on engine failure or timeout.
 
-        ``timeout_s`` bounds the whole segment, queueing included; on expiry the job is
-        cancelled so the engine moves on.
+        ``timeout_s`` bounds the time spent waiting for this segment's audio, queueing
+        included, but not the time the caller spends between chunks (sending them to a
+        slow client is not slow synthesis); on expiry the job is cancelled so the
+        engine moves on.
         """
-        deadline = self._loop.time() + timeout_s
+        remaining = timeout_s
         while True:
-            remaining = deadline - self._loop.time()
+            waiting_since = self._loop.time()
             try:
                 async with asyncio.timeout(max(remaining, 0)):
                     item = await self._chunks.get()
             except TimeoutError:
                 self.cancel()
                 raise SynthesisTimeout(f"segment not synthesised within {timeout_s:g} s") from None
+            remaining -= self._loop.time() - waiting_since
             if item is _END:
                 return
             if item is _FELL_BACK:

@@ -283,7 +283,7 @@ class StaticGPT:
                 self._forward_static(slot)
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             slot.output = self._forward_static(slot)
         slot.graph = graph
         logger.info("captured the GPT step as a CUDA graph (cache slot %d)", slot.index)

@@ -9,6 +9,7 @@ import pytest
 
 from server.engines.base import SynthesisRequest, VoiceSpec
 from server.engines.fake import ScriptedEngine
+from server.errors import SynthesisTimeout
 from server.metrics import Metrics
 from server.worker import EngineWorker
 from tests.live import TIMEOUT_S
@@ -152,3 +153,29 @@ async def test_dead_engine_thread_ends_jobs_and_fails_liveness() -> None:
         await wait_for(lambda: not worker.alive)
         health = httpx.get(live.base_url + "/health", timeout=TIMEOUT_S)
         assert health.status_code == 503
+
+
+async def test_segment_timeout_does_not_count_time_spent_between_chunks() -> None:
+    """The timeout bounds waiting for audio, not the caller's time between chunks (a slow
+    send to the client): a caller that stalls 1 s after the first chunk, on an engine
+    that makes a chunk every 100 ms, gets all 15 chunks within a 1 s timeout (it waits
+    ~0.5 s in all), and a 0.3 s timeout still ends a segment the engine needs 1.5 s for."""
+    engine = ScriptedEngine(chunk_ms=100, chunk_delay_s=0.1, ms_per_char=500)
+    worker = EngineWorker(lambda: (engine, False, None), Metrics(), idle_release_s=60)
+    worker.start()
+    try:
+        assert await asyncio.to_thread(worker.wait_ready, TIMEOUT_S)
+        # 3 characters at 500 ms each, in 100 ms chunks: 15 chunks, 1.5 s of engine time.
+        job = worker.submit(SynthesisRequest("一二。", VoiceSpec(seed=1)))
+        chunks = 0
+        async for _ in job.chunks(1.0):
+            chunks += 1
+            if chunks == 1:
+                await asyncio.sleep(1.0)
+        assert chunks == 15
+        slow = worker.submit(SynthesisRequest("一二。", VoiceSpec(seed=1)))
+        with pytest.raises(SynthesisTimeout):
+            async for _ in slow.chunks(0.3):
+                pass
+    finally:
+        await asyncio.to_thread(worker.stop)
