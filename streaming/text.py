@@ -242,6 +242,9 @@ _MARKUP = re.compile(
 )
 # [text](url) and ![alt](url): the text is read, the rest is markup.
 _LINK = re.compile(r"(!?\[)([^\]\n]*)(\]\([^)\s]*\))")
+# An ordered-list item's number at the start of a line ("1. ", "2) ", "3、"): read as the
+# number and a comma ("一，打开设置"), not as a sentence end ("一。").
+_LIST_NUMBER = re.compile(r"^[ \t]*(\d{1,3})([.)．）、])(?=[ \t]|$)", re.MULTILINE)
 
 
 def _markup_rule(text: str, normalizer: Normalizer | None, allow_tags: bool) -> Iterator[_Token]:
@@ -251,6 +254,9 @@ def _markup_rule(text: str, normalizer: Normalizer | None, allow_tags: bool) -> 
     for match in _MARKUP.finditer(text):
         if match.end() > match.start():
             yield _dropped(match.start(), match.end(), REASON_MARKUP)
+    for match in _LIST_NUMBER.finditer(text):
+        yield _normalize_or_drop(match.start(1), match.end(1), match.group(1), normalizer)
+        yield _Token(match.start(2), match.end(2), _Kind.COMMA)
 
 
 _URL = re.compile(
