@@ -61,6 +61,7 @@ __all__ = [
     "StreamStats",
     "StreamingDecoder",
     "VocoderFeatures",
+    "cast_gpt",
     "istft",
 ]
 
@@ -78,6 +79,27 @@ _DTYPES: dict[str, torch.dtype] = {
 
 def _never() -> bool:
     return False
+
+
+def cast_gpt(model: Any, dtype: torch.dtype) -> None:
+    """Cast ChatTTS's ``LlamaModel`` to ``dtype`` in place, its rotary frequencies excepted.
+
+    ``Module.to`` casts every floating buffer, the rotary embedding's ``inv_freq``
+    included: in bfloat16 its 8-bit mantissa turns position 2559 by up to a radian.
+    The rotary forward computes in float32 from it anyway, so it stays float32 (as a
+    model loaded in half precision by transformers keeps it).
+    """
+    rotary = model.rotary_emb
+    frequencies = {
+        name: getattr(rotary, name).detach().float().clone()
+        for name in ("inv_freq", "original_inv_freq")
+        if isinstance(getattr(rotary, name, None), torch.Tensor)
+    }
+    if any(t.dtype != torch.float32 for t in (getattr(rotary, n) for n in frequencies)):
+        logger.warning("the GPT's rotary frequencies were already cast; precision is lost")
+    model.to(dtype=dtype)
+    for name, tensor in frequencies.items():
+        setattr(rotary, name, tensor)
 
 
 @dataclass(frozen=True)
@@ -213,7 +235,7 @@ class StreamingDecoder:
             raise ValueError("half-precision GPT / Decoder is for CUDA only")
         gpt_dtype = _DTYPES[self.settings.gpt_dtype]
         if chat.gpt.gpt.dtype != gpt_dtype:
-            chat.gpt.gpt.to(dtype=gpt_dtype)
+            cast_gpt(chat.gpt.gpt, gpt_dtype)
         self._decoder_dtype = _DTYPES[self.settings.decoder_dtype]
         if self._decoder_dtype != torch.float32:
             chat.decoder.to(dtype=self._decoder_dtype)

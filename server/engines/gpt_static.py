@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,9 @@ class CacheSlot:
     position: torch.Tensor | None = None
     graph: Any = None
     output: torch.Tensor | None = None
+    #: The stream this slot's graph was warmed up and captured on (its own: cuBLAS keeps
+    #: a workspace per stream, which must live exactly as long as the graph using it).
+    stream: Any = None
     replays: int = field(default=0)
 
 
@@ -99,6 +103,10 @@ class StaticGPT:
         self.max_tokens = max_tokens
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
+        rope_type = str(getattr(model.rotary_emb, "rope_type", "default"))
+        if cuda_graphs and ("dynamic" in rope_type or rope_type == "longrope"):
+            # Their rotary update checks the sequence length on the host: not capturable.
+            raise ValueError(f"cuda_graphs cannot capture the {rope_type!r} rotary embedding")
         if cuda_graphs and self.device.type != "cuda":
             raise ValueError("cuda_graphs needs the GPT on a CUDA device")
         self.cuda_graphs = cuda_graphs
@@ -136,7 +144,13 @@ class StaticGPT:
         slot.length = 0
 
     def release_memory(self) -> None:
-        """Drop every idle slot's buffers and graphs (the engine's idle memory release)."""
+        """Drop every idle slot's buffers (the engine's idle memory release).
+
+        Not with ``cuda_graphs``: capturing again would land on the first step of the
+        next request; the graphs and their caches stay (``slots`` x the cache size).
+        """
+        if self.cuda_graphs:
+            return
         self._slots = [slot for slot in self._slots if slot.busy]
         for index, slot in enumerate(self._slots):
             slot.index = index
@@ -218,6 +232,18 @@ class StaticGPT:
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
         causal = mask is None and q.size(2) > 1
+        if mask is not None and q.is_cuda:
+            # The masked (graph) step: memory-efficient attention or the math kernel,
+            # never cuDNN attention, whose masked path has open bugs in half precision.
+            with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
+                return F.scaled_dot_product_attention(
+                    q,
+                    k,
+                    v,
+                    attn_mask=mask,
+                    scale=self.scaling,
+                    enable_gqa=self.kv_heads != self.heads,
+                )
         return F.scaled_dot_product_attention(
             q,
             k,
@@ -274,17 +300,20 @@ class StaticGPT:
         slot.position = torch.full((1,), self.max_tokens - 1, device=self.device)
 
     def _capture(self, slot: CacheSlot) -> None:
-        # Each slot's graph gets its own memory pool: slots replay in any order, so a
-        # shared pool's "replay in capture order" condition would not hold.
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(2):  # kernel selection, lazy inits: not inside the capture
-                self._forward_static(slot)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            slot.output = self._forward_static(slot)
+        # Warm-up and capture on the slot's own stream, made on the GPT's device (the
+        # default capture stream belongs to the current device, which need not be it).
+        slot.stream = torch.cuda.Stream(self.device)
+        with torch.cuda.device(self.device):
+            slot.stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(slot.stream):
+                for _ in range(2):  # kernel selection, lazy inits: not inside the capture
+                    self._forward_static(slot)
+            torch.cuda.current_stream(self.device).wait_stream(slot.stream)
+            graph = torch.cuda.CUDAGraph()
+            # Each slot's graph has its own memory pool: slots replay in any order, so
+            # a shared pool's "replay in capture order" condition would not hold.
+            with torch.cuda.graph(graph, stream=slot.stream, capture_error_mode="thread_local"):
+                slot.output = self._forward_static(slot)
         slot.graph = graph
         logger.info("captured the GPT step as a CUDA graph (cache slot %d)", slot.index)
 
@@ -292,7 +321,21 @@ class StaticGPT:
         if slot.embeds is None:
             self._static_inputs(slot)
             if self.cuda_graphs:
-                self._capture(slot)
+                try:
+                    self._capture(slot)
+                except Exception:
+                    # Serve on: this and every later step run the eager static cache.
+                    logger.exception("CUDA graph capture failed; the GPT runs without graphs")
+                    self.cuda_graphs = self.static_shapes = False
+                    for each in self._slots:
+                        each.embeds = each.position = each.graph = each.output = None
+                        each.stream = None
+                    return self._forward_eager(
+                        slot,
+                        embeds,
+                        torch.tensor([[position]], device=self.device),
+                        position,
+                    )
         assert slot.embeds is not None and slot.position is not None
         slot.embeds.copy_(embeds)
         slot.position.fill_(position)

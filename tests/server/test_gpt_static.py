@@ -16,7 +16,12 @@ import torch
 
 from server.checkpoint import load_chat
 from server.engines.chattts import ChatTTSEngine
-from server.engines.chattts_stream import GenerationParams, StreamingDecoder, StreamSettings
+from server.engines.chattts_stream import (
+    GenerationParams,
+    StreamingDecoder,
+    StreamSettings,
+    cast_gpt,
+)
 from server.engines.gpt_static import StaticGPT
 from tests.server.test_chattts_stream import TEXT, _chattts_generation
 
@@ -180,7 +185,7 @@ def test_half_precision_positions_stay_exact(tiny_checkpoint: Path, speaker: str
         static_decoder = _static(chat)
         # What gpt_dtype="bfloat16" does on CUDA (StreamingDecoder refuses it on a CPU
         # model, and casts to its setting when built: so cast after building both).
-        chat.gpt.gpt.to(dtype=torch.bfloat16)
+        cast_gpt(chat.gpt.gpt, torch.bfloat16)
         static_decoder.static_gpt = StaticGPT(chat.gpt.gpt, max_tokens=512, slots=1)
         seen: list[torch.Tensor] = []
         hook = chat.gpt.gpt.register_forward_pre_hook(
@@ -202,13 +207,63 @@ def test_half_precision_positions_stay_exact(tiny_checkpoint: Path, speaker: str
 
 
 def test_cuda_graphs_need_cuda_and_the_static_cache(chat: Any) -> None:
-    """cuda_graphs on a CPU model, or without the static cache, is refused up front."""
+    """cuda_graphs on a CPU model, without the static cache, or with a rotary embedding
+    that checks lengths on the host, is refused up front."""
     with pytest.raises(ValueError, match="CUDA"):
         StreamingDecoder(chat, StreamSettings(gpt_cache="static", cuda_graphs=True))
     with pytest.raises(ValueError, match="static"):
         StreamSettings(cuda_graphs=True)
     with pytest.raises(ValueError):
         StreamSettings(gpt_cache="paged")
+    rotary = chat.gpt.gpt.rotary_emb
+    saved = rotary.rope_type
+    rotary.rope_type = "dynamic"
+    try:
+        with pytest.raises(ValueError, match="rotary"):
+            StaticGPT(chat.gpt.gpt, max_tokens=64, slots=1, cuda_graphs=True)
+    finally:
+        rotary.rope_type = saved
+
+
+def test_a_failed_capture_serves_on_without_graphs(
+    chat: Any, speaker: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """If capturing the CUDA graph fails, the error is logged and the utterance (and the
+    ones after it) run on the eager static cache: same tokens, nothing lost."""
+    params = GenerationParams(spk_emb=speaker, seed=4, max_new_token=40, min_new_token=40)
+    expected = [o.ids for o in StreamingDecoder(chat).generate(TEXT, params)]
+    decoder = _static(chat, static_shapes=True)
+    gpt = decoder.static_gpt
+    assert gpt is not None
+    gpt.cuda_graphs = True  # as on CUDA; the capture below fails as a driver error would
+
+    def failing_capture(slot: Any) -> None:
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(gpt, "_capture", failing_capture)
+    for _ in range(2):
+        got = [o.ids for o in decoder.generate(TEXT, params)]
+        assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+    assert (gpt.cuda_graphs, gpt.static_shapes) == (False, False)
+    assert "CUDA graph capture failed" in caplog.text
+    assert gpt._slots[0].embeds is None and gpt._slots[0].graph is None
+
+
+def test_cast_gpt_keeps_rotary_frequencies_in_float32(tiny_checkpoint: Path) -> None:
+    """Casting the GPT to bfloat16 leaves inv_freq float32 and unrounded; weights are cast."""
+    chat = load_chat(tiny_checkpoint, device="cpu")
+    try:
+        model = chat.gpt.gpt
+        before = model.rotary_emb.inv_freq.clone()
+        cast_gpt(model, torch.bfloat16)
+        assert model.dtype == torch.bfloat16
+        assert model.rotary_emb.inv_freq.dtype == torch.float32
+        assert torch.equal(model.rotary_emb.inv_freq, before)
+        assert not torch.equal(before.bfloat16().float(), before)  # bfloat16 would round
+        cast_gpt(model, torch.float32)
+        assert torch.equal(model.rotary_emb.inv_freq, before)
+    finally:
+        chat.unload()
 
 
 def test_engine_speaks_on_the_static_cache(tiny_checkpoint: Path) -> None:
