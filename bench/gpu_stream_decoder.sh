@@ -7,11 +7,9 @@
 # internet, no project venv. It puts the repository on PYTHONPATH (or, with
 # INSTALL=1, runs `pip install --no-deps -e .`), checks that every module the ChatTTS
 # path imports is there, and says which are missing rather than failing deep inside.
-# Missing wheels can be installed offline from a wheelhouse: WHEELS=dir (built on a
-# connected machine with `pip download --no-deps -d dir chattts==0.2.5 vocos encodec
-# vector_quantize_pytorch einx einops torch-einops-utils loguru pybase16384 numba
-# llvmlite "transformers>=5.20,<5.40" tokenizers safetensors huggingface-hub
-# onnx onnxruntime-gpu`).
+# Missing wheels can be installed offline from a wheelhouse: WHEELS=dir, built on a
+# connected machine by `bash bench/gpu_wheels.sh` (writes .whl/, ~15 MB: ChatTTS,
+# vocos, encodec, vector_quantize_pytorch, einx, pybase16384, transformers, ...).
 #
 # Then two runs of bench/stream_decoder.py, each ending in one JSON line:
 #   1. float32 everywhere (like for like with the CPU figures), with the ONNX vocoder
@@ -20,8 +18,13 @@
 #      replayed as CUDA graphs (ms per step, and how long the tokens stay the dynamic
 #      cache's: the CUDA graph step is first exercised here);
 #   2. the GPT in bfloat16 (ChatTTS's own paths run on the same cast GPT), its steps
-#      replayed as CUDA graphs, and the Decoder + Vocos backbone under torch.compile.
-#      If that run fails, it is repeated without CUDA graphs.
+#      replayed as CUDA graphs, and the Decoder + Vocos backbone under torch.compile
+#      (10 s utterances only). If that run fails, it is repeated without CUDA graphs.
+#
+# From a session lent the GPU (device tool), with the wheelhouse built here first:
+#     bash bench/gpu_wheels.sh
+#     run(command="WHEELS=.whl bash bench/gpu_stream_decoder.sh", carry=[".whl"],
+#         timeout_s=600)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -29,7 +32,11 @@ CKPT="${CKPT:-checkpoints/full}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 if [[ -n "${WHEELS:-}" ]]; then
-  "$PY" -m pip install --no-index --no-deps --find-links "$WHEELS" "$WHEELS"/*.whl
+  # Into a folder of their own, ahead of the system's packages on the path (the host's
+  # own transformers may be older than the project's pin).
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/chattts-site "$WHEELS"/*.whl
+  export PYTHONPATH="$PWD:/tmp/chattts-site${PYTHONPATH#"$PWD"}"
 fi
 if [[ "${INSTALL:-0}" == 1 ]]; then
   "$PY" -m pip install --no-deps --no-build-isolation -e .
@@ -63,12 +70,27 @@ except ImportError:
     print("onnxruntime not importable: the ONNX comparison will be skipped")
 PYCHECK
 
+# Sized for a lent machine's few minutes (about 5 on an H200 by estimate: ~14,000 GPT
+# steps at 10-20 ms in eager float32, far fewer with graphs); FULL=1 repeats more.
+# With $OUT set (the device tool's output folder) the whole log is kept there too.
+if [[ "${FULL:-0}" == 1 ]]; then
+  more=(--repeats 3 --long-repeats 2 --first-audio-repeats 5)
+else
+  more=(--repeats 2 --long-repeats 1 --first-audio-repeats 3)
+fi
+log=/dev/null
+[[ -n "${OUT:-}" ]] && log="$OUT/gpu_stream_decoder.log"
+export PYTHONUNBUFFERED=1
 "$PY" bench/stream_decoder.py --device cuda --checkpoint "$CKPT" \
-  --lengths 10 30 --repeats 3 --long-repeats 2 --first-audio-repeats 5
+  --lengths 10 30 "${more[@]}" 2>&1 | tee -a "$log"
 half=("$PY" bench/stream_decoder.py --device cuda --checkpoint "$CKPT"
-  --lengths 10 30 --repeats 2 --long-repeats 1 --first-audio-repeats 3
+  --lengths 10 --repeats 1 --first-audio-repeats 2
   --gpt-dtype bfloat16 --compile-vocoder --no-onnx)
-"${half[@]}" --cuda-graphs || {
-  echo "the bfloat16 run with CUDA graphs failed (status $?); again without them"
-  "${half[@]}" --gpt-cache-steps 0
-}
+set +e
+"${half[@]}" --cuda-graphs 2>&1 | tee -a "$log"
+status=${PIPESTATUS[0]}
+set -e
+if [[ $status != 0 ]]; then
+  echo "the bfloat16 run with CUDA graphs failed (status $status); again without them" | tee -a "$log"
+  "${half[@]}" --gpt-cache-steps 0 2>&1 | tee -a "$log"
+fi

@@ -6,6 +6,7 @@ what it captures, the fixed-shape step, runs here uncaptured (``static_shapes=Tr
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -286,3 +287,44 @@ def test_engine_speaks_on_the_static_cache(tiny_checkpoint: Path) -> None:
         finally:
             engine.close()
     assert np.array_equal(audio[0], audio[1])
+
+
+async def test_server_on_the_static_cache_speaks_as_on_the_dynamic_one(
+    tiny_checkpoint: Path,
+) -> None:
+    """A live server whose engine has one static-cache slot: two streams at once (the
+    worker interleaves them; a segment that finds the slot taken runs on the dynamic
+    cache) give exactly the audio of a server on the dynamic cache."""
+    from server.config import Settings
+    from tests.live import run_live_server
+    from tests.server.test_stream import assert_complete, speak
+
+    texts = {1: "第一个连接说话。第二句话。", 2: "另外一个连接，也在说话。"}
+    pcm: dict[str, dict[int, bytes]] = {}
+    for cache in ("dynamic", "static"):
+
+        def factory(cache: str = cache) -> tuple[ChatTTSEngine, bool, None]:
+            engine = ChatTTSEngine(
+                tiny_checkpoint,
+                device="cpu",
+                max_new_token=40,
+                min_new_token=40,
+                gpt_cache=cache,
+                gpt_cache_slots=1,
+                gpt_cache_tokens=256,
+            )
+            return engine, False, None
+
+        settings = Settings(engine="chattts", model_dir=tiny_checkpoint)
+        with run_live_server(settings, engine=factory) as server:
+            results = await asyncio.gather(
+                *(speak(server, text, seed=seed) for seed, text in texts.items())
+            )
+            for text, result in zip(texts.values(), results, strict=True):
+                assert_complete(result, text)
+            pcm[cache] = {seed: r.pcm for seed, r in zip(texts, results, strict=True)}
+            static_gpt = server.state.worker.engine._stream.static_gpt  # type: ignore[attr-defined]
+            assert (static_gpt is not None) is (cache == "static")
+            if static_gpt is not None:
+                assert static_gpt.allocated_slots == 1
+    assert pcm["static"] == pcm["dynamic"]
