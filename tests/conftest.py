@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -43,6 +43,28 @@ def chattts_engine(tiny_checkpoint: Path) -> Iterator[ChatTTSEngine]:
     engine.warm_up()
     yield engine
     engine.close()
+
+
+@pytest.fixture(scope="module")
+def chat(tiny_checkpoint: Path) -> Iterator[Any]:
+    """A ChatTTS ``Chat`` on the tiny checkpoint, loaded through the production path, one
+    per test module (tests that cast or damage the model load their own)."""
+    from server.checkpoint import load_chat
+
+    chat = load_chat(tiny_checkpoint, device="cpu")
+    yield chat
+    chat.unload()
+
+
+@pytest.fixture(scope="module")
+def speaker(chat: Any) -> str:
+    """A fixed sampled ChatTTS speaker string (seed 3)."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(3)
+        voice: str = chat.sample_random_speaker()
+    return voice
 
 
 def fixed_length_chattts(checkpoint: Path, steps: int = CHATTTS_TEST_STEPS) -> EngineFactory:

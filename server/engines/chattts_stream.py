@@ -45,7 +45,7 @@ import torch.nn.utils.parametrize as parametrize
 from ChatTTS.model.processors import gen_logits
 
 from server.engines.base import Cancelled
-from server.engines.gpt_static import CacheSlot, StaticGPT
+from server.engines.gpt_static import StaticGPT
 from streaming.chunking import ChunkSchedule
 from streaming.crossfade import WindowJoiner
 
@@ -308,122 +308,88 @@ class StreamingDecoder:
         unpadded = bool(attention_mask.all())
         slot = static.acquire(start + max_new) if static is not None and unpadded else None
         try:
-            yield from self._steps(
-                text_len=start,
-                max_new=max_new,
-                emb=emb,
-                ids_buf=ids_buf,
-                mask_buf=mask_buf,
-                slot=slot,
-                params=params,
-                logits_processors=logits_processors,
-                temperature=temperature,
-                should_stop=should_stop,
-            )
+            gpt_dtype = gpt.gpt.dtype
+            # ChatTTS casts position ids to the model dtype; in float32 that is exact (and we
+            # keep it, for bit-identical tokens), but bfloat16 rounds integers above 256 and
+            # float16 above 2048: half-precision runs pass them as integers instead.
+            index_dtype = gpt_dtype if gpt_dtype == torch.float32 else torch.long
+            past: Any = None
+            progress = start
+            for step in range(max_new):
+                if should_stop():
+                    raise Cancelled("stopped inside the GPT loop")
+                if step == 0:
+                    inputs_embeds = emb
+                else:
+                    last = ids_buf.narrow(1, progress - 1, 1).to(device_gpt)
+                    inputs_embeds = torch.stack(
+                        [gpt.emb_code[q](last[:, :, q]).to(device) for q in range(num_vq)], 3
+                    ).sum(3)
+                if slot is not None:
+                    assert static is not None
+                    run = static.prefill if step == 0 else static.step
+                    last_hidden = run(slot, inputs_embeds.to(device_gpt, dtype=gpt_dtype))
+                else:
+                    # Same inputs, dtypes and mask form as ChatTTS's _prepare_generation_inputs,
+                    # so the arithmetic (hence the sampled tokens) is bit-identical.
+                    mask = mask_buf.narrow(1, 0, progress)
+                    position_ids = mask.long().cumsum(-1) - 1
+                    position_ids.masked_fill_(mask.eq(0), 1)
+                    if step == 0:
+                        cache_position = torch.arange(0, progress, device=ids_buf.device)
+                    else:
+                        position_ids = position_ids.narrow(1, -1, 1)
+                        cache_position = torch.arange(progress - 1, progress, device=ids_buf.device)
+                    outputs = gpt.gpt(
+                        attention_mask=mask.to(device_gpt, dtype=gpt_dtype),
+                        position_ids=position_ids.to(device_gpt, dtype=index_dtype),
+                        past_key_values=past,
+                        inputs_embeds=inputs_embeds.to(device_gpt, dtype=gpt_dtype),
+                        use_cache=True,
+                        output_attentions=False,
+                        cache_position=cache_position.to(device_gpt, dtype=index_dtype),
+                    )
+                    past = outputs.past_key_values
+                    last_hidden = outputs.last_hidden_state
+                    del outputs
+                # The heads see every position of the prefill, as in ChatTTS: a GEMM over the
+                # whole prompt may round differently from a GEMV over its last row.
+                states = last_hidden.to(device, dtype=torch.float)
+                del last_hidden
+                with parametrize.cached():
+                    logits = torch.empty(
+                        1, states.size(1), eos_token + 1, num_vq, dtype=torch.float, device=device
+                    )
+                    for q in range(num_vq):
+                        logits[..., q] = gpt.head_code[q](states)
+                hidden = states.narrow(1, -1, 1)
+                logits = logits.narrow(1, -1, 1).squeeze_(1).float()
+                logits = logits.permute(0, 2, 1).reshape(-1, logits.size(1))
+                history = ids_buf.narrow(1, start, progress - start).permute(0, 2, 1)
+                history = history.reshape(num_vq, -1).to(device)
+                logits /= temperature
+                for processor in logits_processors:
+                    logits = processor(history, logits)
+                if step < params.min_new_token:
+                    logits[:, eos_token] = -torch.inf
+                scores = torch.softmax(logits, dim=-1)
+                if params.seed is None:
+                    idx = torch.multinomial(scores, num_samples=1)
+                else:
+                    # ChatTTS re-seeds its generator with the same seed at every step.
+                    idx = torch.multinomial(
+                        scores, num_samples=1, generator=gpt.generator.manual_seed(params.seed)
+                    )
+                idx = idx.view(-1, num_vq)
+                if bool(idx.eq(eos_token).any()):
+                    return
+                ids_buf.narrow(1, progress, 1).copy_(idx.unsqueeze(1))
+                progress += 1
+                yield StepOutput(step, idx[0], hidden[0, 0])
         finally:
             if slot is not None:
                 assert static is not None
                 static.release(slot)
-
-    def _steps(
-        self,
-        *,
-        text_len: int,
-        max_new: int,
-        emb: torch.Tensor,
-        ids_buf: torch.Tensor,
-        mask_buf: torch.Tensor,
-        slot: CacheSlot | None,
-        params: GenerationParams,
-        logits_processors: tuple[Any, ...],
-        temperature: torch.Tensor,
-        should_stop: Callable[[], bool],
-    ) -> Iterator[StepOutput]:
-        chat = self.chat
-        gpt = chat.gpt
-        num_vq = int(chat.config.gpt.num_vq)
-        eos_token = int(chat.config.gpt.num_audio_tokens) - 1
-        device = torch.device(chat.device)
-        device_gpt = gpt.device_gpt
-        start = text_len
-        gpt_dtype = gpt.gpt.dtype
-        # ChatTTS casts position ids to the model dtype; in float32 that is exact (and we
-        # keep it, for bit-identical tokens), but bfloat16 rounds integers above 256 and
-        # float16 above 2048: half-precision runs pass them as integers instead.
-        index_dtype = gpt_dtype if gpt_dtype == torch.float32 else torch.long
-        past: Any = None
-        progress = start
-        for step in range(max_new):
-            if should_stop():
-                raise Cancelled("stopped inside the GPT loop")
-            if step == 0:
-                inputs_embeds = emb
-            else:
-                last = ids_buf.narrow(1, progress - 1, 1).to(device_gpt)
-                inputs_embeds = torch.stack(
-                    [gpt.emb_code[q](last[:, :, q]).to(device) for q in range(num_vq)], 3
-                ).sum(3)
-            if slot is not None:
-                assert self.static_gpt is not None
-                run = self.static_gpt.prefill if step == 0 else self.static_gpt.step
-                last_hidden = run(slot, inputs_embeds.to(device_gpt, dtype=gpt_dtype))
-            else:
-                # Same inputs, dtypes and mask form as ChatTTS's _prepare_generation_inputs,
-                # so the arithmetic (hence the sampled tokens) is bit-identical.
-                mask = mask_buf.narrow(1, 0, progress)
-                position_ids = mask.long().cumsum(-1) - 1
-                position_ids.masked_fill_(mask.eq(0), 1)
-                if step == 0:
-                    cache_position = torch.arange(0, progress, device=ids_buf.device)
-                else:
-                    position_ids = position_ids.narrow(1, -1, 1)
-                    cache_position = torch.arange(progress - 1, progress, device=ids_buf.device)
-                outputs = gpt.gpt(
-                    attention_mask=mask.to(device_gpt, dtype=gpt_dtype),
-                    position_ids=position_ids.to(device_gpt, dtype=index_dtype),
-                    past_key_values=past,
-                    inputs_embeds=inputs_embeds.to(device_gpt, dtype=gpt_dtype),
-                    use_cache=True,
-                    output_attentions=False,
-                    cache_position=cache_position.to(device_gpt, dtype=index_dtype),
-                )
-                past = outputs.past_key_values
-                last_hidden = outputs.last_hidden_state
-                del outputs
-            # The heads see every position of the prefill, as in ChatTTS: a GEMM over the
-            # whole prompt may round differently from a GEMV over its last row.
-            states = last_hidden.to(device, dtype=torch.float)
-            del last_hidden
-            with parametrize.cached():
-                logits = torch.empty(
-                    1, states.size(1), eos_token + 1, num_vq, dtype=torch.float, device=device
-                )
-                for q in range(num_vq):
-                    logits[..., q] = gpt.head_code[q](states)
-            hidden = states.narrow(1, -1, 1)
-            logits = logits.narrow(1, -1, 1).squeeze_(1).float()
-            logits = logits.permute(0, 2, 1).reshape(-1, logits.size(1))
-            history = ids_buf.narrow(1, start, progress - start).permute(0, 2, 1)
-            history = history.reshape(num_vq, -1).to(device)
-            logits /= temperature
-            for processor in logits_processors:
-                logits = processor(history, logits)
-            if step < params.min_new_token:
-                logits[:, eos_token] = -torch.inf
-            scores = torch.softmax(logits, dim=-1)
-            if params.seed is None:
-                idx = torch.multinomial(scores, num_samples=1)
-            else:
-                # ChatTTS re-seeds its generator with the same seed at every step.
-                idx = torch.multinomial(
-                    scores, num_samples=1, generator=gpt.generator.manual_seed(params.seed)
-                )
-            idx = idx.view(-1, num_vq)
-            if bool(idx.eq(eos_token).any()):
-                return
-            ids_buf.narrow(1, progress, 1).copy_(idx.unsqueeze(1))
-            progress += 1
-            yield StepOutput(step, idx[0], hidden[0, 0])
 
     # -- vocoding -----------------------------------------------------------------------
 

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
-from server.checkpoint import load_chat
 from server.engines.base import Cancelled
 from server.engines.chattts_stream import (
     SAMPLES_PER_STEP,
@@ -21,23 +18,6 @@ from server.engines.chattts_stream import (
 from streaming.seams import measure_seams
 
 TEXT = "今天天气很好，我们一起去公园散步吧。"
-
-
-@pytest.fixture(scope="module")
-def chat(tiny_checkpoint: Path) -> Iterator[Any]:
-    """A ChatTTS Chat on the tiny checkpoint, shared by this module."""
-    chat = load_chat(tiny_checkpoint, device="cpu")
-    yield chat
-    chat.unload()
-
-
-@pytest.fixture(scope="module")
-def speaker(chat: Any) -> str:
-    """A fixed sampled speaker string."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(3)
-        voice: str = chat.sample_random_speaker()
-    return voice
 
 
 def _chattts_generation(chat: Any, speaker: str, seed: int, lo: int, hi: int) -> Any:

@@ -7,7 +7,6 @@ what it captures, the fixed-shape step, runs here uncaptured (``static_shapes=Tr
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,21 +24,6 @@ from server.engines.chattts_stream import (
 )
 from server.engines.gpt_static import StaticGPT
 from tests.server.test_chattts_stream import TEXT, _chattts_generation
-
-
-@pytest.fixture(scope="module")
-def chat(tiny_checkpoint: Path) -> Iterator[Any]:
-    chat = load_chat(tiny_checkpoint, device="cpu")
-    yield chat
-    chat.unload()
-
-
-@pytest.fixture(scope="module")
-def speaker(chat: Any) -> str:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(3)
-        voice: str = chat.sample_random_speaker()
-    return voice
 
 
 def _static(chat: Any, **kwargs: Any) -> StreamingDecoder:
