@@ -21,10 +21,10 @@
 #      replayed as CUDA graphs, and the Decoder + Vocos backbone under torch.compile
 #      (10 s utterances only). If that run fails, it is repeated without CUDA graphs.
 #
-# From a session lent the GPU (device tool), with the wheelhouse built here first:
+# From a session lent the GPU (device tool), bench/gpu_check.sh runs the CUDA tests and
+# then this script; build the wheelhouse here first:
 #     bash bench/gpu_wheels.sh
-#     run(command="WHEELS=.whl bash bench/gpu_stream_decoder.sh", carry=[".whl"],
-#         timeout_s=600)
+#     run(command="bash bench/gpu_check.sh", carry=[".whl"], timeout_s=600)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"

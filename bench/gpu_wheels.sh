@@ -7,7 +7,7 @@
 #
 # then on the GPU host, from the repository root with .whl/ copied beside it:
 #
-#     WHEELS=.whl bash bench/gpu_stream_decoder.sh
+#     WHEELS=.whl bash bench/gpu_check.sh     # CUDA tests, then the benchmark
 #
 # The sdists among them (chattts, encodec) are built into pure-Python wheels here; the
 # one compiled package (pybase16384, and its cffi) is fetched for CPython 3.12.

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Everything a lent GPU session should run, in one command (~6 min on an H200 by estimate):
+#
+#     bash bench/gpu_wheels.sh                                   # here, once (.whl/)
+#     run(command="bash bench/gpu_check.sh", carry=[".whl"], timeout_s=600)
+#
+# 1. the CUDA tests (tests/server/test_gpt_static_cuda.py: CUDA graph capture and replay
+#    against the eager static cache, float32 and bfloat16; a seeded stream against the
+#    dynamic cache; interleaved graphed slots; the engine's warm-up capture);
+# 2. the streaming-decoder benchmark (bench/gpu_stream_decoder.sh), even if 1 failed.
+# With $OUT set (the device tool's output folder) the logs are kept there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+export WHEELS="${WHEELS:-.whl}"
+export PYTHONUNBUFFERED=1
+if [[ -d "$WHEELS" ]]; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/chattts-site "$WHEELS"/*.whl
+fi
+export PYTHONPATH="$PWD:/tmp/chattts-site${PYTHONPATH:+:$PYTHONPATH}"
+log=/dev/null
+[[ -n "${OUT:-}" ]] && log="$OUT/gpu_cuda_tests.log"
+set +e
+"$PY" -m pytest -c bench/pytest-gpu.ini --rootdir . -p no:cacheprovider -q \
+  tests/server/test_gpt_static_cuda.py 2>&1 | tee "$log"
+tests_status=${PIPESTATUS[0]}
+set -e
+echo "CUDA tests: exit status $tests_status"
+WHEELS= bash bench/gpu_stream_decoder.sh
+echo "CUDA tests: exit status $tests_status (repeated after the benchmark)"
+exit "$tests_status"
