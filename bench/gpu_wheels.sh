@@ -3,7 +3,7 @@
 # network (Python 3.12, x86_64, torch/numpy/transformers' own needs preinstalled, but
 # not ChatTTS and its audio packages). Run it where PyPI is reachable:
 #
-#     bash bench/gpu_wheels.sh            # writes .whl/ (~20 MB), git-ignored
+#     bash bench/gpu_wheels.sh            # writes .whl/ (~15 MB), git-ignored
 #
 # then on the GPU host, from the repository root with .whl/ copied beside it:
 #
@@ -18,7 +18,9 @@ PY="${PYTHON:-python3}"
 PYVER="${GPU_PYTHON_VERSION:-3.12}"
 mkdir -p "$OUT"
 if [[ "$OUT" != /* ]]; then  # inside the repository: keep it out of git
-  grep -qxF "/$OUT/" .git/info/exclude 2>/dev/null || echo "/$OUT/" >> .git/info/exclude
+  exclude=$(git rev-parse --git-path info/exclude)
+  mkdir -p "$(dirname "$exclude")"
+  grep -qxF "/$OUT/" "$exclude" 2>/dev/null || echo "/$OUT/" >> "$exclude"
 fi
 
 pure=(chattts==0.2.5 vocos==0.1.0 encodec==0.1.1 vector_quantize_pytorch==1.32.0

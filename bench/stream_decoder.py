@@ -360,6 +360,13 @@ def gpt_cache(chat: Any, ours: StreamingDecoder, speaker: str, steps: int, repea
             results[label] = {"failed": f"{type(exc).__name__}: {exc}"[:300]}
             print(f"GPT cache {label}: failed: {results[label]['failed']}")
             continue
+        static = decoder.static_gpt
+        if overrides["cuda_graphs"] and (static is None or not static.cuda_graphs):
+            # StaticGPT serves on without graphs when a capture fails: say so, do not
+            # report eager timings under this label.
+            results[label] = {"failed": "the CUDA graph capture failed (see the log above)"}
+            print(f"GPT cache {label}: failed: the capture failed, graphs are off")
+            continue
         tokens = torch.stack(ids).cpu()
         states = torch.stack(hidden).float().cpu()
         if reference is None or reference_hidden is None:
@@ -374,6 +381,8 @@ def gpt_cache(chat: Any, ours: StreamingDecoder, speaker: str, steps: int, repea
         results[label] = {
             "ms_per_step": round(ms_per_step, 3),
             "steps_done": len(ids),
+            "fell_back_to_dynamic": static.fallbacks if static is not None else None,
+            "graph_replays": sum(slot.replays for slot in static._slots) if static else None,
             "same_tokens_as_dynamic": bool(torch.equal(tokens, reference)),
             "same_tokens_for_steps": same_until,
             "hidden_max_abs_diff_until_then": float(gap),
@@ -519,6 +528,9 @@ def main(argv: list[str] | None = None) -> int:
             "lookahead_frames", "overlap_samples", "gpt_dtype", "decoder_dtype", "compile_vocoder",
             "vocoder_backend", "gpt_cache", "cuda_graphs")},
     }  # fmt: skip
+    if ours.static_gpt is not None:
+        # Whether the stream figures below ran on graphs (a failed capture turns them off).
+        results["cuda_graphs_active"] = ours.static_gpt.cuda_graphs
     if args.gpt_cache_steps:
         results["gpt_cache"] = gpt_cache(
             chat, ours, speaker, args.gpt_cache_steps, max(args.repeats, 1), args.device

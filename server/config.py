@@ -347,6 +347,17 @@ def validate(settings: Settings) -> None:
         problems.append("cuda_graphs needs gpt_cache static")
     if settings.gpt_cache_tokens < 2:
         problems.append("gpt_cache_tokens must be at least 2")
+    if settings.gpt_cache == "static":
+        if settings.gpt_cache_tokens <= settings.max_new_token:
+            problems.append(
+                "gpt_cache_tokens must exceed max_new_token (a segment's prompt and its "
+                f"{settings.max_new_token} new tokens must fit, or every segment falls back "
+                "to the dynamic cache)"
+            )
+        if settings.decoder != "ours":
+            problems.append("gpt_cache static needs decoder ours")
+    if settings.cuda_graphs and settings.device == "cpu":
+        problems.append("cuda_graphs needs a CUDA device, not cpu")
     if settings.gpt_cache_slots < 0:
         problems.append("gpt_cache_slots must not be negative (0: max_active_segments)")
     if settings.chunk_growth < 1:

@@ -242,9 +242,10 @@ _MARKUP = re.compile(
 )
 # [text](url) and ![alt](url): the text is read, the rest is markup.
 _LINK = re.compile(r"(!?\[)([^\]\n]*)(\]\([^)\s]*\))")
-# An ordered-list item's number at the start of a line ("1. ", "2) ", "3、"): read as the
-# number and a comma ("一，打开设置"), not as a sentence end ("一。").
-_LIST_NUMBER = re.compile(r"^[ \t]*(\d{1,3})([.)．）、])(?=[ \t]|$)", re.MULTILINE)
+# An ordered-list item's number at the start of a line, before the item's text on that
+# line ("1. 打开", "2) 点击", "3、 输入"): read as the number and a comma ("一，打开"),
+# not as a sentence end ("一。"). A number ending a line ("总数是\n42.") is left alone.
+_LIST_NUMBER = re.compile(r"^[ \t]*(\d{1,3})([.)．）、])(?=[ \t]+\S)", re.MULTILINE)
 
 
 def _markup_rule(text: str, normalizer: Normalizer | None, allow_tags: bool) -> Iterator[_Token]:

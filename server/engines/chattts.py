@@ -352,8 +352,8 @@ class ChatTTSEngine:
         return self._stream is not None
 
     def release_idle_memory(self) -> None:
-        """Free idle static KV-cache slots (and their CUDA graphs), then return the CUDA
-        allocator's cached blocks."""
+        """Free idle static KV-cache slots (not with CUDA graphs: those stay captured),
+        then return the CUDA allocator's cached blocks."""
         if self._stream is not None and self._stream.static_gpt is not None:
             self._stream.static_gpt.release_memory()
         if self.device.startswith("cuda"):

@@ -30,11 +30,12 @@ Not thread-safe, like ``Chat``: one utterance at a time per instance.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,7 +143,7 @@ class StreamSettings:
     vocoder_backend: str = "torch"
     gpt_cache: str = "dynamic"
     gpt_cache_tokens: int = 2560
-    gpt_cache_slots: int = 4
+    gpt_cache_slots: int = 8
     cuda_graphs: bool = False
 
     def __post_init__(self) -> None:
@@ -261,7 +262,7 @@ class StreamingDecoder:
     @torch.inference_mode()
     def generate(
         self, text: str, params: GenerationParams, should_stop: Callable[[], bool] = _never
-    ) -> Iterator[StepOutput]:
+    ) -> Generator[StepOutput, None, None]:
         """Yield one :class:`StepOutput` per generated step until EOS or ``max_new_token``.
 
         ``should_stop`` is polled before every GPT step; when true, raises
@@ -425,14 +426,21 @@ class StreamingDecoder:
         )
         stats.hiddens = hiddens[:0]
 
-        def step_counts() -> Iterator[int]:
-            for out in self.generate(text, params, should_stop):
-                hiddens[out.index].copy_(out.hidden)
-                stats.token_ids.append(out.ids.tolist())
-                stats.hiddens = hiddens[: out.index + 1]
-                yield out.index + 1
+        def step_counts() -> Generator[int, None, None]:
+            with contextlib.closing(self.generate(text, params, should_stop)) as outputs:
+                for out in outputs:
+                    hiddens[out.index].copy_(out.hidden)
+                    stats.token_ids.append(out.ids.tolist())
+                    stats.hiddens = hiddens[: out.index + 1]
+                    yield out.index + 1
 
-        yield from self._vocode_steps(hiddens, step_counts(), params.max_new_token, stats)
+        steps = step_counts()
+        try:
+            yield from self._vocode_steps(hiddens, steps, params.max_new_token, stats)
+        finally:
+            # Now, not when a traceback that holds this frame is freed: generation ends
+            # here and gives back its KV-cache slot (the vocoder may have raised).
+            steps.close()
 
     def vocode_stream(self, hiddens: torch.Tensor) -> Iterator[np.ndarray]:
         """Stream already generated ``(steps, hidden)`` states through the same windows.

@@ -115,8 +115,9 @@ class StaticGPT:
         self._slots: list[CacheSlot] = []
         # Key positions, for the graph step's mask (arange(max_tokens) <= position).
         self._key_positions = torch.arange(max_tokens, device=self.device)
-        #: Utterances that fell back to the dynamic cache (no free slot or too long).
+        #: Utterances that fell back to the dynamic cache (no free slot, too long, no memory).
         self.fallbacks = 0
+        self._warned_long = False
 
     # -- slots --------------------------------------------------------------------------
 
@@ -124,6 +125,15 @@ class StaticGPT:
         """A free slot for an utterance of at most ``tokens`` positions, or ``None``."""
         if tokens > self.max_tokens:
             self.fallbacks += 1
+            if not self._warned_long:
+                self._warned_long = True
+                logger.warning(
+                    "an utterance of up to %d positions does not fit the static KV cache "
+                    "(%d): it runs on the dynamic cache (raise gpt_cache_tokens above the "
+                    "prompt + max_new_token)",
+                    tokens,
+                    self.max_tokens,
+                )
             return None
         for slot in self._slots:
             if not slot.busy:
@@ -132,7 +142,12 @@ class StaticGPT:
             if len(self._slots) == self._slot_count:
                 self.fallbacks += 1
                 return None
-            slot = self._new_slot(len(self._slots))
+            try:
+                slot = self._new_slot(len(self._slots))
+            except torch.OutOfMemoryError:
+                self.fallbacks += 1
+                logger.warning("no memory for another static KV-cache slot: dynamic cache")
+                return None
             self._slots.append(slot)
         slot.busy = True
         slot.length = 0
@@ -159,12 +174,13 @@ class StaticGPT:
         """Allocate every slot now, and capture its CUDA graph when ``cuda_graphs``:
         the engine's warm-up calls this so that no request pays a capture."""
         hidden = int(self.model.config.hidden_size)
+        zeros = torch.zeros(1, 1, hidden, device=self.device, dtype=self.dtype)
         while len(self._slots) < self._slot_count:
             self._slots.append(self._new_slot(len(self._slots)))
         for slot in self._slots:
             if self.static_shapes and slot.embeds is None and not slot.busy:
                 with torch.inference_mode():
-                    self._run_static(slot, torch.zeros(1, 1, hidden), self.max_tokens - 1)
+                    self._run_static(slot, zeros, self.max_tokens - 1)
 
     @property
     def allocated_slots(self) -> int:
@@ -332,7 +348,7 @@ class StaticGPT:
                         each.stream = None
                     return self._forward_eager(
                         slot,
-                        embeds,
+                        embeds.to(self.device, self.dtype),
                         torch.tensor([[position]], device=self.device),
                         position,
                     )

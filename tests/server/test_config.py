@@ -44,6 +44,15 @@ def test_chattts_options_are_engine_parameters() -> None:
         (["--cuda-graphs", "true"], "cuda_graphs needs gpt_cache static"),
         (["--gpt-cache-tokens", "1"], "gpt_cache_tokens must be at least 2"),
         (["--gpt-cache-slots", "-1"], "gpt_cache_slots must not be negative"),
+        (
+            ["--gpt-cache", "static", "--gpt-cache-tokens", "2048"],
+            "gpt_cache_tokens must exceed max_new_token",
+        ),
+        (["--gpt-cache", "static", "--decoder", "chattts"], "gpt_cache static needs decoder ours"),
+        (
+            ["--gpt-cache", "static", "--cuda-graphs", "true", "--device", "cpu"],
+            "cuda_graphs needs a CUDA device",
+        ),
         (["--chunk-growth", "0.5"], "chunk_growth must be at least 1"),
         (["--max-contexts", "0"], "max_contexts must be positive"),
         (["--drain-timeout-s", "-1"], "drain_timeout_s must not be negative"),
@@ -84,6 +93,6 @@ def test_static_cache_settings_reach_the_engine() -> None:
     )
     assert options["gpt_cache"] == "static" and options["cuda_graphs"] is True
     assert options["gpt_cache_slots"] == 3
-    env = {"TTS_GPT_CACHE_SLOTS": "5", "TTS_GPT_CACHE_TOKENS": "1024"}
+    env = {"TTS_GPT_CACHE_SLOTS": "5", "TTS_GPT_CACHE_TOKENS": "1024", "TTS_MAX_NEW_TOKEN": "900"}
     options = chattts_options(parse([], env))
     assert (options["gpt_cache_slots"], options["gpt_cache_tokens"]) == (5, 1024)

@@ -312,3 +312,60 @@ async def test_server_on_the_static_cache_speaks_as_on_the_dynamic_one(
             if static_gpt is not None:
                 assert static_gpt.allocated_slots == 1
     assert pcm["static"] == pcm["dynamic"]
+
+
+def test_a_vocoder_failure_gives_the_slot_back_at_once(
+    chat: Any, speaker: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vocoder raising mid-stream releases the utterance's cache slot right away,
+    while the exception (and its traceback, which holds the stream's frames) still lives."""
+    decoder = _static(chat)
+    gpt = decoder.static_gpt
+    assert gpt is not None
+
+    def broken_vocoder(hiddens: torch.Tensor) -> np.ndarray:
+        raise RuntimeError("vocoder failed")
+
+    monkeypatch.setattr(decoder, "vocode", broken_vocoder)
+    params = GenerationParams(spk_emb=speaker, seed=2, max_new_token=40, min_new_token=40)
+    with pytest.raises(RuntimeError, match="vocoder failed") as failure:
+        list(decoder.stream(TEXT, params))
+    assert failure.value.__traceback__ is not None
+    assert gpt.allocated_slots == 1 and not gpt._slots[0].busy
+
+
+def test_warm_up_capture_failure_serves_on(
+    chat: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """prepare() (the engine's warm-up) with a failing capture: logged, no exception, and
+    the slots are left for the eager static cache."""
+    cast_gpt(chat.gpt.gpt, torch.bfloat16)  # inputs must follow the model's dtype
+    try:
+        gpt = StaticGPT(chat.gpt.gpt, max_tokens=64, slots=2, static_shapes=True)
+        gpt.cuda_graphs = True
+
+        def failing_capture(slot: Any) -> None:
+            raise RuntimeError("capture failed")
+
+        monkeypatch.setattr(gpt, "_capture", failing_capture)
+        gpt.prepare()
+        assert "CUDA graph capture failed" in caplog.text
+        assert gpt.allocated_slots == 2 and not gpt.cuda_graphs and not gpt.static_shapes
+    finally:
+        cast_gpt(chat.gpt.gpt, torch.float32)
+
+
+def test_an_utterance_longer_than_the_cache_is_logged_once(
+    chat: Any, speaker: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Too long for gpt_cache_tokens: a warning naming the setting (once), then the
+    dynamic cache; every such utterance is counted."""
+    decoder = StreamingDecoder(
+        chat, StreamSettings(gpt_cache="static", gpt_cache_tokens=64, gpt_cache_slots=1)
+    )
+    params = GenerationParams(spk_emb=speaker, seed=2, max_new_token=60, min_new_token=60)
+    first = [o.ids for o in decoder.generate(TEXT, params)]
+    second = [o.ids for o in decoder.generate(TEXT, params)]
+    assert len(first) == len(second) == 60
+    assert decoder.static_gpt is not None and decoder.static_gpt.fallbacks == 2
+    assert caplog.text.count("gpt_cache_tokens") == 1

@@ -136,6 +136,7 @@ CASES: list[tuple[str, str, str]] = [
     ("ordered-item-dun", "  3、第三项", "三、第三项"),
     ("ordered-item-newline", "\n4. 第四项", "四， 第四项"),
     ("not-a-list-item", "涨了2.5倍", "涨了二点五倍"),
+    ("number-ending-a-line", "总数是\n42.", "总数是 四十二。"),
     ("quote", "> 引用", "引用"),
     ("inline-code", "`code`块", "code块"),
     ("fence", "```python", ""),
