@@ -56,15 +56,20 @@ def chat(tiny_checkpoint: Path) -> Iterator[Any]:
     chat.unload()
 
 
-@pytest.fixture(scope="module")
-def speaker(chat: Any) -> str:
-    """A fixed sampled ChatTTS speaker string (seed 3)."""
+def sample_speaker(chat: Any, seed: int = 3) -> str:
+    """A ChatTTS speaker string sampled with ``seed``, leaving the global RNG as it was."""
     import torch
 
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(3)
+        torch.manual_seed(seed)
         voice: str = chat.sample_random_speaker()
     return voice
+
+
+@pytest.fixture(scope="module")
+def speaker(chat: Any) -> str:
+    """A fixed sampled ChatTTS speaker string (seed 3)."""
+    return sample_speaker(chat)
 
 
 def fixed_length_chattts(checkpoint: Path, steps: int = CHATTTS_TEST_STEPS) -> EngineFactory:

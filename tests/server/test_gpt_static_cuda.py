@@ -23,6 +23,7 @@ from server.engines.chattts_stream import (
     cast_gpt,
 )
 from server.engines.gpt_static import StaticGPT
+from tests.conftest import sample_speaker
 from tests.server.test_chattts_stream import TEXT
 
 pytestmark = [
@@ -40,10 +41,7 @@ def cuda_chat(tiny_checkpoint: Path) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def cuda_speaker(cuda_chat: Any) -> str:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(3)
-        voice: str = cuda_chat.sample_random_speaker()
-    return voice
+    return sample_speaker(cuda_chat)
 
 
 def _run(gpt: StaticGPT, prompt: torch.Tensor, tokens: list[torch.Tensor]) -> torch.Tensor:
