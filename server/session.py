@@ -72,8 +72,8 @@ class Context:
         self.sequence = 0
         self.segments_spoken = 0
         self.first_text_at: float | None = None
-        self.first_audio_sent = False
-        self.playback_started_at: float | None = None  # monotonic, at the first frame sent
+        # monotonic, at the first frame sent (None: no audio sent yet)
+        self.playback_started_at: float | None = None
         self._idle: asyncio.TimerHandle | None = None
         self.task: asyncio.Task[None] | None = None
         # Shapes the joins between this context's segments (at the engine rate).
@@ -315,8 +315,7 @@ class Context:
             await self.session.send_bytes(header + float_to_pcm16(frame))
             self.sequence += 1
             self.samples_sent += int(frame.size)
-            if not self.first_audio_sent:
-                self.first_audio_sent = True
+            if self.playback_started_at is None:
                 self.playback_started_at = time.monotonic()
                 if self.first_text_at is not None:
                     self.session.metrics.ttfa.labels(route="ws").observe(

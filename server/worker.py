@@ -90,6 +90,11 @@ class Job:
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
 
+    def _end_stopped(self) -> None:
+        """End the consumer's iteration with ``not_ready``: the engine stopped (any thread)."""
+        self._deliver(Unavailable("the engine stopped", code="not_ready"))
+        self._deliver(_END)
+
     def _deliver(self, item: object) -> None:
         # Called on the engine thread; the loop may already be closed at shutdown.
         with contextlib.suppress(RuntimeError):
@@ -292,8 +297,7 @@ class EngineWorker:
         except BaseException:
             logger.exception("the engine thread failed; ending every job in flight")
             for job in [*waiting, *(running.job for running in active)]:
-                job._deliver(Unavailable("the engine stopped", code="not_ready"))
-                job._deliver(_END)
+                job._end_stopped()
             raise
 
     def _schedule_loop(
@@ -306,8 +310,7 @@ class EngineWorker:
                     running.job.cancel()
                     self._finish(running)
                 for job in waiting:
-                    job._deliver(Unavailable("the engine stopped", code="not_ready"))
-                    job._deliver(_END)
+                    job._end_stopped()
                 with self._pending_lock:
                     self._pending -= len(waiting)
                 waiting.clear()
@@ -342,8 +345,7 @@ class EngineWorker:
             self._finish(_Running(job, iter(())))
             return None
         except BaseException:
-            job._deliver(Unavailable("the engine stopped", code="not_ready"))
-            job._deliver(_END)
+            job._end_stopped()
             raise
 
     def _take_jobs(self, engine: Engine, waiting: list[Job], *, block: bool) -> bool:
@@ -468,8 +470,7 @@ class EngineWorker:
             except queue.Empty:
                 return
             if job is not None:
-                job._deliver(Unavailable("the engine stopped", code="not_ready"))
-                job._deliver(_END)
+                job._end_stopped()
 
 
 class _Running:

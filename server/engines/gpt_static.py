@@ -32,7 +32,7 @@ Not thread-safe: one engine thread drives it.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -63,7 +63,7 @@ class CacheSlot:
     #: The stream this slot's graph was warmed up and captured on (its own: cuBLAS keeps
     #: a workspace per stream, which must live exactly as long as the graph using it).
     stream: Any = None
-    replays: int = field(default=0)
+    replays: int = 0
 
 
 class StaticGPT:

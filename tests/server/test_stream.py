@@ -57,6 +57,14 @@ async def speak(
         return await client.collect(ctx, timeout_s=TIMEOUT_S * 4)
 
 
+async def speak_default(server: LiveServer, text: str) -> ContextResult:
+    """``text`` whole on the implicit default context (no start), then end; collected."""
+    async with StreamClient.connect(server.ws_url) as client:
+        await client.send_text(text)
+        await client.end()
+        return await client.collect(timeout_s=TIMEOUT_S)
+
+
 # --- the real ChatTTS code path on the generated tiny checkpoint ----------------------
 
 
@@ -209,10 +217,7 @@ async def test_complete_sentence_is_spoken_when_input_pauses() -> None:
 
 async def test_default_context_needs_no_start(espeak_server: LiveServer) -> None:
     """A client that never sends start speaks through the implicit "default" context."""
-    async with StreamClient.connect(espeak_server.ws_url) as client:
-        await client.send_text("默认上下文。")
-        await client.end()
-        result = await client.collect("default", timeout_s=TIMEOUT_S)
+    result = await speak_default(espeak_server, "默认上下文。")
     assert_complete(result, "默认上下文。")
 
 
@@ -329,10 +334,7 @@ async def test_engine_failure_reports_error_and_context_goes_on() -> None:
     """A segment the engine fails on gets synthesis_failed; the next segment is still spoken."""
     engine = ScriptedEngine(chunk_delay_s=0.0, ms_per_char=50, fail_on="坏")
     with run_live_server(Settings(engine="espeak"), engine=lambda: (engine, False, None)) as server:
-        async with StreamClient.connect(server.ws_url) as client:
-            await client.send_text("坏的一句。好的一句。")
-            await client.end()
-            result = await client.collect(timeout_s=TIMEOUT_S)
+        result = await speak_default(server, "坏的一句。好的一句。")
     assert [e["code"] for e in result.errors] == ["synthesis_failed"]
     assert result.done is not None and result.done["segments"] == 2
     assert {f.segment for f in result.frames} == {1}
@@ -343,10 +345,7 @@ async def test_failed_segment_is_spoken_by_the_fallback_voice() -> None:
     engine = ScriptedEngine(chunk_delay_s=0.0, ms_per_char=50, fail_on="坏")
     settings = Settings(engine="chattts", model_dir=Path("unused-by-the-scripted-engine"))
     with run_live_server(settings, engine=lambda: (engine, False, None)) as server:
-        async with StreamClient.connect(server.ws_url) as client:
-            await client.send_text("坏的一句。好的一句。")
-            await client.end()
-            result = await client.collect(timeout_s=TIMEOUT_S)
+        result = await speak_default(server, "坏的一句。好的一句。")
         metrics = server.state.metrics  # type: ignore[attr-defined]
         assert metrics.fallback_segments._value.get() == 1
     assert_complete(result, "坏的一句。好的一句。")
@@ -410,10 +409,7 @@ async def test_a_failing_segment_reports_internal_error_and_the_context_goes_on(
     engine = ScriptedEngine(chunk_delay_s=0.0, ms_per_char=20)
     with run_live_server(Settings(engine="espeak"), engine=lambda: (engine, False, None)) as server:
         server.state.frontend = TextFrontend(normalizer_factory=normalizer)  # type: ignore[attr-defined]
-        async with StreamClient.connect(server.ws_url) as client:
-            await client.send_text("好的一句。炸1的一句。还有一句。")
-            await client.end()
-            result = await client.collect(timeout_s=TIMEOUT_S)
+        result = await speak_default(server, "好的一句。炸1的一句。还有一句。")
     assert [e["code"] for e in result.errors] == ["internal_error"]
     assert result.done is not None and result.done["segments"] == 2
     assert {f.segment for f in result.frames} == {0, 2}
