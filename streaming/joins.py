@@ -38,6 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from streaming.punctuation import CLOSERS, STRAIGHT_QUOTES, join_pause_class
+
 __all__ = [
     "PAUSE_MS",
     "JoinSettings",
@@ -60,14 +62,8 @@ PAUSE_MS: dict[str, int] = {
     "cut": 60,  # no punctuation: a length or flush cut
 }
 
-_PAUSE_CLASS_BY_MARK: dict[str, str] = {
-    **dict.fromkeys("。！？.!?", "sentence"),
-    **dict.fromkeys("…", "ellipsis"),
-    **dict.fromkeys("；：;:", "semicolon"),
-    **dict.fromkeys("，、,", "comma"),
-}
 # Closing quotes and brackets after a mark belong to it: "他说：“好。”" ends a sentence.
-_CLOSERS = frozenset("”’）)」』】》〉]}〕＂＇\"'")
+_CLOSERS = "".join(CLOSERS | STRAIGHT_QUOTES)
 
 
 def pause_class_for(text: str) -> str:
@@ -79,10 +75,10 @@ def pause_class_for(text: str) -> str:
         return "paragraph"
     if newlines == 1:
         return "line"
-    core = stripped.rstrip("".join(_CLOSERS)).rstrip()
+    core = stripped.rstrip(_CLOSERS).rstrip()
     if not core:
         return "cut"
-    return _PAUSE_CLASS_BY_MARK.get(core[-1], "cut")
+    return join_pause_class(core[-1])
 
 
 def pause_ms_for(text: str) -> int:

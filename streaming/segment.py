@@ -2,10 +2,11 @@
 
 An LLM streams text a few characters at a time; the synthesiser wants whole sentences
 (prosody) but the listener wants the first sound soon. :class:`Segmenter` cuts the
-stream into :class:`Segment` slices:
+stream into :class:`Segment` slices (every mark's role is a row of
+:mod:`streaming.punctuation`, the table text preparation and segment joins use too):
 
-- at sentence ends: ``。！？；…``, a newline, and ASCII ``. ! ?`` that end a sentence;
-  closers right after the terminator (``。”``, ``?!``, ``）」』``) stay with it;
+- at sentence ends: ``。！？；…⋯｡``, a newline, and ASCII ``. ! ?`` that end a sentence;
+  closers right after the terminator (``。”``, ``?!``, ``）」』］``) stay with it;
 - in the first segment of an utterance only, also at a clause mark (``，、：,;:``) once
   the segment holds ``first_min_chars`` non-whitespace characters, so speech starts
   early;
@@ -45,6 +46,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from streaming.punctuation import (
+    ASCII_CLAUSE_MARKS,
+    ASCII_SENTENCE_MARKS,
+    CJK_CLAUSE_MARKS,
+    CJK_SENTENCE_MARKS,
+    CLOSERS,
+    NEWLINES,
+    PAIRS,
+    STRAIGHT_QUOTES,
+)
+
 __all__ = ["DEFAULT_ABBREVIATIONS", "Segment", "Segmenter", "SegmenterConfig"]
 
 # Lowercased, without the final dot. Left out on purpose: words that often end a
@@ -57,17 +69,11 @@ DEFAULT_ABBREVIATIONS: frozenset[str] = frozenset(
     }
 )  # fmt: skip
 
-_CJK_TERMINATORS = frozenset("。！？；…")
-_ASCII_TERMINATORS = frozenset(".!?")
-_TERMINATORS = _CJK_TERMINATORS | _ASCII_TERMINATORS
-_CJK_CLAUSE_MARKS = frozenset("，、：")
-_ASCII_CLAUSE_MARKS = frozenset(",;:")
-_CLAUSE_MARKS = _CJK_CLAUSE_MARKS | _ASCII_CLAUSE_MARKS
-# Straight quotes are closers only when they close an open one (quote parity).
-_CLOSERS = frozenset("”’）)」』】》〉]}〕＂＇")
+_CJK_TERMINATORS = CJK_SENTENCE_MARKS
+_TERMINATORS = CJK_SENTENCE_MARKS | ASCII_SENTENCE_MARKS
+_CLAUSE_MARKS = CJK_CLAUSE_MARKS | ASCII_CLAUSE_MARKS
 # Punctuation that belongs to the text before it: a length cut should not orphan it.
-_ATTACHING = _TERMINATORS | _CLAUSE_MARKS | _CLOSERS | frozenset("\"'")
-_NEWLINES = frozenset("\n\r\u2028\u2029")
+_ATTACHING = _TERMINATORS | _CLAUSE_MARKS | CLOSERS | STRAIGHT_QUOTES
 _NUMBER_SEPARATORS = frozenset(".,:/-")
 # After ". " a long blank run means the sentence ended; bounding it bounds lookahead.
 _MAX_BLANK_LOOKAHEAD = 16
@@ -76,12 +82,7 @@ _MAX_ABBREVIATION_CHARS = 12
 _ACRONYM = re.compile(r"[A-Za-z](?:\.[A-Za-z])+")
 _ASCII_RUN = re.compile(r"[!-~]+")
 _URL_MARKERS = ("://", "www.", "@")
-# Openers and the closers that close them; straight quotes open and close alike.
-_PAIRS = {
-    "“": "”", "‘": "’", "（": "）", "(": ")", "「": "」", "『": "』", "【": "】",
-    "《": "》", "〈": "〉", "[": "]", "{": "}", "〔": "〕", "［": "］", "｛": "｝",
-}  # fmt: skip
-_PAIR_CLOSERS = frozenset(_PAIRS.values())
+_PAIR_CLOSERS = frozenset(PAIRS.values())
 # Numbers with their date and time units: a cut inside one would split its reading.
 _NUMERIC_SPAN = re.compile(
     r"[0-9]+(?:\s?(?:[年月日号点時时分秒:：.,/\-]|小时)\s?[0-9]+)+(?:[日号分秒])?"
@@ -159,7 +160,7 @@ class Segmenter:
         Such text is held only in case more closers follow; a caller whose input has
         paused may flush it early. ASCII '.' does not count: "3." may become "3.5".
         """
-        pending = self.pending_text.rstrip().rstrip("".join(_CLOSERS))
+        pending = self.pending_text.rstrip().rstrip("".join(CLOSERS))
         return bool(pending) and pending[-1] in _CJK_TERMINATORS
 
     def push(self, text: str) -> list[Segment]:
@@ -235,7 +236,7 @@ class Segmenter:
             if i >= len(buf):
                 return None
             ch = buf[i]
-            if ch in _NEWLINES:
+            if ch in NEWLINES:
                 if self._nonblank:
                     cut = i
                     while buf[cut - 1].isspace():
@@ -273,7 +274,7 @@ class Segmenter:
                 double_quotes += 1
             elif ch == "'" and single_quotes % 2:
                 single_quotes += 1
-            elif ch not in _CLOSERS:
+            elif ch not in CLOSERS:
                 break
             k += 1
         return k
@@ -313,7 +314,7 @@ class Segmenter:
         """First non-blank character from k; None at a newline, far away, or the end."""
         for j in range(k, k + _MAX_BLANK_LOOKAHEAD):
             ch = self._at(j, final)
-            if ch is None or ch in _NEWLINES:
+            if ch is None or ch in NEWLINES:
                 return None
             if not ch.isspace():
                 return ch
@@ -358,7 +359,7 @@ class Segmenter:
         if k >= limit:
             return k, False
         nxt = self._at(k, final)
-        if any(ch in _CJK_CLAUSE_MARKS for ch in marks):
+        if any(ch in CJK_CLAUSE_MARKS for ch in marks):
             return k, True
         # "12:30", "1,000", "http://" are not clause ends.
         return k, nxt is None or nxt.isspace() or not nxt.isascii()
@@ -404,25 +405,25 @@ class Segmenter:
             balanced = not awaited
             if before in _CLAUSE_MARKS:
                 in_clause = True
-                clause_cjk = clause_cjk or before in _CJK_CLAUSE_MARKS
-            elif not (in_clause and before in _CLOSERS):
+                clause_cjk = clause_cjk or before in CJK_CLAUSE_MARKS
+            elif not (in_clause and before in CLOSERS):
                 in_clause = clause_cjk = False
             if before in _CJK_TERMINATORS or before in "!?":
                 in_sentence = True
-            elif not (in_sentence and (before in _CLOSERS or before in _TERMINATORS)):
+            elif not (in_sentence and (before in CLOSERS or before in _TERMINATORS)):
                 in_sentence = False
             candidates: list[str] = []
             if (
                 in_clause
                 and after not in _CLAUSE_MARKS
-                and after not in _CLOSERS
+                and after not in CLOSERS
                 and (clause_cjk or after.isspace() or not after.isascii())
             ):
                 candidates.append("clause")
             if (
                 in_sentence
                 and after not in _TERMINATORS
-                and after not in _CLOSERS
+                and after not in CLOSERS
                 and not _is_ascii_alnum(after)
             ):
                 candidates.append("sentence")
@@ -503,20 +504,20 @@ def _track_brackets(awaited: list[str], buf: str, k: int, start: int) -> None:
 
     A closer closes the innermost matching opener (those inside it are taken as never
     closed); a closer with no opener is ignored. ``"`` and ``'`` close an open one of
-    their kind, else open; ``'`` or ``’`` after a letter is an apostrophe.
+    their kind, else open; ``'`` or ``’`` after a Latin letter is an apostrophe.
     """
     ch = buf[k]
-    if ch in _PAIRS:
-        awaited.append(_PAIRS[ch])
+    if ch in PAIRS:
+        awaited.append(PAIRS[ch])
     elif ch == '"' or ch == "'":
-        if ch == "'" and k > start and buf[k - 1].isalpha():
-            return
+        if ch == "'" and k > start and _is_ascii_letter(buf[k - 1]):
+            return  # an apostrophe ("it's"); after a CJK character it is a quote
         if awaited and awaited[-1] == ch:
             awaited.pop()
         else:
             awaited.append(ch)
     elif ch in _PAIR_CLOSERS and ch in awaited:
-        if ch == "’" and awaited[-1] != ch and k > start and buf[k - 1].isalpha():
+        if ch == "’" and awaited[-1] != ch and k > start and _is_ascii_letter(buf[k - 1]):
             return  # "don’t" inside brackets
         while awaited.pop() != ch:
             pass

@@ -35,6 +35,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 
+from streaming.punctuation import (
+    CJK_CLAUSE_MARKS,
+    CJK_SENTENCE_MARKS,
+    CLOSERS,
+    MARKS,
+    OPENERS,
+    PAUSE_SYMBOLS,
+    STRAIGHT_QUOTES,
+    WORD_JOINERS,
+    Said,
+    said_as,
+)
+
 __all__ = [
     "CONTROL_TAG",
     "SPOKEN_CHARSET",
@@ -68,6 +81,8 @@ REASON_TAG = "tag"  # a control tag while control tags are not allowed
 REASON_PUNCTUATION = "punctuation"  # a mark in a run of marks, or before any word
 REASON_NUMBER = "number"  # digits, when no normaliser is configured
 REASON_CODE = "code"  # the body of a fenced code block: not read aloud, on purpose
+REASON_PAUSE = "pause"  # a symbol (< > |) read as a pause: the symbol itself is not said
+REASON_INVALID = "invalid_unicode"  # U+FFFD: a lone surrogate or undecodable input
 
 
 @dataclass(frozen=True)
@@ -155,6 +170,7 @@ class _Kind(Enum):
 
 _PAUSE_STRENGTH = {_Kind.ENUMERATION: 0, _Kind.COMMA: 1, _Kind.STOP: 2}
 _PAUSES = frozenset(_PAUSE_STRENGTH)
+_SAID_KINDS = {Said.STOP: _Kind.STOP, Said.COMMA: _Kind.COMMA, Said.ENUMERATION: _Kind.ENUMERATION}
 
 
 @dataclass(frozen=True)
@@ -166,13 +182,6 @@ class _Token:
     reason: str = REASON_UNSPEAKABLE  # why a DROPPED token is dropped
 
 
-# ChatTTS's character_simplifier, plus dashes and the full-width forms of its ASCII;
-# "|" separates table cells.
-_COMMA_MARKS = frozenset("，,：:；;（）()【】『』「」《》<>＜＞－-—–―|｜[]{}［］〔〕")
-# ChatTTS maps only ！! to a stop and deletes ？?…; a question still ends a sentence.
-_STOP_MARKS = frozenset("。．.！!？?…⋯｡")
-_ENUMERATION_MARKS = frozenset("、")
-_HYPHENS = frozenset("-－_")
 _FULLWIDTH_OFFSET = 0xFEE0  # "Ａ" - "A"
 
 # Symbols with a reading, for what the normaliser leaves alone (it reads them itself
@@ -365,10 +374,9 @@ _SPAN_RULES: tuple[_SpanRule, ...] = (_tag_rule, _markup_rule, _address_rule, _n
 # -- the normaliser, aligned -----------------------------------------------------------
 
 # A run needs the normaliser only if it holds a digit or a character outside CJK,
-# letters, blanks and common marks; pure prose skips it (and its cost).
-_NEEDS_NORMALIZER = re.compile(
-    r"[^\u4e00-\u9fffA-Za-z\s，。、,.！!？?：:；;（）()“”‘’\"'《》「」『』…—-]"
-)
+# letters, blanks and punctuation; pure prose skips it (and its cost).
+_PUNCTUATION = "".join(sorted(set(MARKS) | OPENERS | CLOSERS | STRAIGHT_QUOTES))
+_NEEDS_NORMALIZER = re.compile(rf"[^\u4e00-\u9fffA-Za-z\s{re.escape(_PUNCTUATION)}]")
 _CJK_ONLY = re.compile(r"[\u4e00-\u9fff\s]*")
 # Equal runs this short between two changes are taken into the change (the library
 # reorders "50km/h" into "每小时五十公里"), so no input character looks deleted.
@@ -484,7 +492,7 @@ def _classify(text: str, i: int) -> _Token:
         return _Token(i, i + 1, _Kind.BLANK)
     if _is_word_char(ch):
         return _word(i, i + 1, ch)
-    if ch in _HYPHENS:
+    if ch in WORD_JOINERS:
         before = _fold_width(text[i - 1]) if i else ""
         after = _fold_width(text[i + 1]) if i + 1 < len(text) else ""
         if before.isascii() and before.isalnum() and after.isascii() and after.isalpha():
@@ -492,16 +500,19 @@ def _classify(text: str, i: int) -> _Token:
             return _Token(i, i + 1, _Kind.GAP)
     if ch in "'’" and 0 < i < len(text) - 1 and text[i - 1].isalpha() and text[i + 1].isalpha():
         return _dropped(i, i + 1, REASON_PUNCTUATION)  # "it's" is said "its"
-    if ch in _STOP_MARKS:
-        return _Token(i, i + 1, _Kind.STOP)
-    if ch in _COMMA_MARKS:
-        return _Token(i, i + 1, _Kind.COMMA)
-    if ch in _ENUMERATION_MARKS:
-        return _Token(i, i + 1, _Kind.ENUMERATION)
+    said = said_as(ch)
+    if said is Said.DROPPED:
+        return _dropped(i, i + 1, REASON_UNSPEAKABLE)
+    if said is not None and said is not Said.GAP:
+        # A pause symbol's pause is kept; the symbol itself is reported (see _tidy).
+        reason = REASON_PAUSE if ch in PAUSE_SYMBOLS else REASON_UNSPEAKABLE
+        return _Token(i, i + 1, _SAID_KINDS[said], reason=reason)
     if ch in _SYMBOL_READINGS:
         return _word(i, i + 1, _SYMBOL_READINGS[ch])
     if ch.isalpha() and (folded := _fold_accents(ch)):
         return _word(i, i + 1, folded)
+    if ch == "\ufffd":
+        return _dropped(i, i + 1, REASON_INVALID)
     if _is_emoji(ch):
         return _dropped(i, i + 1, REASON_EMOJI)
     if "0" <= ch <= "9" or "０" <= ch <= "９":
@@ -601,7 +612,9 @@ def _tokenize(text: str, normalizer: Normalizer | None, allow_tags: bool) -> lis
 
 # Clause and sentence marks split a run before it goes to the normaliser: no reading
 # crosses them, and the library's cost grows with the length of what it is given.
-_CLAUSE_BREAK = re.compile(r"[，。！？；：、\n]|[,;!?](?=\s)")
+# ASCII marks only before a blank: "12:30", "3.5" and "1,000" are the normaliser's.
+_CJK_BREAKS = "".join(sorted(CJK_SENTENCE_MARKS | CJK_CLAUSE_MARKS))
+_CLAUSE_BREAK = re.compile(rf"[{_CJK_BREAKS}\n]|[,;!?](?=\s)")
 
 
 def _plain_tokens(text: str, start: int, end: int, normalizer: Normalizer | None) -> list[_Token]:
@@ -649,6 +662,12 @@ def _tidy(tokens: list[_Token]) -> tuple[list[_Token], list[_Token]]:
         else:
             dropped.append(_dropped(token.start, token.end, reason))
 
+    def keep_pause(token: _Token) -> None:
+        if token.reason == REASON_PAUSE:  # a symbol said as a pause: report the symbol
+            dropped.append(_dropped(token.start, token.end, REASON_PAUSE))
+            token = _Token(token.end, token.end, token.kind)
+        kept.append(token)
+
     for token in tokens:
         kind = token.kind
         if kind is _Kind.DROPPED:
@@ -660,7 +679,7 @@ def _tidy(tokens: list[_Token]) -> tuple[list[_Token], list[_Token]]:
                 drop(token)
         elif kind is _Kind.WORD or kind is _Kind.TAG:
             if pause is not None:
-                kept.append(pause)
+                keep_pause(pause)
             if seen_word and blank is not None:
                 kept.append(blank)
             elif blank is not None and blank.kind is _Kind.GAP:
@@ -679,7 +698,7 @@ def _tidy(tokens: list[_Token]) -> tuple[list[_Token], list[_Token]]:
         else:
             drop(token)
     if pause is not None:
-        kept.append(pause)
+        keep_pause(pause)
     if blank is not None and blank.kind is _Kind.GAP:
         drop(blank)
     return kept, dropped

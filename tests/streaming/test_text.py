@@ -59,7 +59,10 @@ CASES: list[tuple[str, str, str, list[tuple[int, str]]]] = [
     ("markdown-code", "用`ls`命令", "用ls命令", [(1, "`"), (4, "`")]),
     ("markdown-fence", "```python", "", [(0, "```python")]),
     ("markdown-table-rule", "|---|:--:|", "", [(0, "|---|:--:|")]),
-    ("markdown-table-row", "| 名称 | 说明 |", "名称， 说明，", [(0, "|")]),
+    # A leading pipe is dropped; the others are said as pauses, and reported.
+    ("markdown-table-row", "| 名称 | 说明 |", "名称， 说明，", [(0, "|"), (5, "|"), (10, "|")]),
+    ("less-than-is-a-reported-pause", "甲<乙", "甲，乙", [(1, "<")]),
+    ("replacement-character-reported", "你\ufffd好", "你好", [(1, "\ufffd")]),
     (
         "url-host-read",
         "见https://www.example.com/a?b=1。",
