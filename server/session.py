@@ -27,6 +27,7 @@ from server.worker import EngineWorker, Job
 from streaming import protocol as p
 from streaming.audio import FrameChunker, Resampler, float_to_pcm16
 from streaming.joins import JoinSettings, SegmentJoiner
+from streaming.schedule import playback_deadline
 from streaming.segment import Segment, Segmenter, SegmenterConfig
 from streaming.text import PreparedText
 
@@ -297,15 +298,9 @@ class Context:
         return self.joiner
 
     def _playback_deadline(self) -> float:
-        """When a real-time player of this stream runs out of the audio sent so far.
-
-        Assumes playback started with the first frame and never stalled; a stream whose
-        listener already ran dry (or that has not started) is due now.
-        """
-        now = time.monotonic()
-        if self.playback_started_at is None:
-            return now
-        return max(now, self.playback_started_at + self.samples_sent / self.sample_rate_hz)
+        return playback_deadline(
+            time.monotonic(), self.playback_started_at, self.samples_sent, self.sample_rate_hz
+        )
 
     async def _send_frames(self, segment_index: int, frames: list[np.ndarray]) -> None:
         for frame in frames:

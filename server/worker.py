@@ -4,15 +4,12 @@ The thread loads the engine, warms it up, then schedules synthesis jobs. The eve
 never runs torch; chunks come back through ``loop.call_soon_threadsafe`` into a per-job
 asyncio queue.
 
-Scheduling is earliest-deadline-first at chunk granularity. Every job carries the time
-at which its listener's playback reaches the start of its audio (now, for a stream that
-has not started); each chunk the engine makes pushes that deadline later by the chunk's
-duration. When the engine can interleave (its ``synthesize`` generators are independent,
-``interleaves = True``), up to ``max_active`` jobs are in flight and the thread advances
-the one with the earliest deadline by one chunk: a new stream gets its first audio after
-one chunk of the others, not after their whole segments, and a stream with seconds of
-audio buffered yields to one about to run dry. Other engines run one job at a time, still
-picked by deadline.
+Scheduling is the policy of :mod:`streaming.schedule` (earliest playback deadline first)
+at chunk granularity. When the engine can interleave (its ``synthesize`` generators are
+independent, ``Engine.interleaves``), up to ``max_active`` jobs are in flight and the
+thread advances the most urgent one by one chunk: a new stream gets its first audio
+after one chunk of the others, not after their whole segments. Other engines run one job
+at a time, still picked by deadline.
 """
 
 from __future__ import annotations
@@ -32,6 +29,7 @@ import numpy as np
 from server.engines.base import Cancelled, Engine, SynthesisRequest
 from server.errors import SynthesisError, SynthesisTimeout, Unavailable
 from server.metrics import Metrics
+from streaming.schedule import admit, most_urgent
 
 logger = logging.getLogger(__name__)
 
@@ -201,10 +199,10 @@ class EngineWorker:
             self._metrics.engine_load_seconds.set(status.load_seconds)
 
     def check_voice(self, voice: str) -> None:
-        """Raise ValueError when the engine cannot use ``voice`` (engines that check)."""
-        check = getattr(self.engine, "check_voice", None)
-        if check is not None:
-            check(voice)
+        """Raise ValueError, naming what is accepted, when the engine cannot use ``voice``."""
+        if self.engine is None:
+            raise Unavailable("the engine is not loaded yet", code="not_ready")
+        self.engine.check_voice(voice)
 
     def wait_ready(self, timeout_s: float | None = None) -> bool:
         """Block until the engine is ready or failed (for the CLI and tests)."""
@@ -289,7 +287,7 @@ class EngineWorker:
 
     def _schedule(self, engine: Engine) -> None:
         """Run jobs until ``stop()``: admit by deadline, advance the most urgent a chunk."""
-        limit = self._max_active if getattr(engine, "interleaves", False) else 1
+        limit = self._max_active if engine.interleaves else 1
         waiting: list[Job] = []
         active: list[_Running] = []
         try:
@@ -319,9 +317,7 @@ class EngineWorker:
             for running in [r for r in active if r.job.cancelled]:
                 active.remove(running)
                 self._finish(running)
-            while waiting and len(active) < limit:
-                job = min(waiting, key=_urgency)
-                waiting.remove(job)
+            for job in admit(waiting, len(active), limit):
                 with self._pending_lock:
                     self._pending -= 1
                     self._active += 1
@@ -331,7 +327,7 @@ class EngineWorker:
                     active.append(admitted)
             if not active:
                 continue
-            running = min(active, key=lambda r: _urgency(r.job, engine.sample_rate_hz))
+            running = most_urgent(active, engine.sample_rate_hz)
             if not self._advance(engine, running):
                 active.remove(running)
                 self._finish(running)
@@ -352,9 +348,9 @@ class EngineWorker:
         """Move submitted jobs into ``waiting``; True when ``stop()`` was called.
 
         With nothing to do it blocks, and after ``idle_release_s`` lets the engine free
-        memory (``release_idle_memory`` is optional on engines: ChatTTS on CUDA empties
-        the allocator cache, as the seed article advises for idle periods), once per idle
-        period, on this thread, so it never races a synthesis.
+        memory (``Engine.release_idle_memory``: ChatTTS on CUDA empties the allocator
+        cache, as the seed article advises for idle periods), once per idle period, on
+        this thread, so it never races a synthesis.
         """
         while True:
             try:
@@ -374,12 +370,10 @@ class EngineWorker:
             waiting.append(job)
 
     def _release_idle_memory(self, engine: Engine) -> None:
-        release = getattr(engine, "release_idle_memory", None)
-        if release is not None:
-            try:
-                release()
-            except Exception:
-                logger.exception("releasing idle memory failed")
+        try:
+            engine.release_idle_memory()
+        except Exception:
+            logger.exception("releasing idle memory failed")
         self._metrics.idle_releases.inc()
 
     def _advance(self, engine: Engine, running: _Running) -> bool:
@@ -480,6 +474,19 @@ class _Running:
         self.job = job
         self.chunks = chunks
 
+    # What streaming.schedule reads (Scheduled): the job's.
+    @property
+    def deadline(self) -> float:
+        return self.job.deadline
+
+    @property
+    def samples(self) -> int:
+        return self.job.samples
+
+    @property
+    def order(self) -> int:
+        return self.job.order
+
     def close(self) -> None:
         close = getattr(self.chunks, "close", None)
         if close is None:
@@ -490,8 +497,3 @@ class _Running:
             # A generator whose cleanup fails must not take the engine thread down.
             logger.exception("closing the synthesis of %r failed", self.job.request.text[:40])
 
-
-def _urgency(job: Job, sample_rate_hz: int | None = None) -> tuple[float, int]:
-    """Sort key: when playback needs the job's next audio, then submission order."""
-    produced_s = job.samples / sample_rate_hz if sample_rate_hz else 0.0
-    return (job.deadline + produced_s, job.order)

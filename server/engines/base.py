@@ -62,12 +62,20 @@ class Engine(Protocol):
         """
         ...
 
+    @property
+    def interleaves(self) -> bool:
+        """``synthesize`` generators are independent, so the worker may advance several
+        alternately on the engine thread."""
+        ...
+
+    def check_voice(self, voice: str) -> None:
+        """Raise ValueError for a ``voice`` this engine cannot use, saying what it accepts.
+
+        Called from the event loop before any work is queued: cheap and read-only.
+        """
+
+    def release_idle_memory(self) -> None:
+        """Free cached memory after an idle period (a no-op where there is none)."""
+
     def close(self) -> None:
         """Release the model (GPU memory, threads); the engine is unusable afterwards."""
-
-    # Optional, looked up with getattr by the worker:
-    #   interleaves: bool            synthesize() generators are independent, so several
-    #                                may be advanced alternately on the engine thread
-    #   check_voice(voice) -> None   raise ValueError for a speaker string it cannot use
-    #                                (called from the event loop: must be cheap, read-only)
-    #   release_idle_memory() -> None  free cached memory after an idle period

@@ -64,17 +64,35 @@ class EspeakError(RuntimeError):
     """libespeak-ng could not be loaded or initialised, or refused a call."""
 
 
-def voice_for_seed(seed: int) -> tuple[str, int]:
-    """Return the espeak voice name and base pitch (0-100) that ``seed`` selects.
+#: The voices a client may name: ``default`` (espeak's plain Mandarin voice) and its
+#: variants, by espeak's variant names.
+VOICES: tuple[str, ...] = tuple(variant or "default" for variant in _VARIANTS)
 
-    ``seed % 10`` picks the variant (0 is the plain ``cmn`` voice) and
-    ``(seed // 10) % 5`` a pitch offset, so 50 distinct voices repeat with period 50,
-    and seed 0 is espeak's default Mandarin voice at its default pitch.
+
+def voice_for_seed(seed: int, voice: str | None = None) -> tuple[str, int]:
+    """Return the espeak voice name and base pitch (0-100) for ``voice`` and ``seed``.
+
+    ``voice`` (one of :data:`VOICES`) names the variant; without it ``seed % 10`` picks
+    one (0 is the plain ``cmn`` voice). ``(seed // 10) % 5`` picks a pitch offset, so 50
+    distinct voices repeat with period 50, and seed 0 is espeak's default Mandarin voice
+    at its default pitch. A ``voice`` that is not one of :data:`VOICES` (the main
+    engine's speaker string, when this voice speaks a segment in its place) is ignored.
     """
-    variant = _VARIANTS[seed % len(_VARIANTS)]
+    if voice in VOICES:
+        variant = _VARIANTS[VOICES.index(voice)]
+    else:
+        variant = _VARIANTS[seed % len(_VARIANTS)]
     offset = _PITCH_OFFSETS[(seed // len(_VARIANTS)) % len(_PITCH_OFFSETS)]
     name = f"{VOICE_NAME}+{variant}" if variant else VOICE_NAME
     return name, _DEFAULT_PITCH + offset
+
+
+def check_voice(voice: str) -> None:
+    """Raise ValueError unless ``voice`` is one of :data:`VOICES`, listing them."""
+    if voice not in VOICES:
+        raise ValueError(
+            f"the fallback voice has no voice {voice[:40]!r}; it accepts: {', '.join(VOICES)}"
+        )
 
 
 def rate_for_speed(speed: float) -> int:
@@ -179,9 +197,10 @@ def _shared_library() -> _Library:
 class EspeakEngine:
     """Mandarin speech from libespeak-ng, resampled to 24 kHz and yielded in ~100 ms chunks.
 
-    Voice: ``request.voice.seed`` picks a variant and base pitch deterministically (see
+    Voice: ``request.voice.voice`` (one of :data:`VOICES`) or else ``request.voice.seed``
+    picks a variant, and the seed a base pitch, deterministically (see
     :func:`voice_for_seed`); ``request.voice.speed`` scales the speaking rate (see
-    :func:`rate_for_speed`); ``request.voice.voice`` is ignored. Synthesis of a sentence
+    :func:`rate_for_speed`). Synthesis of a sentence
     takes a few milliseconds, so a segment is synthesised whole and ``should_stop`` is
     polled between chunks.
 
@@ -234,7 +253,7 @@ class EspeakEngine:
         """
         if self._closed:
             raise EspeakError("engine is closed")
-        voice_name, pitch = voice_for_seed(request.voice.seed)
+        voice_name, pitch = voice_for_seed(request.voice.seed, request.voice.voice)
         rate_wpm = rate_for_speed(request.voice.speed)
         # ChatTTS control tags ([uv_break], [laugh], ...) mean nothing to espeak, which
         # would read them out letter by letter.
@@ -251,6 +270,13 @@ class EspeakEngine:
             if should_stop():
                 return
             yield audio[start : start + self.chunk_samples]
+
+    def check_voice(self, voice: str) -> None:
+        """Raise ValueError unless ``voice`` is one of :data:`VOICES` (the error lists them)."""
+        check_voice(voice)
+
+    def release_idle_memory(self) -> None:
+        """Nothing to free: the library's buffers are a few hundred KB."""
 
     def close(self) -> None:
         """Mark this engine unusable; the shared library stays loaded for other engines."""

@@ -69,6 +69,9 @@ class ScriptedEngine:
         finally:
             self.busy.clear()
 
+    def check_voice(self, voice: str) -> None:
+        """Every voice is accepted: the tone's pitch comes from the seed."""
+
     def release_idle_memory(self) -> None:
         self.idle_releases += 1
 
