@@ -42,6 +42,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from server.engines.base import SynthesisRequest, VoiceSpec  # noqa: E402
+from server.engines.chattts.options import ChatTTSOptions  # noqa: E402
 from streaming.joins import SegmentJoiner, pause_ms_for  # noqa: E402
 from streaming.seams import measure_seams  # noqa: E402
 from streaming.segment import Segmenter  # noqa: E402
@@ -69,11 +70,13 @@ def _espeak() -> tuple[Synth, int, Callable[[], None]]:
 
 
 def _chattts(tmp: Path) -> tuple[Synth, int, Callable[[], None]]:
-    from server.checkpoint import write_checkpoint
-    from server.engines.chattts import ChatTTSEngine
+    from server.engines.chattts.checkpoint import write_checkpoint
+    from server.engines.chattts.engine import ChatTTSEngine
 
     model_dir = write_checkpoint(tmp / "tiny", size="tiny", seed=0)
-    engine = ChatTTSEngine(model_dir, device="cpu", max_new_token=72, min_new_token=72)
+    engine = ChatTTSEngine(
+        model_dir, ChatTTSOptions(device="cpu", max_new_token=72, min_new_token=72)
+    )
     voice = VoiceSpec(seed=7)
 
     def synth(text: str) -> Iterator[np.ndarray]:

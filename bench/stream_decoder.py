@@ -50,16 +50,16 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from server.checkpoint import load_chat, write_checkpoint  # noqa: E402
-from server.engines.chattts_stream import (  # noqa: E402
+from server.engines.chattts.checkpoint import load_chat, write_checkpoint  # noqa: E402
+from server.engines.chattts.decoder import (  # noqa: E402
     SAMPLES_PER_FRAME,
     GenerationParams,
     OnnxVocoder,
     StreamingDecoder,
-    StreamSettings,
     VocoderFeatures,
     istft,
 )
+from server.engines.chattts.options import ChatTTSOptions  # noqa: E402
 from streaming.seams import measure_seams  # noqa: E402
 
 TEXT = "今天天气很好，我们一起去公园散步吧。人工智能正在改变我们的生活方式。"
@@ -464,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1, help="repeats for short runs")
     parser.add_argument("--long-repeats", type=int, default=1, help="repeats for runs >= 20 s")
     parser.add_argument("--first-audio-repeats", type=int, default=2)
-    parser.add_argument("--first-chunk-steps", type=int, default=StreamSettings.first_chunk_steps)
+    parser.add_argument("--first-chunk-steps", type=int, default=ChatTTSOptions.first_chunk_steps)
     parser.add_argument("--gpt-dtype", default="float32")
     parser.add_argument("--decoder-dtype", default="float32")
     parser.add_argument("--compile-vocoder", action="store_true")
@@ -499,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     # converts inputs to the GPT's dtype), which keeps the comparison like for like.
     ours = StreamingDecoder(
         chat,
-        StreamSettings(
+        ChatTTSOptions(
             first_chunk_steps=args.first_chunk_steps,
             gpt_dtype=args.gpt_dtype,
             decoder_dtype=args.decoder_dtype,

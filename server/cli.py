@@ -145,7 +145,7 @@ def download_weights(path: str) -> int:
     """Fetch exactly the nine files ``Chat.load(source="custom")`` checks (~1 GB)."""
     from huggingface_hub import snapshot_download
 
-    from server.checkpoint import ASSET_FILES
+    from server.engines.chattts.checkpoint import ASSET_FILES
 
     target = snapshot_download(
         repo_id=WEIGHTS_REPO, local_dir=path, allow_patterns=list(ASSET_FILES)
@@ -161,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "preview":
         return preview(build_settings(args), args.text, args.mode)
     if args.command == "make-checkpoint":
-        from server.checkpoint import main as checkpoint_main
+        from server.engines.chattts.checkpoint import main as checkpoint_main
 
         forwarded = [args.path, "--seed", str(args.seed), *(["--full"] if args.full else [])]
         return checkpoint_main(forwarded)

@@ -496,4 +496,3 @@ class _Running:
         except Exception:
             # A generator whose cleanup fails must not take the engine thread down.
             logger.exception("closing the synthesis of %r failed", self.job.request.text[:40])
-

@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from server.engines.chattts.options import ChatTTSOptions
+
 if TYPE_CHECKING:
-    from server.engines.chattts import ChatTTSEngine
+    from server.engines.chattts.engine import ChatTTSEngine
     from server.engines.select import EngineFactory
 
 #: GPT steps per synthesis for the shared engine: min = max makes every run the same
@@ -24,7 +26,7 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     Read-only by convention: a test that damages files copies it first.
     """
-    from server.checkpoint import write_checkpoint
+    from server.engines.chattts.checkpoint import write_checkpoint
 
     return write_checkpoint(tmp_path_factory.mktemp("chattts-tiny"), size="tiny", seed=0)
 
@@ -32,13 +34,13 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def chattts_engine(tiny_checkpoint: Path) -> Iterator[ChatTTSEngine]:
     """One warmed CPU ChatTTSEngine on the tiny checkpoint, fixed-length runs, shared."""
-    from server.engines.chattts import ChatTTSEngine
+    from server.engines.chattts.engine import ChatTTSEngine
 
     engine = ChatTTSEngine(
         tiny_checkpoint,
-        device="cpu",
-        max_new_token=CHATTTS_TEST_STEPS,
-        min_new_token=CHATTTS_TEST_STEPS,
+        ChatTTSOptions(
+            device="cpu", max_new_token=CHATTTS_TEST_STEPS, min_new_token=CHATTTS_TEST_STEPS
+        ),
     )
     engine.warm_up()
     yield engine
@@ -49,7 +51,7 @@ def chattts_engine(tiny_checkpoint: Path) -> Iterator[ChatTTSEngine]:
 def chat(tiny_checkpoint: Path) -> Iterator[Any]:
     """A ChatTTS ``Chat`` on the tiny checkpoint, loaded through the production path, one
     per test module (tests that cast or damage the model load their own)."""
-    from server.checkpoint import load_chat
+    from server.engines.chattts.checkpoint import load_chat
 
     chat = load_chat(tiny_checkpoint, device="cpu")
     yield chat
@@ -76,9 +78,11 @@ def fixed_length_chattts(checkpoint: Path, steps: int = CHATTTS_TEST_STEPS) -> E
     """An engine factory for run_live_server: ChatTTS on CPU, every segment ``steps`` long."""
 
     def factory() -> tuple[ChatTTSEngine, bool, None]:
-        from server.engines.chattts import ChatTTSEngine
+        from server.engines.chattts.engine import ChatTTSEngine
 
-        engine = ChatTTSEngine(checkpoint, device="cpu", max_new_token=steps, min_new_token=steps)
+        engine = ChatTTSEngine(
+            checkpoint, ChatTTSOptions(device="cpu", max_new_token=steps, min_new_token=steps)
+        )
         return engine, False, None
 
     return factory

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from server.config import Settings
 from server.engines.base import Engine
+from server.engines.chattts.options import ChatTTSOptions
 
 logger = logging.getLogger(__name__)
 
@@ -35,14 +36,10 @@ def engine_factory(settings: Settings) -> EngineFactory:
                 logger.warning(detail)
             return EspeakEngine(), False, detail
         try:
-            from server.engines.chattts import ChatTTSEngine
+            from server.engines.chattts.engine import ChatTTSEngine
 
             assert settings.model_dir is not None
-            return (
-                ChatTTSEngine(settings.model_dir, **chattts_options(settings)),
-                False,
-                None,
-            )
+            return ChatTTSEngine(settings.model_dir, chattts_options(settings)), False, None
         except Exception as exc:
             if not settings.fallback_on_load_failure:
                 raise
@@ -66,31 +63,9 @@ def fallback_factory(settings: Settings) -> Callable[[], Engine] | None:
     return build
 
 
-def chattts_options(settings: Settings) -> dict[str, Any]:
-    """The ChatTTSEngine keyword arguments the settings fix."""
-    names = (
-        "device",
-        "compile",
-        "temperature",
-        "top_p",
-        "top_k",
-        "max_new_token",
-        "decoder",
-        "first_chunk_steps",
-        "chunk_growth",
-        "max_chunk_steps",
-        "left_context_frames",
-        "lookahead_frames",
-        "overlap_samples",
-        "gpt_dtype",
-        "decoder_dtype",
-        "compile_vocoder",
-        "vocoder_backend",
-        "gpt_cache",
-        "gpt_cache_tokens",
-        "cuda_graphs",
-    )
-    options = {name: getattr(settings, name) for name in names}
-    # 0: one slot per segment the worker may interleave.
-    options["gpt_cache_slots"] = settings.gpt_cache_slots or settings.max_active_segments
+def chattts_options(settings: Settings) -> ChatTTSOptions:
+    """The ChatTTS options the settings fix, with what depends on the server resolved."""
+    options = settings.chattts
+    if options.gpt_cache_slots == 0:  # 0: one slot per segment the worker may interleave
+        options = dataclasses.replace(options, gpt_cache_slots=settings.max_active_segments)
     return options

@@ -6,7 +6,6 @@ that renaming a metric, a setting or the port breaks a test instead of a dashboa
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import json
 import re
@@ -18,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from server.config import Settings, build_settings
+from server.config import Settings, build_settings, environment_names
 from server.metrics import Metrics
 from server.worker import EngineWorker
 
@@ -328,8 +327,7 @@ def test_server_listens_beyond_loopback_in_the_pod() -> None:
 def test_configmap_keys_are_settings() -> None:
     """Every ConfigMap key is a TTS_* setting, a string, and the whole map passes validation."""
     data = config_data()
-    settings_env = {"TTS_" + f.name.upper() for f in dataclasses.fields(Settings)}
-    known = (settings_env - {"TTS_TOKENS"}) | {"TTS_TOKEN_FILE"}
+    known = environment_names() - {"TTS_TOKENS"}
     unknown = set(data) - known
     assert not unknown, f"not settings (or secrets in a ConfigMap): {sorted(unknown)}"
     assert all(isinstance(v, str) for v in data.values()), "ConfigMap values must be strings"

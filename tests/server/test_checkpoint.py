@@ -13,7 +13,7 @@ import pytest
 from ChatTTS.config import Config
 from transformers import BertTokenizer
 
-from server.checkpoint import (
+from server.engines.chattts.checkpoint import (
     ASSET_FILES,
     CONTROL_TOKENS,
     MANIFEST_NAME,
@@ -169,7 +169,7 @@ def test_bad_manifest_raises(damaged_copy: Path) -> None:
 def test_cli_writes_checkpoint_and_says_it_is_noise(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`python -m server.checkpoint DIR --seed N` writes a checkpoint and warns it is noise."""
+    """`python -m server.engines.chattts.checkpoint DIR --seed N` writes a checkpoint and warns it is noise."""
     assert main([str(tmp_path / "cli"), "--seed", "3"]) == 0
     out = capsys.readouterr().out
     assert str(tmp_path / "cli") in out

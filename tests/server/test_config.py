@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
+from pathlib import Path
 
 import pytest
 
-from server.config import Settings, add_arguments, build_settings
+from server.config import Settings, add_arguments, build_settings, environment_names
+from server.engines.chattts.options import ChatTTSOptions
 from server.engines.select import chattts_options
+from server.options import GROUPS, reference_markdown, specs
 
 
 def parse(argv: list[str], environ: dict[str, str] | None = None) -> Settings:
@@ -21,17 +25,33 @@ def test_flags_win_over_environment_over_defaults() -> None:
     """A flag beats its TTS_* variable, which beats the default."""
     env = {"TTS_FIRST_CHUNK_STEPS": "8", "TTS_TOP_K": "5"}
     settings = parse(["--first-chunk-steps", "16"], env)
-    assert (settings.first_chunk_steps, settings.top_k, settings.top_p) == (16, 5, Settings().top_p)
+    chattts = settings.chattts
+    assert (chattts.first_chunk_steps, chattts.top_k, chattts.top_p) == (16, 5, Settings().chattts.top_p)
 
 
-def test_chattts_options_are_engine_parameters() -> None:
-    """Every decoder/sampling setting passed to ChatTTSEngine is one of its keyword arguments."""
-    from server.engines.chattts import ChatTTSEngine
-
-    parameters = inspect.signature(ChatTTSEngine.__init__).parameters
+def test_chattts_flags_reach_the_engine_options() -> None:
+    """Decoder and sampling flags land in the ChatTTSOptions the engine is built with."""
     options = chattts_options(parse(["--decoder", "chattts", "--lookahead-frames", "4"]))
-    assert set(options) <= set(parameters)
-    assert options["decoder"] == "chattts" and options["lookahead_frames"] == 4
+    assert options.decoder == "chattts" and options.lookahead_frames == 4
+
+
+def test_every_setting_is_declared_once_with_its_flag_and_variable() -> None:
+    """Flags and TTS_* variables derive from the declarations: one each, none shared."""
+    all_specs = list(specs(Settings))
+    flags = [spec.flag for spec in all_specs]
+    assert len(flags) == len(set(flags))
+    option_fields = {f.name for f in dataclasses.fields(ChatTTSOptions) if f.metadata["cli"]}
+    assert option_fields <= {spec.name for spec in all_specs if spec.path[0] == "chattts"}
+    assert all(spec.help and spec.group in GROUPS for spec in all_specs)
+    assert environment_names() >= {"TTS_MAX_NEW_TOKEN", "TTS_MAX_CONTEXTS", "TTS_TOKENS"}
+
+
+def test_settings_reference_is_current() -> None:
+    """docs/settings.md is what the declarations generate (python -m server.options)."""
+    reference = Path(__file__).resolve().parents[2] / "docs" / "settings.md"
+    assert reference.read_text(encoding="utf-8") == reference_markdown(Settings), (
+        "regenerate: .venv/bin/python -m server.options > docs/settings.md"
+    )
 
 
 @pytest.mark.parametrize(
@@ -71,18 +91,13 @@ def test_bad_environment_value_names_the_variable() -> None:
         parse([], {"TTS_MAX_CONTEXTS": "many"})
 
 
-def test_settings_defaults_match_the_engine_defaults() -> None:
-    """The server's decoder and sampling defaults are the engine's own (no drift between them)."""
-    from server.engines.chattts import ChatTTSEngine
+def test_the_engine_defaults_are_the_settings_defaults() -> None:
+    """The server's ChatTTS defaults are the engine's own: one declaration, no drift."""
+    from server.engines.chattts.engine import ChatTTSEngine
 
-    parameters = inspect.signature(ChatTTSEngine.__init__).parameters
-    defaults = chattts_options(Settings())
-    differing = {
-        name: (value, parameters[name].default)
-        for name, value in defaults.items()
-        if name != "device" and value != parameters[name].default
-    }
-    assert differing == {}
+    parameter = inspect.signature(ChatTTSEngine.__init__).parameters["options"]
+    assert parameter.default is None  # None: ChatTTSOptions()
+    assert Settings().chattts == ChatTTSOptions()
 
 
 def test_static_cache_settings_reach_the_engine() -> None:
@@ -91,8 +106,8 @@ def test_static_cache_settings_reach_the_engine() -> None:
     options = chattts_options(
         parse(["--gpt-cache", "static", "--cuda-graphs", "true", "--max-active-segments", "3"])
     )
-    assert options["gpt_cache"] == "static" and options["cuda_graphs"] is True
-    assert options["gpt_cache_slots"] == 3
+    assert options.gpt_cache == "static" and options.cuda_graphs is True
+    assert options.gpt_cache_slots == 3
     env = {"TTS_GPT_CACHE_SLOTS": "5", "TTS_GPT_CACHE_TOKENS": "1024", "TTS_MAX_NEW_TOKEN": "900"}
     options = chattts_options(parse([], env))
-    assert (options["gpt_cache_slots"], options["gpt_cache_tokens"]) == (5, 1024)
+    assert (options.gpt_cache_slots, options.gpt_cache_tokens) == (5, 1024)

@@ -1,4 +1,4 @@
-"""The static KV cache (server.engines.gpt_static) on ChatTTS's real GPT, tiny checkpoint.
+"""The static KV cache (server.engines.chattts.static_cache) on ChatTTS's real GPT, tiny checkpoint.
 
 The CUDA graph capture itself needs a GPU (bench/gpu_stream_decoder.sh checks it there);
 what it captures, the fixed-shape step, runs here uncaptured (``static_shapes=True``).
@@ -14,20 +14,22 @@ import numpy as np
 import pytest
 import torch
 
-from server.checkpoint import load_chat
-from server.engines.chattts import ChatTTSEngine
-from server.engines.chattts_stream import (
+from server.engines.chattts.checkpoint import load_chat
+from server.engines.chattts.decoder import (
     GenerationParams,
     StreamingDecoder,
-    StreamSettings,
     cast_gpt,
 )
-from server.engines.gpt_static import StaticGPT
+from server.engines.chattts.engine import ChatTTSEngine
+from server.engines.chattts.options import ChatTTSOptions
+from server.engines.chattts.static_cache import StaticGPT
 from tests.server.test_chattts_stream import TEXT, _chattts_generation
 
 
 def _static(chat: Any, **kwargs: Any) -> StreamingDecoder:
-    settings = StreamSettings(gpt_cache="static", gpt_cache_tokens=512, gpt_cache_slots=1)
+    settings = ChatTTSOptions(
+        gpt_cache="static", gpt_cache_tokens=512, gpt_cache_slots=1, max_new_token=500
+    )
     decoder = StreamingDecoder(chat, settings)
     if kwargs:
         decoder.static_gpt = StaticGPT(chat.gpt.gpt, max_tokens=512, slots=1, **kwargs)
@@ -145,7 +147,10 @@ def test_interleaved_utterances_share_the_slots_and_fall_back(chat: Any, speaker
 def test_idle_release_frees_idle_slots(chat: Any, speaker: str) -> None:
     """release_memory drops idle slots' buffers; a busy slot survives it."""
     decoder = StreamingDecoder(
-        chat, StreamSettings(gpt_cache="static", gpt_cache_tokens=256, gpt_cache_slots=2)
+        chat,
+        ChatTTSOptions(
+            gpt_cache="static", gpt_cache_tokens=256, gpt_cache_slots=2, max_new_token=250
+        ),
     )
     gpt = decoder.static_gpt
     assert gpt is not None
@@ -195,11 +200,11 @@ def test_cuda_graphs_need_cuda_and_the_static_cache(chat: Any) -> None:
     """cuda_graphs on a CPU model, without the static cache, or with a rotary embedding
     that checks lengths on the host, is refused up front."""
     with pytest.raises(ValueError, match="CUDA"):
-        StreamingDecoder(chat, StreamSettings(gpt_cache="static", cuda_graphs=True))
+        StreamingDecoder(chat, ChatTTSOptions(gpt_cache="static", cuda_graphs=True))
     with pytest.raises(ValueError, match="static"):
-        StreamSettings(cuda_graphs=True)
+        ChatTTSOptions(cuda_graphs=True)
     with pytest.raises(ValueError):
-        StreamSettings(gpt_cache="paged")
+        ChatTTSOptions(gpt_cache="paged")
     rotary = chat.gpt.gpt.rotary_emb
     saved = rotary.rope_type
     rotary.rope_type = "dynamic"
@@ -259,7 +264,8 @@ def test_engine_speaks_on_the_static_cache(tiny_checkpoint: Path) -> None:
     audio = []
     for cache in ("dynamic", "static"):
         engine = ChatTTSEngine(
-            tiny_checkpoint, device="cpu", max_new_token=50, min_new_token=50, gpt_cache=cache
+            tiny_checkpoint,
+            ChatTTSOptions(device="cpu", max_new_token=50, min_new_token=50, gpt_cache=cache),
         )
         try:
             audio.append(np.concatenate(list(engine.synthesize(request, lambda: False))))
@@ -290,12 +296,14 @@ async def test_server_on_the_static_cache_speaks_as_on_the_dynamic_one(
         def factory(cache: str = cache) -> tuple[ChatTTSEngine, bool, None]:
             engine = ChatTTSEngine(
                 tiny_checkpoint,
-                device="cpu",
-                max_new_token=40,
-                min_new_token=40,
-                gpt_cache=cache,
-                gpt_cache_slots=1,
-                gpt_cache_tokens=256,
+                ChatTTSOptions(
+                    device="cpu",
+                    max_new_token=40,
+                    min_new_token=40,
+                    gpt_cache=cache,
+                    gpt_cache_slots=1,
+                    gpt_cache_tokens=256,
+                ),
             )
             return engine, False, None
 
@@ -361,7 +369,10 @@ def test_an_utterance_longer_than_the_cache_is_logged_once(
     """Too long for gpt_cache_tokens: a warning naming the setting (once), then the
     dynamic cache; every such utterance is counted."""
     decoder = StreamingDecoder(
-        chat, StreamSettings(gpt_cache="static", gpt_cache_tokens=64, gpt_cache_slots=1)
+        chat,
+        ChatTTSOptions(
+            gpt_cache="static", gpt_cache_tokens=64, gpt_cache_slots=1, max_new_token=60
+        ),
     )
     params = GenerationParams(spk_emb=speaker, seed=2, max_new_token=60, min_new_token=60)
     first = [o.ids for o in decoder.generate(TEXT, params)]

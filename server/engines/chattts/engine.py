@@ -1,7 +1,7 @@
 """The ChatTTS engine: ChatTTS's modules behind :class:`Engine`, streamed two ways.
 
 ``decoder="ours"`` (the default) streams through
-:class:`server.engines.chattts_stream.StreamingDecoder`: ChatTTS's GPT step by step
+:class:`server.engines.chattts.decoder.StreamingDecoder`: ChatTTS's GPT step by step
 with a KV cache, a small first chunk, and windowed Decoder + Vocos passes joined with a
 crossfade (linear decode work, no clicks at joins). ``decoder="chattts"`` falls back
 to ChatTTS's own ``infer(stream=True)``, which re-decodes the whole sequence per chunk.
@@ -30,9 +30,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from server.checkpoint import load_chat
 from server.engines.base import Cancelled, SynthesisRequest, VoiceSpec
-from server.engines.chattts_stream import GenerationParams, StreamingDecoder, StreamSettings
+from server.engines.chattts.checkpoint import load_chat
+from server.engines.chattts.decoder import GenerationParams, StreamingDecoder
+from server.engines.chattts.options import ChatTTSOptions
 
 logger = logging.getLogger(__name__)
 
@@ -84,14 +85,13 @@ class _StopContext:
 
 
 class ChatTTSEngine:
-    """ChatTTS on one device, streaming float32 mono chunks at 24 kHz.
+    """ChatTTS on one device, streaming float32 mono chunks at 24 kHz; ``options``
+    (:class:`ChatTTSOptions`) say how.
 
     With ``decoder="ours"`` the first chunk comes after ``first_chunk_steps`` GPT steps
     and chunks then grow by ``chunk_growth`` up to ``max_chunk_steps``; each is decoded
     with ``left_context_frames`` of context, ``lookahead_frames`` held back and
-    ``overlap_samples`` crossfaded (see :class:`StreamSettings`, which also documents
-    ``gpt_dtype``, ``decoder_dtype``, ``compile_vocoder``, ``vocoder_backend``,
-    ``gpt_cache``, ``gpt_cache_tokens``, ``gpt_cache_slots`` and ``cuda_graphs``).
+    ``overlap_samples`` crossfaded.
 
     With ``decoder="chattts"``, ``stream_batch`` GPT steps make one chunk (46.875 steps per second of audio);
     ChatTTS drops the first ``pass_first_n_batches`` yields, i.e. holds the first audio
@@ -104,74 +104,18 @@ class ChatTTSEngine:
     name = "chattts"
     sample_rate_hz = 24_000
 
-    def __init__(
-        self,
-        model_dir: str | Path,
-        *,
-        device: str = "auto",
-        compile: bool = False,
-        stream_batch: int = 24,
-        pass_first_n_batches: int = 0,
-        max_new_token: int = 2048,
-        min_new_token: int = 0,
-        temperature: float = 0.3,
-        top_p: float = 0.7,
-        top_k: int = 20,
-        decoder: str = "ours",
-        first_chunk_steps: int = 12,
-        chunk_growth: float = 2.0,
-        max_chunk_steps: int = 96,
-        left_context_frames: int = 16,
-        lookahead_frames: int = 8,
-        overlap_samples: int = 512,
-        gpt_dtype: str = "float32",
-        decoder_dtype: str = "float32",
-        compile_vocoder: bool = False,
-        vocoder_backend: str = "torch",
-        gpt_cache: str = "dynamic",
-        gpt_cache_tokens: int = 2560,
-        gpt_cache_slots: int = 8,
-        cuda_graphs: bool = False,
-    ) -> None:
-        if decoder not in ("ours", "chattts"):
-            raise ValueError(f"decoder must be 'ours' or 'chattts', not {decoder!r}")
-        if stream_batch < 1:
-            raise ValueError(f"stream_batch must be >= 1, not {stream_batch}")
-        if not 0 <= min_new_token <= max_new_token:
-            raise ValueError("need 0 <= min_new_token <= max_new_token")
-        self.device = resolve_device(device)
-        self.stream_batch = stream_batch
-        self.pass_first_n_batches = pass_first_n_batches
-        self.max_new_token = max_new_token
-        self.min_new_token = min_new_token
-        self.temperature = temperature
-        self.top_p = top_p
-        self.top_k = top_k
+    def __init__(self, model_dir: str | Path, options: ChatTTSOptions | None = None) -> None:
+        self.options = options = options or ChatTTSOptions()
+        self.device = resolve_device(options.device)
+        self.max_new_token = options.max_new_token
         self._speakers: OrderedDict[tuple[str | None, int], str] = OrderedDict()
         self._stop_context = _StopContext()
-        self.decoder = decoder
-        settings = StreamSettings(
-            first_chunk_steps=first_chunk_steps,
-            chunk_growth=chunk_growth,
-            max_chunk_steps=max_chunk_steps,
-            left_context_frames=left_context_frames,
-            lookahead_frames=lookahead_frames,
-            overlap_samples=overlap_samples,
-            gpt_dtype=gpt_dtype,
-            decoder_dtype=decoder_dtype,
-            compile_vocoder=compile_vocoder,
-            vocoder_backend=vocoder_backend,
-            gpt_cache=gpt_cache,
-            gpt_cache_tokens=gpt_cache_tokens,
-            gpt_cache_slots=gpt_cache_slots,
-            cuda_graphs=cuda_graphs,
-        )
-        self._chat: Any = load_chat(model_dir, device=self.device, compile=compile)
+        self._chat: Any = load_chat(model_dir, device=self.device, compile=options.compile)
         # An instance attribute: ChatTTS reads chat.context at each generate() call.
         self._chat.context = self._stop_context
         self._stream: StreamingDecoder | None = None
-        if decoder == "ours":
-            self._stream = StreamingDecoder(self._chat, settings)
+        if options.decoder == "ours":
+            self._stream = StreamingDecoder(self._chat, options)
 
     def warm_up(self) -> None:
         """Run one short synthesis so the first real request pays no lazy start-up cost."""
@@ -219,12 +163,12 @@ class ChatTTSEngine:
         params = GenerationParams(
             prompt=speed_prompt(voice.speed),
             spk_emb=self.speaker(voice),
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
+            temperature=self.options.temperature,
+            top_p=self.options.top_p,
+            top_k=self.options.top_k,
             seed=voice.seed,
             max_new_token=max_new_token,
-            min_new_token=min(self.min_new_token, max_new_token),
+            min_new_token=min(self.options.min_new_token, max_new_token),
         )
         if should_stop():
             raise Cancelled("stopped before synthesis")
@@ -245,14 +189,14 @@ class ChatTTSEngine:
         params = chat.InferCodeParams(
             prompt=speed_prompt(voice.speed),
             spk_emb=self.speaker(voice),
-            temperature=self.temperature,
-            top_P=self.top_p,
-            top_K=self.top_k,
+            temperature=self.options.temperature,
+            top_P=self.options.top_p,
+            top_K=self.options.top_k,
             manual_seed=voice.seed,
             max_new_token=max_new_token,
-            min_new_token=min(self.min_new_token, max_new_token),
-            stream_batch=self.stream_batch,
-            pass_first_n_batches=self.pass_first_n_batches,
+            min_new_token=min(self.options.min_new_token, max_new_token),
+            stream_batch=self.options.stream_batch,
+            pass_first_n_batches=self.options.pass_first_n_batches,
             stream_speed=_UNBOUNDED_STREAM_SPEED,
             show_tqdm=False,
         )

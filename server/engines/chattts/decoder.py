@@ -46,8 +46,13 @@ import torch.nn.utils.parametrize as parametrize
 from ChatTTS.model.processors import gen_logits
 
 from server.engines.base import Cancelled
-from server.engines.gpt_static import StaticGPT
-from streaming.chunking import ChunkSchedule
+from server.engines.chattts.options import (
+    FRAMES_PER_STEP,
+    SAMPLES_PER_FRAME,
+    SAMPLES_PER_STEP,
+    ChatTTSOptions,
+)
+from server.engines.chattts.static_cache import StaticGPT
 from streaming.crossfade import WindowJoiner
 
 logger = logging.getLogger(__name__)
@@ -58,7 +63,6 @@ __all__ = [
     "GenerationParams",
     "OnnxVocoder",
     "StepOutput",
-    "StreamSettings",
     "StreamStats",
     "StreamingDecoder",
     "VocoderFeatures",
@@ -66,10 +70,6 @@ __all__ = [
     "istft",
 ]
 
-#: Mel frames per GPT step and samples per mel frame (Vocos hop at 24 kHz).
-FRAMES_PER_STEP = 2
-SAMPLES_PER_FRAME = 256
-SAMPLES_PER_STEP = FRAMES_PER_STEP * SAMPLES_PER_FRAME
 
 _DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -101,73 +101,6 @@ def cast_gpt(model: Any, dtype: torch.dtype) -> None:
     model.to(dtype=dtype)
     for name, tensor in frequencies.items():
         setattr(rotary, name, tensor)
-
-
-@dataclass(frozen=True)
-class StreamSettings:
-    """How :class:`StreamingDecoder` cuts, decodes and joins chunks, and on what dtypes.
-
-    ``left_context_frames``: already-sent mel frames re-decoded in front of each window
-    (16 frames = 0.17 s). ``lookahead_frames``: frames at a window's end held back until
-    the next window gives them right context (8 frames = 85 ms of added latency).
-    ``overlap_samples``: crossfade length at each join (512 samples = 21 ms). Measured
-    on the full-size random checkpoint (bench ``context_sweep``, SNR of a streamed
-    decode against a one-shot one): right context is what matters, 23 / 31 / 45 / 88 /
-    128 dB for 0 / 2 / 4 / 8 / 16 lookahead frames, while 8, 24 or 48 left frames give
-    the same figure.
-
-    ``gpt_dtype`` / ``decoder_dtype`` (``"float32"``, ``"float16"``, ``"bfloat16"``): the
-    GPT transformer's and the Decoder's weights (CUDA only; Vocos always runs float32:
-    its ISTFT is complex). ``compile_vocoder``: ``torch.compile`` the Decoder and the
-    Vocos backbone (dynamic shapes; pays on CUDA for long services).
-    ``vocoder_backend``: ``"torch"``, or ``"onnx"`` to run the Decoder + Vocos backbone
-    in ONNX Runtime (:class:`OnnxVocoder`; needs the ``onnx`` extra).
-
-    ``gpt_cache``: ``"dynamic"`` (transformers' ``DynamicCache``, as ChatTTS) or
-    ``"static"`` (:class:`server.engines.gpt_static.StaticGPT`: keys and values written in
-    place into buffers of ``gpt_cache_tokens`` positions, ``gpt_cache_slots`` utterances
-    at once; an utterance that does not fit, or finds every slot taken, runs on the
-    dynamic cache). ``cuda_graphs`` (CUDA, static cache only): each GPT step replays a
-    captured CUDA graph.
-    """
-
-    first_chunk_steps: int = 12
-    chunk_growth: float = 2.0
-    max_chunk_steps: int = 96
-    left_context_frames: int = 16
-    lookahead_frames: int = 8
-    overlap_samples: int = 512
-    gpt_dtype: str = "float32"
-    decoder_dtype: str = "float32"
-    compile_vocoder: bool = False
-    vocoder_backend: str = "torch"
-    gpt_cache: str = "dynamic"
-    gpt_cache_tokens: int = 2560
-    gpt_cache_slots: int = 8
-    cuda_graphs: bool = False
-
-    def __post_init__(self) -> None:
-        if self.gpt_cache not in ("dynamic", "static"):
-            raise ValueError("gpt_cache must be 'dynamic' or 'static'")
-        if self.gpt_cache_tokens < 2 or self.gpt_cache_slots < 1:
-            raise ValueError("gpt_cache_tokens must be >= 2 and gpt_cache_slots >= 1")
-        if self.cuda_graphs and self.gpt_cache != "static":
-            raise ValueError("cuda_graphs needs gpt_cache='static'")
-        if self.vocoder_backend not in ("torch", "onnx"):
-            raise ValueError("vocoder_backend must be 'torch' or 'onnx'")
-        if self.left_context_frames < 0 or self.lookahead_frames < 0:
-            raise ValueError("left_context_frames and lookahead_frames must be >= 0")
-        if not 0 <= self.overlap_samples <= SAMPLES_PER_STEP * self.first_chunk_steps // 2:
-            raise ValueError("overlap_samples must be in [0, half the first chunk]")
-        for name in ("gpt_dtype", "decoder_dtype"):
-            if getattr(self, name) not in _DTYPES:
-                raise ValueError(f"{name} must be one of {sorted(_DTYPES)}")
-        self.schedule  # validates the chunk schedule  # noqa: B018
-
-    @property
-    def schedule(self) -> ChunkSchedule:
-        """The chunk-size schedule these settings describe."""
-        return ChunkSchedule(self.first_chunk_steps, self.chunk_growth, self.max_chunk_steps)
 
 
 @dataclass(frozen=True)
@@ -225,36 +158,40 @@ class StreamStats:
 class StreamingDecoder:
     """Streams one utterance at a time from a loaded ``Chat``'s GPT, Decoder and Vocos."""
 
-    def __init__(self, chat: Any, settings: StreamSettings | None = None) -> None:
+    def __init__(self, chat: Any, options: ChatTTSOptions | None = None) -> None:
+        """``options``: how chunks are cut, decoded and joined, on what dtypes, with which
+        KV cache (see :class:`ChatTTSOptions`); its sampling fields are not read here:
+        each call's :class:`GenerationParams` carry them."""
         self.chat = chat
-        self.settings = settings or StreamSettings()
+        self.options = options or ChatTTSOptions()
         self.last_stats = StreamStats()
         device = torch.device(chat.device)
         if device.type != "cuda" and (
-            self.settings.gpt_dtype != "float32" or self.settings.decoder_dtype != "float32"
+            self.options.gpt_dtype != "float32" or self.options.decoder_dtype != "float32"
         ):
             raise ValueError("half-precision GPT / Decoder is for CUDA only")
-        gpt_dtype = _DTYPES[self.settings.gpt_dtype]
+        gpt_dtype = _DTYPES[self.options.gpt_dtype]
         if chat.gpt.gpt.dtype != gpt_dtype:
             cast_gpt(chat.gpt.gpt, gpt_dtype)
-        self._decoder_dtype = _DTYPES[self.settings.decoder_dtype]
+        self._decoder_dtype = _DTYPES[self.options.decoder_dtype]
         if self._decoder_dtype != torch.float32:
             chat.decoder.to(dtype=self._decoder_dtype)
         self._decoder: Callable[[torch.Tensor], torch.Tensor] = chat.decoder
         self._backbone: Callable[[torch.Tensor], torch.Tensor] = chat.vocos.backbone
-        if self.settings.compile_vocoder:
+        if self.options.compile_vocoder:
             self._decoder = torch.compile(chat.decoder, dynamic=True)
             self._backbone = torch.compile(chat.vocos.backbone, dynamic=True)
         self._onnx: OnnxVocoder | None = None
-        if self.settings.vocoder_backend == "onnx":
+        if self.options.vocoder_backend == "onnx":
             self._onnx = OnnxVocoder(chat)
         self.static_gpt: StaticGPT | None = None
-        if self.settings.gpt_cache == "static":
+        if self.options.gpt_cache == "static":
             self.static_gpt = StaticGPT(
                 chat.gpt.gpt,
-                max_tokens=self.settings.gpt_cache_tokens,
-                slots=self.settings.gpt_cache_slots,
-                cuda_graphs=self.settings.cuda_graphs,
+                max_tokens=self.options.gpt_cache_tokens,
+                # 0 (one per interleaved segment) is resolved by the server; alone, one.
+                slots=self.options.gpt_cache_slots or 1,
+                cuda_graphs=self.options.cuda_graphs,
             )
 
     # -- generation ---------------------------------------------------------------------
@@ -461,12 +398,12 @@ class StreamingDecoder:
         stats: StreamStats,
     ) -> Iterator[np.ndarray]:
         # step_counts yields how many rows of hiddens are ready, one more each time.
-        settings = self.settings
-        schedule = settings.schedule
+        options = self.options
+        schedule = options.schedule
         started = time.perf_counter()
         joiner = WindowJoiner(
-            overlap_samples=settings.overlap_samples,
-            holdback_samples=settings.lookahead_frames * SAMPLES_PER_FRAME,
+            overlap_samples=options.overlap_samples,
+            holdback_samples=options.lookahead_frames * SAMPLES_PER_FRAME,
         )
         chunk_index = 0
         next_boundary = schedule.size(0)
@@ -475,7 +412,7 @@ class StreamingDecoder:
         def window(final: bool) -> np.ndarray:
             # First step of the window: left_context_frames before what is not yet sent.
             sent_frames = joiner.emitted_samples // SAMPLES_PER_FRAME
-            first = max(0, (sent_frames - settings.left_context_frames) // FRAMES_PER_STEP)
+            first = max(0, (sent_frames - options.left_context_frames) // FRAMES_PER_STEP)
             audio = self.vocode(hiddens[first:steps])
             stats.decoded_frames += (steps - first) * FRAMES_PER_STEP
             return joiner.push(audio, first * SAMPLES_PER_STEP, final=final)

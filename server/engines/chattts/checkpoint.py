@@ -369,9 +369,9 @@ def _sha256_key(name: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m server.checkpoint DIR [--full] [--seed N]``: write a checkpoint."""
+    """``python -m server.engines.chattts.checkpoint DIR [--full] [--seed N]``: write a checkpoint."""
     parser = argparse.ArgumentParser(
-        prog="python -m server.checkpoint",
+        prog="python -m server.engines.chattts.checkpoint",
         description="Write a random-weight ChatTTS checkpoint (noise, not speech) in "
         "ChatTTS's asset layout, for tests and speed benchmarks.",
     )

@@ -1,0 +1,162 @@
+"""Every setting of the ChatTTS engine, declared once (flags, variables and docs derive).
+
+No torch here: the settings module imports this to build the command line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from server.options import choice_problems, option
+from streaming.chunking import ChunkSchedule
+
+__all__ = ["FRAMES_PER_STEP", "SAMPLES_PER_FRAME", "SAMPLES_PER_STEP", "ChatTTSOptions"]
+
+#: Mel frames per GPT step and samples per mel frame (Vocos hop at 24 kHz).
+FRAMES_PER_STEP = 2
+SAMPLES_PER_FRAME = 256
+SAMPLES_PER_STEP = FRAMES_PER_STEP * SAMPLES_PER_FRAME
+
+_DTYPES = ("float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class ChatTTSOptions:
+    """How ChatTTS is loaded, sampled, streamed and cached; see docs/streaming-decoder.md.
+
+    Measured choices behind the defaults: ``lookahead_frames`` is what the seam SNR
+    needs (23 / 31 / 45 / 88 / 128 dB for 0 / 2 / 4 / 8 / 16 frames, while 8, 24 or 48
+    left frames give the same figure); the static cache and CUDA graphs stay off until
+    measured on a GPU (on these CPUs the step is bound by reading the weights).
+    """
+
+    device: str = option("auto", "auto (CUDA when available), cpu, cuda, cuda:N", group="chattts")
+    compile: bool = option(
+        False, "torch.compile the ChatTTS GPT (the dynamic KV cache only)", group="chattts"
+    )
+    temperature: float = option(0.3, "ChatTTS sampling temperature", group="chattts")
+    top_p: float = option(0.7, "ChatTTS nucleus sampling threshold", group="chattts")
+    top_k: int = option(20, "ChatTTS top-k sampling", group="chattts")
+    max_new_token: int = option(
+        2048,
+        "GPT steps per segment at most (46.875 steps per second of audio)",
+        group="chattts",
+    )
+    decoder: str = option(
+        "ours",
+        "streaming decoder: ours, or chattts (ChatTTS's own stream)",
+        group="chattts",
+        choices=("ours", "chattts"),
+    )
+    first_chunk_steps: int = option(12, "GPT steps before the first audio chunk", group="chattts")
+    chunk_growth: float = option(
+        2.0, "factor by which chunks grow after the first", group="chattts"
+    )
+    max_chunk_steps: int = option(96, "largest chunk, in GPT steps", group="chattts")
+    left_context_frames: int = option(
+        16, "decoder frames of left context per chunk (16 frames = 0.17 s)", group="chattts"
+    )
+    lookahead_frames: int = option(
+        8,
+        "decoder frames held back for right context (8 frames = 85 ms of latency)",
+        group="chattts",
+    )
+    overlap_samples: int = option(
+        512, "samples crossfaded at chunk joins (512 = 21 ms)", group="chattts"
+    )
+    gpt_dtype: str = option(
+        "float32", "CUDA: precision of the GPT", group="chattts", choices=_DTYPES
+    )
+    decoder_dtype: str = option(
+        "float32",
+        "CUDA: precision of the Decoder (Vocos always runs float32)",
+        group="chattts",
+        choices=_DTYPES,
+    )
+    compile_vocoder: bool = option(
+        False, "CUDA: torch.compile the Decoder and the Vocos backbone", group="chattts"
+    )
+    vocoder_backend: str = option(
+        "torch",
+        "run the vocoder in torch, or in ONNX Runtime (the onnx extra)",
+        group="chattts",
+        choices=("torch", "onnx"),
+    )
+    gpt_cache: str = option(
+        "dynamic",
+        "the GPT's KV cache: dynamic (transformers', as ChatTTS) or static (preallocated)",
+        group="chattts",
+        choices=("dynamic", "static"),
+    )
+    gpt_cache_tokens: int = option(
+        2560,
+        "static cache: positions per segment (prompt + max new tokens); longer ones use dynamic",
+        group="chattts",
+    )
+    gpt_cache_slots: int = option(
+        0,
+        "static cache: segments cached at once (0: one per --max-active-segments)",
+        group="chattts",
+    )
+    cuda_graphs: bool = option(
+        False,
+        "CUDA: replay each GPT step as a CUDA graph (needs --gpt-cache static)",
+        group="chattts",
+    )
+    # Set by code only (tests, benchmarks): random weights end at random, so fixed-length
+    # runs set min_new_token = max_new_token; ChatTTS's own stream's chunking.
+    min_new_token: int = option(
+        0, "EOS is forbidden before this many steps", group="chattts", cli=False
+    )
+    stream_batch: int = option(
+        24, "decoder chattts: GPT steps per chunk", group="chattts", cli=False
+    )
+    pass_first_n_batches: int = option(
+        0, "decoder chattts: chunks held back at the start", group="chattts", cli=False
+    )
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    @property
+    def schedule(self) -> ChunkSchedule:
+        """The chunk-size schedule these options describe."""
+        return ChunkSchedule(self.first_chunk_steps, self.chunk_growth, self.max_chunk_steps)
+
+    def problems(self) -> list[str]:
+        """Each reason these options cannot work, naming the option."""
+        problems = choice_problems(self)
+        positive = ("temperature", "max_new_token", "first_chunk_steps", "max_chunk_steps")
+        problems += [f"{name} must be positive" for name in positive if getattr(self, name) <= 0]
+        if self.chunk_growth < 1:
+            problems.append("chunk_growth must be at least 1")
+        if 0 < self.max_chunk_steps < self.first_chunk_steps:
+            problems.append("max_chunk_steps must be at least first_chunk_steps")
+        if not 0 <= self.min_new_token <= self.max_new_token:
+            problems.append("min_new_token must be in [0, max_new_token]")
+        if self.stream_batch < 1:
+            problems.append("stream_batch must be at least 1")
+        if self.left_context_frames < 0 or self.lookahead_frames < 0:
+            problems.append("left_context_frames and lookahead_frames must not be negative")
+        if not 0 <= self.overlap_samples <= SAMPLES_PER_STEP * self.first_chunk_steps // 2:
+            problems.append("overlap_samples must be in [0, half the first chunk]")
+        if self.cuda_graphs and self.gpt_cache != "static":
+            problems.append("cuda_graphs needs gpt_cache static")
+        if self.gpt_cache_tokens < 2:
+            problems.append("gpt_cache_tokens must be at least 2")
+        if self.gpt_cache_slots < 0:
+            problems.append("gpt_cache_slots must not be negative (0: max_active_segments)")
+        if self.gpt_cache == "static":
+            if self.gpt_cache_tokens <= self.max_new_token:
+                problems.append(
+                    "gpt_cache_tokens must exceed max_new_token (a segment's prompt and its "
+                    f"{self.max_new_token} new tokens must fit, or every segment falls back "
+                    "to the dynamic cache)"
+                )
+            if self.decoder != "ours":
+                problems.append("gpt_cache static needs decoder ours")
+        if self.cuda_graphs and self.device == "cpu":
+            problems.append("cuda_graphs needs a CUDA device, not cpu")
+        return problems

@@ -1,0 +1,148 @@
+"""The service's errors: one hierarchy, and one table from each error to what every
+interface says about it.
+
+    TTSError                     internal_error     HTTP 500   a bug: logged with its traceback
+    ├── ClientError              invalid_request    HTTP 400   a request or message that cannot be accepted
+    │   └── LimitExceeded        limit_exceeded     HTTP 413   names the limit it broke
+    ├── Unauthorized             unauthorized       HTTP 401
+    ├── Unavailable              unavailable        HTTP 503   not_ready, draining, too_many_connections
+    └── SynthesisError           synthesis_failed   HTTP 500   the engine failed on a segment
+        └── SynthesisTimeout     synthesis_timeout  HTTP 504
+
+Every error carries a stable ``code`` (a subclass's default, or a more precise one such as
+``bad_json`` or ``buffer_full``), a ``message`` for humans, and where they apply the
+``context_id`` it concerns and the ``limit`` it broke. On the WebSocket an error is an
+``error`` event and the connection stays open, whatever the error; only a failure of the
+connection itself (never bad input) closes it, with :data:`CLOSE_INTERNAL_ERROR`.
+:func:`outcome` is the one table: HTTP status, whose fault, how loudly to log.
+Any other exception is reported as ``internal_error`` without its internals.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+__all__ = [
+    "CLOSE_GOING_AWAY",
+    "CLOSE_INTERNAL_ERROR",
+    "CLOSE_MESSAGE_TOO_BIG",
+    "CLOSE_NORMAL",
+    "CLOSE_SERVICE_RESTART",
+    "ClientError",
+    "LimitExceeded",
+    "Outcome",
+    "SynthesisError",
+    "SynthesisTimeout",
+    "TTSError",
+    "Unauthorized",
+    "Unavailable",
+    "outcome",
+    "public_message",
+]
+
+# WebSocket close codes (RFC 6455 §7.4.1 and IANA's registry), each with its one cause.
+CLOSE_NORMAL = 1000  # the client closed, or the server finished
+CLOSE_GOING_AWAY = 1001  # shutdown: the drain deadline passed with sends still blocked
+CLOSE_MESSAGE_TOO_BIG = 1009  # a frame beyond the transport limit (the websockets library)
+CLOSE_INTERNAL_ERROR = 1011  # the connection itself failed (a bug), never bad input
+CLOSE_SERVICE_RESTART = 1012  # shutdown after the drain (uvicorn): reconnect and resend
+
+
+class TTSError(Exception):
+    """Base of every error the service reports; see the module docstring for the tree."""
+
+    code = "internal_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        context_id: str | None = None,
+        limit: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.context_id = context_id
+        self.limit = limit
+
+    def to_body(self) -> dict[str, object]:
+        """The JSON body of an HTTP error response."""
+        body: dict[str, object] = {"code": self.code, "message": self.message}
+        if self.limit is not None:
+            body["limit"] = self.limit
+        return {"error": body}
+
+
+class ClientError(TTSError):
+    """A request or message that cannot be accepted as sent; nothing else is affected."""
+
+    code = "invalid_request"
+
+
+class LimitExceeded(ClientError):
+    """A configured limit was reached; ``limit`` says which value."""
+
+    code = "limit_exceeded"
+
+
+class Unauthorized(TTSError):
+    code = "unauthorized"
+
+
+class Unavailable(TTSError):
+    """The service cannot take this work now (loading, stopping, full); try again later."""
+
+    code = "unavailable"
+
+
+class SynthesisError(TTSError):
+    code = "synthesis_failed"
+
+
+class SynthesisTimeout(SynthesisError):
+    code = "synthesis_timeout"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one kind of error means to each interface."""
+
+    http_status: int
+    #: "client" (the caller's mistake) or "server" (ours, or the engine's).
+    fault: str
+    #: ``logging`` level for the one log line the error gets where it is handled.
+    log_level: int
+    #: Whether that line carries the traceback (only for what is a bug).
+    traceback: bool
+
+
+_OUTCOMES: dict[type[TTSError], Outcome] = {
+    ClientError: Outcome(400, "client", logging.DEBUG, False),
+    LimitExceeded: Outcome(413, "client", logging.DEBUG, False),
+    Unauthorized: Outcome(401, "client", logging.INFO, False),
+    Unavailable: Outcome(503, "server", logging.INFO, False),
+    # The engine thread logs the failure itself, with its traceback, where it happens.
+    SynthesisError: Outcome(500, "server", logging.WARNING, False),
+    SynthesisTimeout: Outcome(504, "server", logging.WARNING, False),
+    TTSError: Outcome(500, "server", logging.ERROR, True),
+}
+
+
+def outcome(exc: BaseException) -> Outcome:
+    """The table row for ``exc``: its class's, or its nearest ancestor's."""
+    if isinstance(exc, TTSError):
+        for cls in type(exc).__mro__:
+            if cls in _OUTCOMES:
+                return _OUTCOMES[cls]
+    return _OUTCOMES[TTSError]
+
+
+def public_message(exc: BaseException) -> tuple[str, str]:
+    """``(code, message)`` to tell a client about ``exc``: internals never leave the server."""
+    if isinstance(exc, TTSError):
+        return exc.code, exc.message
+    return TTSError.code, "internal error (logged on the server)"
