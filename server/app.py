@@ -15,6 +15,7 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,15 +31,23 @@ from server.auth import TokenAuth, bearer_token, websocket_token
 from server.config import Settings
 from server.engines.base import SynthesisRequest, VoiceSpec
 from server.engines.select import EngineFactory, engine_factory, fallback_factory
-from server.errors import InvalidRequest, LimitExceeded, TTSError, Unauthorized, Unavailable
+from server.errors import report
 from server.metrics import Metrics
 from server.session import Session
 from server.textnorm import TextFrontend
 from server.worker import EngineWorker
 from streaming import protocol as p
-from streaming.audio import Resampler, float_to_pcm16, wav_bytes
-from streaming.joins import JoinSettings, SegmentJoiner
-from streaming.segment import Segmenter, SegmenterConfig
+from streaming.audio import float_to_pcm16, wav_bytes
+from streaming.errors import (
+    CLOSE_INTERNAL_ERROR,
+    ClientError,
+    LimitExceeded,
+    TTSError,
+    Unauthorized,
+    Unavailable,
+    outcome,
+)
+from streaming.speech import SpeechPipeline
 
 logger = logging.getLogger(__name__)
 
@@ -80,12 +89,6 @@ class PreviewRequest(BaseModel):
         "stream",
         description="stream: as one WebSocket text message then flush; http: as POST /v1/tts",
     )
-
-
-def preview_segmenter(settings: Settings, mode: str) -> SegmenterConfig:
-    """The segmenter policy of the WebSocket (``stream``) or of POST /v1/tts (``http``)."""
-    first_min = settings.segment_max_chars if mode == "http" else settings.first_segment_min_chars
-    return SegmenterConfig(max_chars=settings.segment_max_chars, first_min_chars=first_min)
 
 
 class _DenialLogFilter(logging.Filter):
@@ -138,11 +141,7 @@ class AppState:
     def has_pending_text(self) -> bool:
         """True while any context holds text not yet spoken (read from the drain thread)."""
         try:
-            return any(
-                context.buffered_chars
-                for session in list(self.sessions)
-                for context in list(session.contexts.values())
-            )
+            return any(session.core.holds_unspoken_text for session in list(self.sessions))
         except RuntimeError:  # a dict changed size under us: ask again later
             return True
 
@@ -174,18 +173,18 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
 
     @app.exception_handler(TTSError)
     async def tts_error(request: Request, exc: TTSError) -> JSONResponse:
-        state.metrics.errors.labels(kind=exc.code).inc()
-        return JSONResponse(exc.to_body(), status_code=exc.http_status)
+        report(exc, metrics=state.metrics, log=logger, where=f"{request.method} {request.url.path}")
+        return JSONResponse(exc.to_body(), status_code=outcome(exc).http_status)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        state.metrics.errors.labels(kind="invalid_request").inc()
         problems = "; ".join(
             f"{'.'.join(str(part) for part in err['loc'][1:])}: {err['msg']}"
             for err in exc.errors()
         )
-        body = {"error": {"code": "invalid_request", "message": problems or "invalid request"}}
-        return JSONResponse(body, status_code=422)
+        error = ClientError(problems or "invalid request")
+        report(error, metrics=state.metrics, log=logger, where=f"{request.method} {request.url.path}")
+        return JSONResponse(error.to_body(), status_code=422)
 
     @app.middleware("http")
     async def count_requests(request: Request, call_next: Any) -> Response:
@@ -251,7 +250,7 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
                 limit=settings.max_http_text_chars,
             )
         segments = await state.frontend.preview_async(
-            body.text, preview_segmenter(settings, body.mode)
+            body.text, settings.speech.segmenter_config(whole_text=body.mode == "http")
         )
         return {"mode": body.mode, "segments": [segment.to_json() for segment in segments]}
 
@@ -291,7 +290,7 @@ async def run_websocket(state: AppState, websocket: WebSocket) -> None:
     if refusal is not None:
         metrics.sessions_refused.labels(reason=refusal.code).inc()
         await websocket.send_denial_response(
-            JSONResponse(refusal.to_body(), status_code=refusal.http_status)
+            JSONResponse(refusal.to_body(), status_code=outcome(refusal).http_status)
         )
         state.denial_log_filter.pending += 1
         return
@@ -309,22 +308,74 @@ async def run_websocket(state: AppState, websocket: WebSocket) -> None:
             await session.run()
         finally:
             state.sessions.discard(session)
-    except Exception:
-        logger.exception("[%s] session failed", session_id)
-        metrics.errors.labels(kind="internal_error").inc()
+    except Exception as exc:
+        report(exc, metrics=metrics, log=logger, where=f"[{session_id}] session")
         if websocket.application_state == WebSocketState.CONNECTED:
             with contextlib.suppress(Exception):
-                await websocket.close(code=1011, reason="internal error")
+                await websocket.close(code=CLOSE_INTERNAL_ERROR, reason="internal error")
     finally:
         state.connections -= 1
         metrics.active_sessions.dec()
         logger.info("[%s] disconnected", session_id)
 
 
+@dataclass
+class _Synthesis:
+    """A whole text spoken through the speech pipeline, ready to encode."""
+
+    audio: np.ndarray
+    sample_rate_hz: int
+    spoken: list[str] = field(default_factory=list)
+    removed: list[dict[str, object]] = field(default_factory=list)
+    fallback_segments: int = 0
+
+
 async def synthesize_http(state: AppState, body: TTSRequest, accept: str) -> Response:
     """POST /v1/tts: the whole text, segmented like a stream, returned as one file."""
-    settings = state.settings
     started = time.perf_counter()
+    _check_http_request(state, body)
+    fmt: str = body.format or ("json" if "application/json" in accept else "wav")
+    result = await _synthesize_whole(state, body, started)
+    elapsed_s = time.perf_counter() - started
+    state.metrics.http_latency.observe(elapsed_s)
+    removed = result.removed
+    headers = {
+        "X-TTS-Inference-Ms": f"{elapsed_s * 1000:.1f}",
+        "X-TTS-Engine": state.worker.status.engine or "",
+        # JSON with \u escapes: header values must be ASCII. Capped: proxies refuse
+        # responses with headers beyond a few KB; the json format has the full list.
+        "X-TTS-Removed": json.dumps(removed[:_MAX_REMOVED_IN_HEADER]) if removed else "",
+        "X-TTS-Removed-Count": str(len(removed)) if removed else "",
+        "X-TTS-Fallback-Segments": str(result.fallback_segments or ""),
+    }
+    headers = {k: v for k, v in headers.items() if v}
+    rate = result.sample_rate_hz
+    if fmt == "json":
+        return JSONResponse(
+            {
+                "audio_data": np.clip(result.audio, -1.0, 1.0).round(5).tolist(),
+                "sample_rate": rate,
+                "inference_time_ms": round(elapsed_s * 1000, 1),
+                "spoken": " ".join(result.spoken),
+                "removed": removed,
+            },
+            headers=headers,
+        )
+    pcm = float_to_pcm16(result.audio)
+    if fmt == "wav":
+        return Response(wav_bytes(pcm, rate), media_type=_MEDIA_TYPES["wav"], headers=headers)
+    if fmt == "pcm":
+        headers["X-TTS-Sample-Rate"] = str(rate)
+        return Response(
+            pcm, media_type=f"{_MEDIA_TYPES['pcm']};rate={rate};channels=1", headers=headers
+        )
+    encoded = await asyncio.to_thread(_encode_compressed, pcm, rate, fmt)
+    return Response(encoded, media_type=_MEDIA_TYPES[fmt], headers=headers)
+
+
+def _check_http_request(state: AppState, body: TTSRequest) -> None:
+    """Refuse what cannot be served before any work starts."""
+    settings = state.settings
     if len(body.text) > settings.max_http_text_chars:
         raise LimitExceeded(
             f"text of {len(body.text)} characters exceeds the limit of {settings.max_http_text_chars}",
@@ -337,109 +388,55 @@ async def synthesize_http(state: AppState, body: TTSRequest, accept: str) -> Res
         try:
             state.worker.check_voice(body.speaker)
         except ValueError as exc:
-            raise InvalidRequest(f"speaker: {exc}", code="invalid_voice") from None
-    fmt: str = body.format or ("json" if "application/json" in accept else "wav")
+            raise ClientError(f"speaker: {exc}", code="invalid_voice") from None
+    if not state.worker.ready:
+        raise Unavailable(f"the engine is {state.worker.status.state}", code="not_ready")
+
+
+async def _synthesize_whole(state: AppState, body: TTSRequest, started: float) -> _Synthesis:
+    settings = state.settings
     worker = state.worker
-    if not worker.ready:
-        raise Unavailable(f"the engine is {worker.status.state}", code="not_ready")
-    segmenter = Segmenter(
-        SegmenterConfig(
-            max_chars=settings.segment_max_chars, first_min_chars=settings.segment_max_chars
-        )
-    )
-    segments = [*segmenter.push(body.text), *segmenter.flush()]
+    engine_rate = worker.sample_rate_hz
+    result = _Synthesis(np.zeros(0, np.float32), body.sample_rate or engine_rate)
+    pipeline = SpeechPipeline(settings.speech, engine_rate, result.sample_rate_hz, whole_text=True)
     voice = VoiceSpec(
         voice=body.speaker, seed=body.seed if body.seed is not None else 0, speed=body.speed
     )
-    pieces: list[np.ndarray] = []
-    removed: list[dict[str, object]] = []
-    spoken_texts: list[str] = []
-    deadline = time.perf_counter() + settings.http_timeout_s
-    fallback_segments = 0
-    joiner = (
-        SegmentJoiner(worker.sample_rate_hz, JoinSettings(pause_scale=settings.pause_scale))
-        if settings.shape_joins
-        else None
-    )
+    deadline = started + settings.http_timeout_s
+    frames: list[np.ndarray] = []
     text_stream = state.frontend.stream()
-    for segment in segments:
+    for segment in settings.speech.segments(body.text):
         prepared = await text_stream.submit(segment.text)
-        removed += [
-            {"start": segment.start + r.start, "chars": r.chars, "reason": r.reason}
-            for r in prepared.removed
-        ]
-        if not prepared.spoken:
+        start = pipeline.begin(segment, prepared)
+        result.removed += [asdict(r) for r in start.removed]
+        if not start.speaks:
             continue
-        spoken_texts.append(prepared.spoken)
+        result.spoken.append(prepared.spoken)
         job = worker.submit(SynthesisRequest(prepared.spoken, voice))
-        remaining = max(deadline - time.perf_counter(), 0.001)
         produced = 0
-        if joiner is not None:
-            joiner.begin(segment.text)
         try:
-            async for chunk in job.chunks(remaining):
-                fallback_segments += job.fell_back and produced == 0
-                if not pieces:
+            async for chunk in job.chunks(max(deadline - time.perf_counter(), 0.001)):
+                result.fallback_segments += job.fell_back and produced == 0
+                if not frames and not produced:
                     state.metrics.ttfa.labels(route="http").observe(time.perf_counter() - started)
-                pieces.append(joiner.process(chunk) if joiner is not None else chunk)
+                frames += pipeline.push(chunk)
                 produced += chunk.size
+            frames += pipeline.finish()
         finally:
             job.cancel()  # a no-op when complete; stops the engine if the request died
-        if joiner is not None:
-            pieces.append(joiner.finish())
+            pipeline.abandon()
         state.metrics.observe_segment(
             engine_seconds=job.engine_seconds,
-            audio_seconds=produced / worker.sample_rate_hz,
+            audio_seconds=produced / engine_rate,
             characters=len(prepared.spoken),
         )
-    if removed:
-        state.metrics.removed_characters.inc(sum(len(str(r["chars"])) for r in removed))
-    if not spoken_texts:
-        raise InvalidRequest(
-            "the text contains nothing that can be spoken", code="nothing_to_speak"
-        )
-    engine_rate = worker.sample_rate_hz
-    audio = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
-    if joiner is not None:
-        audio = audio[: audio.size - joiner.last_pause_samples]  # no pause after the last
-    rate = body.sample_rate or engine_rate
-    if rate != engine_rate:
-        resampler = Resampler(engine_rate, rate)
-        audio = np.concatenate([resampler.process(audio), resampler.flush()])
-    elapsed_s = time.perf_counter() - started
-    state.metrics.http_latency.observe(elapsed_s)
-    headers = {
-        "X-TTS-Inference-Ms": f"{elapsed_s * 1000:.1f}",
-        "X-TTS-Engine": state.worker.status.engine or "",
-        # JSON with \u escapes: header values must be ASCII. Capped: proxies refuse
-        # responses with headers beyond a few KB; the json format has the full list.
-        "X-TTS-Removed": json.dumps(removed[:_MAX_REMOVED_IN_HEADER]) if removed else "",
-        "X-TTS-Removed-Count": str(len(removed)) if removed else "",
-    }
-    if fallback_segments:
-        headers["X-TTS-Fallback-Segments"] = str(fallback_segments)
-    headers = {k: v for k, v in headers.items() if v}
-    if fmt == "json":
-        return JSONResponse(
-            {
-                "audio_data": np.clip(audio, -1.0, 1.0).round(5).tolist(),
-                "sample_rate": rate,
-                "inference_time_ms": round(elapsed_s * 1000, 1),
-                "spoken": " ".join(spoken_texts),
-                "removed": removed,
-            },
-            headers=headers,
-        )
-    pcm = float_to_pcm16(audio)
-    if fmt == "wav":
-        return Response(wav_bytes(pcm, rate), media_type=_MEDIA_TYPES["wav"], headers=headers)
-    if fmt == "pcm":
-        headers["X-TTS-Sample-Rate"] = str(rate)
-        return Response(
-            pcm, media_type=f"{_MEDIA_TYPES['pcm']};rate={rate};channels=1", headers=headers
-        )
-    encoded = await asyncio.to_thread(_encode_compressed, pcm, rate, fmt)
-    return Response(encoded, media_type=_MEDIA_TYPES[fmt], headers=headers)
+    if result.removed:
+        state.metrics.removed_characters.inc(sum(len(str(r["chars"])) for r in result.removed))
+    if not result.spoken:
+        raise ClientError("the text contains nothing that can be spoken", code="nothing_to_speak")
+    if frames:
+        result.audio = np.concatenate(frames)
+    return result
 
 
 def _encode_compressed(pcm: bytes, rate: int, fmt: str) -> bytes:

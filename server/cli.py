@@ -119,7 +119,6 @@ def _exit_if_no_engine(server: DrainingServer, state: AppState) -> None:
 def preview(settings: Settings, text: str, mode: str) -> int:
     import json
 
-    from server.app import preview_segmenter
     from server.textnorm import TextFrontend
 
     if text == "-":
@@ -127,7 +126,7 @@ def preview(settings: Settings, text: str, mode: str) -> int:
     frontend = TextFrontend(
         allow_control_tags=settings.allow_control_tags, cache_dir=settings.text_cache_dir
     )
-    segments = frontend.preview(text, preview_segmenter(settings, mode))
+    segments = frontend.preview(text, settings.speech.segmenter_config(whole_text=mode == "http"))
     body = {"mode": mode, "segments": [segment.to_json() for segment in segments]}
     print(json.dumps(body, ensure_ascii=False, indent=2))
     return 0

@@ -20,6 +20,8 @@ from typing import Any
 
 from server.engines.chattts.options import ChatTTSOptions
 from server.options import GROUPS, choice_problems, nested, option, specs
+from streaming.connection import ConnectionLimits
+from streaming.speech import SpeechSettings
 
 ENGINES = ("auto", "chattts", "espeak")
 
@@ -134,6 +136,28 @@ class Settings:
         "~/.cache/chattts-stream)",
         group="text",
     )
+
+    @property
+    def speech(self) -> SpeechSettings:
+        """The speech policy every interface shares (streaming.speech)."""
+        return SpeechSettings(
+            segment_max_chars=self.segment_max_chars,
+            first_segment_min_chars=self.first_segment_min_chars,
+            frame_ms=self.frame_ms,
+            first_frame_ms=self.first_frame_ms,
+            shape_joins=self.shape_joins,
+            pause_scale=self.pause_scale,
+        )
+
+    @property
+    def connection_limits(self) -> ConnectionLimits:
+        """What one WebSocket connection may ask for (streaming.connection)."""
+        return ConnectionLimits(
+            max_message_bytes=self.max_message_bytes,
+            max_text_message_chars=self.max_text_message_chars,
+            max_buffered_chars=self.max_buffered_chars,
+            max_contexts=self.max_contexts,
+        )
 
     @property
     def transport_max_bytes(self) -> int:

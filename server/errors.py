@@ -1,63 +1,40 @@
-"""The server's exceptions, and the one place each maps to an HTTP status.
+"""The one place a failure is logged and counted, as the table in :mod:`streaming.errors` says.
 
-    TTSError                      (500 internal_error)
-    ├── InvalidRequest            (400)
-    ├── LimitExceeded             (413, names the limit)
-    ├── Unauthorized              (401)
-    ├── Unavailable               (503: not ready, too many connections)
-    └── SynthesisError            (500 synthesis_failed)
-        └── SynthesisTimeout      (504)
-
-WebSocket client mistakes are :class:`streaming.protocol.ProtocolError` (an ``error``
-event, the connection stays open); HTTP and upgrade refusals are the classes here.
+Everything that handles an error (a refused message, a failed segment, an HTTP error
+response, a broken connection) calls :func:`report` once: the error is counted in
+``tts_errors_total`` by its code and logged at its level, with a traceback only for
+what is a bug. The exception classes themselves live in :mod:`streaming.errors`.
 """
 
 from __future__ import annotations
 
+import logging
 
-class TTSError(Exception):
-    code = "internal_error"
-    http_status = 500
+from server.metrics import Metrics
+from streaming.errors import outcome, public_message
 
-    def __init__(self, message: str, *, code: str | None = None, limit: int | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        if code is not None:
-            self.code = code
-        self.limit = limit
-
-    def to_body(self) -> dict[str, object]:
-        body: dict[str, object] = {"code": self.code, "message": self.message}
-        if self.limit is not None:
-            body["limit"] = self.limit
-        return {"error": body}
+__all__ = ["report"]
 
 
-class InvalidRequest(TTSError):
-    code = "invalid_request"
-    http_status = 400
-
-
-class LimitExceeded(TTSError):
-    code = "limit_exceeded"
-    http_status = 413
-
-
-class Unauthorized(TTSError):
-    code = "unauthorized"
-    http_status = 401
-
-
-class Unavailable(TTSError):
-    code = "unavailable"
-    http_status = 503
-
-
-class SynthesisError(TTSError):
-    code = "synthesis_failed"
-    http_status = 500
-
-
-class SynthesisTimeout(SynthesisError):
-    code = "synthesis_timeout"
-    http_status = 504
+def report(
+    exc: BaseException,
+    *,
+    metrics: Metrics,
+    log: logging.Logger | logging.LoggerAdapter[logging.Logger],
+    where: str,
+) -> tuple[str, str]:
+    """Count and log ``exc`` (handled at ``where``); return its ``(code, message)``."""
+    row = outcome(exc)
+    code, message = public_message(exc)
+    metrics.errors.labels(kind=code).inc()
+    if log.isEnabledFor(row.log_level):
+        detail = message if code != "internal_error" else f"{type(exc).__name__}: {exc}"
+        log.log(
+            row.log_level,
+            "%s: %s (%s)",
+            where,
+            detail,
+            code,
+            exc_info=exc if row.traceback else None,
+        )
+    return code, message

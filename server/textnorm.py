@@ -31,11 +31,12 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from streaming.segment import Segmenter, SegmenterConfig
+from streaming.segment import Segment, Segmenter, SegmenterConfig
+from streaming.speech import removals_in_stream
 from streaming.text import CodeFences, Normalizer, PreparedText, code_body, prepare_text
 
 logger = logging.getLogger(__name__)
@@ -124,36 +125,29 @@ def _built_cache(cache: Path, factory: Any) -> Path:
 class PreviewSegment:
     """One segment as the server would speak it."""
 
-    index: int
-    text: str
-    start: int
-    end: int
-    reason: str
+    segment: Segment
     prepared: PreparedText
 
     def to_json(self) -> dict[str, Any]:
-        p = self.prepared
+        segment, p = self.segment, self.prepared
         return {
-            "index": self.index,
-            "text": self.text,
-            "start_char": self.start,
-            "end_char": self.end,
-            "reason": self.reason,
+            "index": segment.index,
+            "text": segment.text,
+            "start_char": segment.start,
+            "end_char": segment.end,
+            "reason": segment.reason,
             "spoken": p.spoken,
             "tags": list(p.tags),
-            "removed": [
-                {"start": self.start + r.start, "chars": r.chars, "reason": r.reason}
-                for r in p.removed
-            ],
+            "removed": [asdict(r) for r in removals_in_stream(segment, p)],
             "rewrites": [
                 {
-                    "start": self.start + piece.start,
-                    "end": self.start + piece.end,
-                    "text": self.text[piece.start : piece.end],
+                    "start": segment.start + piece.start,
+                    "end": segment.start + piece.end,
+                    "text": segment.text[piece.start : piece.end],
                     "spoken": piece.spoken,
                 }
                 for piece in p.rewrites
-                if self.text[piece.start : piece.end] != piece.spoken
+                if segment.text[piece.start : piece.end] != piece.spoken
             ],
         }
 
@@ -242,10 +236,7 @@ class TextFrontend:
         segmenter = Segmenter(config)
         segments = [*segmenter.push(text), *segmenter.flush()]
         stream = self.stream()
-        return [
-            PreviewSegment(s.index, s.text, s.start, s.end, s.reason, stream.prepare(s.text))
-            for s in segments
-        ]
+        return [PreviewSegment(segment, stream.prepare(segment.text)) for segment in segments]
 
     async def preview_async(self, text: str, config: SegmenterConfig) -> list[PreviewSegment]:
         loop = asyncio.get_running_loop()

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from server.engines.base import Cancelled, Engine, SynthesisRequest
-from server.errors import SynthesisError, SynthesisTimeout, Unavailable
 from server.metrics import Metrics
+from streaming.errors import SynthesisError, SynthesisTimeout, Unavailable
 from streaming.schedule import admit, most_urgent
 
 logger = logging.getLogger(__name__)

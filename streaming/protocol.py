@@ -12,9 +12,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from streaming.errors import ClientError, TTSError, public_message
+from streaming.text import Removal
 
 PROTOCOL_VERSION = 1
 SUBPROTOCOL = "tts.v1"
@@ -35,24 +40,8 @@ MAX_SPEED = 2.0
 MAX_CONTEXT_ID_CHARS = 64
 MAX_VOICE_CHARS = 4096
 MAX_SEED = 2**31 - 1
-
-
-class ProtocolError(Exception):
-    """A client message that cannot be accepted; maps to one ``error`` event.
-
-    ``code`` is stable and documented; ``message`` is for humans; ``context_id`` is the
-    context the message concerned, when it could be read; ``limit`` is the configured
-    limit a message broke, when that is the cause.
-    """
-
-    def __init__(
-        self, code: str, message: str, context_id: str | None = None, *, limit: int | None = None
-    ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.context_id = context_id
-        self.limit = limit
+#: A UTF-16 surrogate alone (JSON "\ud800"): not a character, cannot be encoded as UTF-8.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 # --- client -> server -----------------------------------------------------------------
@@ -100,39 +89,49 @@ _CLIENT_TYPES: dict[str, type[ClientMessage]] = {
 
 
 def parse_client_message(raw: str | bytes) -> ClientMessage:
-    """Parse and check one client frame; raise :class:`ProtocolError` if it is invalid.
+    """Parse and check one client frame; raise :class:`ClientError` if it is invalid.
 
     Binary frames are refused: the client speaks JSON text frames only.
     """
     if isinstance(raw, bytes | bytearray | memoryview):
-        raise ProtocolError(
-            "binary_not_supported", "binary frames are not accepted; send JSON text"
+        raise ClientError(
+            "binary frames are not accepted; send JSON text", code="binary_not_supported"
         )
     try:
         obj = json.loads(raw)
     except (json.JSONDecodeError, RecursionError) as exc:
-        raise ProtocolError("bad_json", f"message is not valid JSON: {exc}") from None
+        raise ClientError(f"message is not valid JSON: {exc}", code="bad_json") from None
     if not isinstance(obj, dict):
-        raise ProtocolError("bad_message", "message must be a JSON object")
+        raise ClientError("message must be a JSON object", code="bad_message")
     context_id = _context_id(obj)
     kind = obj.get("type")
     if kind is None:
-        raise ProtocolError("missing_field", "field 'type' is required", context_id)
+        raise ClientError("field 'type' is required", code="missing_field", context_id=context_id)
     if not isinstance(kind, str):
-        raise ProtocolError("invalid_field", "field 'type' must be a string", context_id)
+        raise ClientError(
+            "field 'type' must be a string", code="invalid_field", context_id=context_id
+        )
     cls = _CLIENT_TYPES.get(kind)
     if cls is None:
         known = ", ".join(sorted(_CLIENT_TYPES))
-        raise ProtocolError(
-            "unknown_type", f"unknown message type {kind!r} (known: {known})", context_id
+        raise ClientError(
+            f"unknown message type {kind[:40]!r} (known: {known})",
+            code="unknown_type",
+            context_id=context_id,
         )
     if cls is Text:
         if "text" not in obj:
-            raise ProtocolError("missing_field", "field 'text' is required", context_id)
+            raise ClientError(
+                "field 'text' is required", code="missing_field", context_id=context_id
+            )
         text = obj["text"]
         if not isinstance(text, str):
-            raise ProtocolError("invalid_field", "field 'text' must be a string", context_id)
-        return Text(context_id, text)
+            raise ClientError(
+                "field 'text' must be a string", code="invalid_field", context_id=context_id
+            )
+        # U+FFFD takes the place of a lone surrogate: the text around it is kept and
+        # spoken, and the replacement is reported with the segment's removed characters.
+        return Text(context_id, _LONE_SURROGATE.sub("\ufffd", text))
     if cls is Start:
         return Start(
             context_id,
@@ -148,10 +147,16 @@ def _context_id(obj: dict[str, Any]) -> str:
     value = obj.get("context_id", DEFAULT_CONTEXT_ID)
     if value is None:
         return DEFAULT_CONTEXT_ID
-    if not isinstance(value, str) or not value or len(value) > MAX_CONTEXT_ID_CHARS:
-        raise ProtocolError(
-            "invalid_field",
-            f"field 'context_id' must be a non-empty string of at most {MAX_CONTEXT_ID_CHARS} characters",
+    if (
+        not isinstance(value, str)
+        or not value
+        or len(value) > MAX_CONTEXT_ID_CHARS
+        or _LONE_SURROGATE.search(value)
+    ):
+        raise ClientError(
+            "field 'context_id' must be a non-empty string of at most "
+            f"{MAX_CONTEXT_ID_CHARS} characters (no lone UTF-16 surrogates)",
+            code="invalid_field",
         )
     return value
 
@@ -160,11 +165,12 @@ def _optional_voice(obj: dict[str, Any], context_id: str) -> str | None:
     value = obj.get("voice")
     if value is None or value == "":
         return None
-    if not isinstance(value, str) or len(value) > MAX_VOICE_CHARS:
-        raise ProtocolError(
-            "invalid_field",
-            f"field 'voice' must be a string of at most {MAX_VOICE_CHARS} characters",
-            context_id,
+    if not isinstance(value, str) or len(value) > MAX_VOICE_CHARS or _LONE_SURROGATE.search(value):
+        raise ClientError(
+            f"field 'voice' must be a string of at most {MAX_VOICE_CHARS} characters "
+            "(no lone UTF-16 surrogates)",
+            code="invalid_field",
+            context_id=context_id,
         )
     return value
 
@@ -174,8 +180,10 @@ def _optional_seed(obj: dict[str, Any], context_id: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
-        raise ProtocolError(
-            "invalid_field", f"field 'seed' must be an integer in [0, {MAX_SEED}]", context_id
+        raise ClientError(
+            f"field 'seed' must be an integer in [0, {MAX_SEED}]",
+            code="invalid_field",
+            context_id=context_id,
         )
     return value
 
@@ -190,10 +198,10 @@ def _speed(obj: dict[str, Any], context_id: str) -> float:
         or not math.isfinite(value)
         or not MIN_SPEED <= value <= MAX_SPEED
     ):
-        raise ProtocolError(
-            "invalid_field",
+        raise ClientError(
             f"field 'speed' must be a number in [{MIN_SPEED}, {MAX_SPEED}]",
-            context_id,
+            code="invalid_field",
+            context_id=context_id,
         )
     return float(value)
 
@@ -204,8 +212,10 @@ def _optional_sample_rate(obj: dict[str, Any], context_id: str) -> int | None:
         return None
     if isinstance(value, bool) or value not in SUPPORTED_SAMPLE_RATES_HZ:
         rates = ", ".join(map(str, SUPPORTED_SAMPLE_RATES_HZ))
-        raise ProtocolError(
-            "invalid_field", f"field 'sample_rate' must be one of {rates}", context_id
+        raise ClientError(
+            f"field 'sample_rate' must be one of {rates}",
+            code="invalid_field",
+            context_id=context_id,
         )
     return int(value)
 
@@ -227,7 +237,12 @@ class ServerMessage:
     type: str = field(init=False, default="")
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), ensure_ascii=False, separators=(",", ":"))
+        """The JSON text frame; always valid UTF-8 (a lone surrogate is \\u-escaped)."""
+        body = asdict(self)
+        text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+        if not text.isascii() and _LONE_SURROGATE.search(text):
+            text = json.dumps(body, separators=(",", ":"))
+        return text
 
 
 @dataclass(frozen=True)
@@ -308,3 +323,23 @@ def unpack_audio_header(frame: bytes) -> tuple[int, int, int, bytes]:
         raise ValueError(f"audio frame shorter than its {AUDIO_HEADER_BYTES}-byte header")
     stream, segment, sequence = AUDIO_HEADER.unpack_from(frame)
     return stream, segment, sequence, bytes(frame[AUDIO_HEADER_BYTES:])
+
+
+def error_event(exc: BaseException, context_id: str | None = None) -> ErrorEvent:
+    """The ``error`` event that reports ``exc`` (internals never leave the server)."""
+    code, message = public_message(exc)
+    if isinstance(exc, TTSError):
+        context_id = exc.context_id if context_id is None else context_id
+        return ErrorEvent(context_id=context_id, code=code, message=message, limit=exc.limit)
+    return ErrorEvent(context_id=context_id, code=code, message=message)
+
+
+def removed_warning(context_id: str, removed: Sequence[Removal]) -> WarningEvent:
+    """The ``unspeakable_characters`` warning listing what a segment does not say as written."""
+    chars = "".join(r.chars for r in removed)
+    return WarningEvent(
+        context_id=context_id,
+        code="unspeakable_characters",
+        message=f"{len(chars)} character(s) not spoken as written: {chars}",
+        removed=[asdict(r) for r in removed],
+    )

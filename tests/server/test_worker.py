@@ -9,9 +9,9 @@ import pytest
 
 from server.engines.base import SynthesisRequest, VoiceSpec
 from server.engines.fake import ScriptedEngine
-from server.errors import SynthesisTimeout
 from server.metrics import Metrics
 from server.worker import EngineWorker
+from streaming.errors import SynthesisTimeout
 from tests.live import TIMEOUT_S
 
 

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streaming import protocol as p
+from streaming.errors import ClientError
 
 # --- client messages: round trips -----------------------------------------------------
 
@@ -170,8 +171,8 @@ MALFORMED: list[tuple[str, str | bytes, str, str | None]] = [
 def test_malformed_frame_is_refused_with_its_documented_code(
     raw: str | bytes, code: str, context_id: str | None
 ) -> None:
-    """Each malformed frame raises ProtocolError with its documented code and context."""
-    with pytest.raises(p.ProtocolError) as caught:
+    """Each malformed frame raises ClientError with its documented code and context."""
+    with pytest.raises(ClientError) as caught:
         p.parse_client_message(raw)
     assert caught.value.code == code
     assert caught.value.context_id == context_id
@@ -192,7 +193,7 @@ def test_malformed_frame_is_refused_with_its_documented_code(
 )
 def test_invalid_field_message_names_the_field(raw: str, field_name: str) -> None:
     """An invalid_field error's message names the offending field, as documented."""
-    with pytest.raises(p.ProtocolError) as caught:
+    with pytest.raises(ClientError) as caught:
         p.parse_client_message(raw)
     assert caught.value.code == "invalid_field"
     assert f"'{field_name}'" in caught.value.message

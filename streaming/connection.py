@@ -1,0 +1,337 @@
+"""One WebSocket connection's decisions, without I/O: client frames in, events out.
+
+The session (``server/session.py``) owns the socket, the clock and the engine; whatever
+it must *decide* about a client frame is decided here, synchronously: whether the frame
+is well formed and within the connection's limits, whether the message is legal for its
+context now, which segments the text completes, when an idle fragment is due. Feed a
+frame to :meth:`Connection.receive` and act on the events it returns, in order:
+
+- :class:`Reply`: send this message;
+- :class:`Refused`: the message was refused (a :class:`~streaming.errors.ClientError`):
+  report it and send its ``error`` event; nothing else changed;
+- :class:`Opened`: a context opened: start speaking for it;
+- :class:`FirstText`: the context received its first words (time to first audio starts);
+- :class:`Segments`: these segments of the context are ready to speak, in order;
+- :class:`Ended`: the context will get no more segments (after ``end``);
+- :class:`Cancelled`: drop everything of the context now;
+- :class:`IdleTimer`: (re)arm the context's idle timer to call :meth:`Connection.idle`
+  after ``delay_s``, or disarm it (``None``).
+
+The session tells the core what only it can know: a segment finished speaking
+(:meth:`Connection.spoken`, which frees its characters from the buffer limit) and a
+context finished (:meth:`Connection.forget`, after its ``done``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from streaming import protocol as p
+from streaming.errors import ClientError, LimitExceeded
+from streaming.segment import Segment, Segmenter
+from streaming.speech import SpeechSettings
+
+__all__ = [
+    "Cancelled",
+    "Connection",
+    "ConnectionLimits",
+    "ContextState",
+    "ContextVoice",
+    "Ended",
+    "Event",
+    "FirstText",
+    "IdleTimer",
+    "Opened",
+    "Refused",
+    "Reply",
+    "Segments",
+]
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """What one connection may ask for; sent to the client in ``ready``."""
+
+    max_message_bytes: int = 64 * 1024
+    max_text_message_chars: int = 4000
+    max_buffered_chars: int = 20000
+    max_contexts: int = 8
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ContextVoice:
+    """What fixes how a context sounds, for all of its segments."""
+
+    voice: str | None
+    seed: int
+    speed: float
+    sample_rate_hz: int
+
+
+class ContextState:
+    """One context's text and rules: its segmenter and what it may still receive."""
+
+    def __init__(self, context_id: str, stream: int, voice: ContextVoice, segmenter: Segmenter):
+        self.id = context_id
+        self.stream = stream
+        self.voice = voice
+        self.segmenter = segmenter
+        self.queued_chars = 0  # cut into segments, not yet finished speaking
+        self.closing = False  # after end or cancel: no more text
+        self.cancelled = False
+        self.has_text = False  # received words (not only blanks)
+
+    @property
+    def buffered_chars(self) -> int:
+        """Unspoken characters: pending in the segmenter and queued in segments."""
+        return len(self.segmenter.pending_text) + self.queued_chars
+
+
+@dataclass(frozen=True)
+class Reply:
+    message: p.ServerMessage
+
+
+@dataclass(frozen=True)
+class Refused:
+    error: ClientError
+
+
+@dataclass(frozen=True)
+class Opened:
+    context: ContextState
+
+
+@dataclass(frozen=True)
+class FirstText:
+    context_id: str
+
+
+@dataclass(frozen=True)
+class Segments:
+    context_id: str
+    segments: tuple[Segment, ...]
+
+
+@dataclass(frozen=True)
+class Ended:
+    context_id: str
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    context_id: str
+
+
+@dataclass(frozen=True)
+class IdleTimer:
+    context_id: str
+    #: Seconds until :meth:`Connection.idle` is due; None disarms the timer.
+    delay_s: float | None
+
+
+Event = Reply | Refused | Opened | FirstText | Segments | Ended | Cancelled | IdleTimer
+
+
+class Connection:
+    """The sans-I/O core of one connection; see the module docstring.
+
+    ``check_voice`` raises ValueError (saying what is accepted) for a voice the engine
+    cannot use; ``choose_seed`` picks the seed of a context that names none.
+    """
+
+    def __init__(
+        self,
+        limits: ConnectionLimits,
+        speech: SpeechSettings,
+        *,
+        engine_rate_hz: int,
+        idle_flush_ms: int,
+        sentence_flush_ms: int,
+        check_voice: Callable[[str], None],
+        choose_seed: Callable[[], int],
+    ) -> None:
+        self.limits = limits
+        self.speech = speech
+        self.engine_rate_hz = engine_rate_hz
+        self.idle_flush_ms = idle_flush_ms
+        self.sentence_flush_ms = sentence_flush_ms
+        self._check_voice = check_voice
+        self._choose_seed = choose_seed
+        self.contexts: dict[str, ContextState] = {}
+        self._next_stream = 1
+
+    @property
+    def holds_unspoken_text(self) -> bool:
+        return any(context.buffered_chars for context in self.contexts.values())
+
+    def receive(self, raw: str | bytes) -> list[Event]:
+        """Apply one client frame; a refused one changes nothing but gets its error."""
+        try:
+            size = len(raw) if isinstance(raw, bytes) else len(raw.encode("utf-8", "surrogatepass"))
+            limit = self.limits.max_message_bytes
+            if size > limit:
+                raise LimitExceeded(
+                    f"message of {size} bytes exceeds the limit of {limit} bytes",
+                    code="message_too_large",
+                    limit=limit,
+                )
+            return self._dispatch(p.parse_client_message(raw))
+        except ClientError as exc:
+            return [Refused(exc)]
+
+    def idle(self, context_id: str) -> list[Event]:
+        """The context's idle timer fired: its pending fragment is spoken now."""
+        context = self.contexts.get(context_id)
+        if context is None or context.closing:
+            return []
+        return self._cut(context, context.segmenter.flush())
+
+    def spoken(self, context_id: str, segment: Segment) -> None:
+        """A segment of the context finished (spoken, failed or dropped)."""
+        context = self.contexts.get(context_id)
+        if context is not None and not context.cancelled:  # cancel already freed them
+            context.queued_chars -= len(segment.text)
+
+    def forget(self, context_id: str) -> None:
+        """The context is done (its ``done`` was sent): its id may be used again."""
+        self.contexts.pop(context_id, None)
+
+    def cancel_all(self) -> list[Event]:
+        """The connection is closing: every context is cancelled."""
+        events: list[Event] = []
+        for context in self.contexts.values():
+            events += self._cancel(context)
+        return events
+
+    # -- rules ---------------------------------------------------------------------
+
+    def _dispatch(self, message: p.ClientMessage) -> list[Event]:
+        if isinstance(message, p.Start):
+            return self._start(message)
+        events: list[Event] = []
+        context = self.contexts.get(message.context_id)
+        if context is None:
+            if message.context_id == p.DEFAULT_CONTEXT_ID and isinstance(message, p.Text):
+                events = self._start(p.Start(p.DEFAULT_CONTEXT_ID))
+                context = self.contexts[p.DEFAULT_CONTEXT_ID]
+            elif isinstance(message, p.Cancel):
+                return []  # cancelling what already finished is not an error
+            else:
+                raise ClientError(
+                    f"context {message.context_id!r} is not open",
+                    code="unknown_context",
+                    context_id=message.context_id,
+                )
+        if isinstance(message, p.Cancel):
+            return self._cancel(context)
+        if context.closing:
+            raise ClientError(
+                f"context {context.id!r} has ended; start a new one (or wait for its done)",
+                code="context_closing",
+                context_id=context.id,
+            )
+        if isinstance(message, p.Text):
+            return events + self._accept_text(context, message.text)
+        if isinstance(message, p.Flush):
+            return [IdleTimer(context.id, None), *self._cut(context, context.segmenter.flush())]
+        # End: speak the rest, then the context closes.
+        context.closing = True
+        flushed = self._cut(context, context.segmenter.flush())
+        return [IdleTimer(context.id, None), *flushed, Ended(context.id)]
+
+    def _start(self, message: p.Start) -> list[Event]:
+        limit = self.limits.max_contexts
+        if message.context_id in self.contexts:
+            raise ClientError(
+                f"context {message.context_id!r} is already open",
+                code="context_exists",
+                context_id=message.context_id,
+            )
+        if len(self.contexts) >= limit:
+            raise LimitExceeded(
+                f"this connection already has {len(self.contexts)} open contexts (limit {limit})",
+                code="too_many_contexts",
+                context_id=message.context_id,
+                limit=limit,
+            )
+        if message.voice is not None:
+            try:
+                self._check_voice(message.voice)
+            except ValueError as exc:
+                raise ClientError(
+                    f"field 'voice': {exc}", code="invalid_field", context_id=message.context_id
+                ) from None
+        seed = message.seed if message.seed is not None else self._choose_seed()
+        voice = ContextVoice(
+            message.voice, seed, message.speed, message.sample_rate or self.engine_rate_hz
+        )
+        context = ContextState(
+            message.context_id,
+            self._next_stream,
+            voice,
+            self.speech.segmenter(whole_text=False),
+        )
+        self._next_stream += 1
+        self.contexts[context.id] = context
+        started = p.Started(
+            context_id=context.id,
+            stream=context.stream,
+            sample_rate=voice.sample_rate_hz,
+            voice=voice.voice,
+            seed=voice.seed,
+            speed=voice.speed,
+        )
+        return [Opened(context), Reply(started)]
+
+    def _accept_text(self, context: ContextState, text: str) -> list[Event]:
+        limits = self.limits
+        if len(text) > limits.max_text_message_chars:
+            raise LimitExceeded(
+                f"text delta of {len(text)} characters exceeds the limit of "
+                f"{limits.max_text_message_chars}",
+                code="text_too_long",
+                context_id=context.id,
+                limit=limits.max_text_message_chars,
+            )
+        if context.buffered_chars + len(text) > limits.max_buffered_chars:
+            raise LimitExceeded(
+                f"context {context.id!r} holds {context.buffered_chars} unspoken characters; "
+                f"{len(text)} more would exceed the limit of {limits.max_buffered_chars} "
+                "(delta refused, resend later)",
+                code="buffer_full",
+                context_id=context.id,
+                limit=limits.max_buffered_chars,
+            )
+        events: list[Event] = []
+        if not context.has_text and text.strip():
+            context.has_text = True
+            events.append(FirstText(context.id))
+        events += self._cut(context, context.segmenter.push(text))
+        return [*events, self._idle_timer(context)]
+
+    def _idle_timer(self, context: ContextState) -> IdleTimer:
+        """After text: a fragment left pending is spoken when the input pauses."""
+        segmenter = context.segmenter
+        if not segmenter.pending_text.strip():
+            return IdleTimer(context.id, None)
+        # A complete sentence, held only in case a closing quote follows, waits less.
+        delay_ms = (
+            self.sentence_flush_ms if segmenter.holds_complete_sentence else self.idle_flush_ms
+        )
+        return IdleTimer(context.id, delay_ms / 1000)
+
+    def _cut(self, context: ContextState, segments: list[Segment]) -> list[Event]:
+        if not segments:
+            return []
+        context.queued_chars += sum(len(segment.text) for segment in segments)
+        return [Segments(context.id, tuple(segments))]
+
+    def _cancel(self, context: ContextState) -> list[Event]:
+        context.cancelled = context.closing = True
+        context.queued_chars = 0
+        return [IdleTimer(context.id, None), Cancelled(context.id)]

@@ -1,0 +1,193 @@
+"""One utterance's speech path, the same for every interface: segments in, PCM frames out.
+
+The WebSocket context, ``POST /v1/tts`` and any later route speak through
+:class:`SpeechPipeline`. Per segment it reports what of the text is not spoken as
+written (:attr:`SegmentStart.removed`, offsets in the whole utterance's text), then
+turns the engine's chunks into frames at the client's rate:
+
+    engine chunks -> SegmentJoiner (trim, fade, loudness) -> Resampler -> FrameChunker
+
+and after the segment adds the pause its punctuation asks for (``streaming.joins``).
+A streamed utterance gets every pause at once (its listener should not wait for it); a
+whole-text utterance (``whole_text=True``) holds each pause back until the next
+segment's first audio, so the audio never ends in silence.
+
+Frames: the first frame of each segment holds ``first_frame_ms``, the next ones double
+up to ``frame_ms`` (see :class:`streaming.audio.FrameChunker`); each segment's audio is
+resampled on its own and flushed at its end, so segment offsets are exact at any rate.
+Pure and synchronous; one instance per utterance; not thread-safe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from streaming.audio import FrameChunker, Resampler
+from streaming.joins import JoinSettings, SegmentJoiner, pause_ms_for
+from streaming.segment import Segment, Segmenter, SegmenterConfig
+from streaming.text import PreparedText, Removal
+
+__all__ = ["SegmentStart", "SpeechPipeline", "SpeechSettings", "removals_in_stream"]
+
+_NOTHING = np.zeros(0, np.float32)
+
+
+@dataclass(frozen=True)
+class SpeechSettings:
+    """The speech policy shared by every interface (the server builds it from its settings)."""
+
+    segment_max_chars: int = 80
+    #: The first segment of a streamed utterance may end at a clause this early.
+    first_segment_min_chars: int = 6
+    frame_ms: int = 100
+    first_frame_ms: int = 40
+    shape_joins: bool = True
+    pause_scale: float = 1.0
+
+    def segmenter_config(self, *, whole_text: bool) -> SegmenterConfig:
+        """Streamed text cuts its first segment early; a whole text has no first-audio
+        race, so every segment is a whole sentence (up to ``segment_max_chars``)."""
+        first = self.segment_max_chars if whole_text else self.first_segment_min_chars
+        return SegmenterConfig(max_chars=self.segment_max_chars, first_min_chars=first)
+
+    def segmenter(self, *, whole_text: bool) -> Segmenter:
+        return Segmenter(self.segmenter_config(whole_text=whole_text))
+
+    def segments(self, text: str) -> list[Segment]:
+        """A whole text cut as one push then a flush."""
+        segmenter = self.segmenter(whole_text=True)
+        return [*segmenter.push(text), *segmenter.flush()]
+
+
+def removals_in_stream(segment: Segment, prepared: PreparedText) -> tuple[Removal, ...]:
+    """The segment's removals with offsets in the whole stream's text."""
+    return tuple(Removal(segment.start + r.start, r.chars, r.reason) for r in prepared.removed)
+
+
+@dataclass(frozen=True)
+class SegmentStart:
+    """What is known of a segment before its audio."""
+
+    #: Characters not spoken as written, offsets in the utterance's text.
+    removed: tuple[Removal, ...]
+    #: Where the segment's audio starts in the utterance's audio (output samples).
+    audio_start_sample: int
+    #: False when nothing of the segment can be spoken: no audio will follow.
+    speaks: bool
+
+
+class SpeechPipeline:
+    """The audio path of one utterance; see the module docstring.
+
+    Calling contract, per segment: :meth:`begin`; when it ``speaks``, :meth:`push` each
+    engine chunk (returns the frames ready now) and then :meth:`finish` (the rest and the
+    pause), or :meth:`abandon` when the segment will not finish (cancel, engine error,
+    timeout: its held audio is dropped, and no pause follows it).
+    """
+
+    def __init__(
+        self,
+        settings: SpeechSettings,
+        engine_rate_hz: int,
+        output_rate_hz: int,
+        *,
+        whole_text: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.engine_rate_hz = engine_rate_hz
+        self.output_rate_hz = output_rate_hz
+        self.whole_text = whole_text
+        self._joiner = (
+            SegmentJoiner(engine_rate_hz, JoinSettings(pause_scale=settings.pause_scale))
+            if settings.shape_joins
+            else None
+        )
+        self._resampler = (
+            Resampler(engine_rate_hz, output_rate_hz) if engine_rate_hz != output_rate_hz else None
+        )
+        self._chunker = FrameChunker(
+            output_rate_hz * settings.frame_ms // 1000,
+            first_frame_samples=output_rate_hz * settings.first_frame_ms // 1000,
+        )
+        #: Output samples framed so far (pauses included once released).
+        self.samples = 0
+        self._segment: Segment | None = None
+        self._segment_samples = 0  # engine samples received for the current segment
+        self._held_pause = 0  # whole_text: the last segment's pause, until more audio
+
+    def begin(self, segment: Segment, prepared: PreparedText) -> SegmentStart:
+        """Start ``segment`` (prepared for the engine as ``prepared``)."""
+        if self._segment is not None:
+            self.abandon()
+        start = SegmentStart(
+            removals_in_stream(segment, prepared), self.samples, bool(prepared.spoken)
+        )
+        if start.speaks:
+            self._segment = segment
+            self._segment_samples = 0
+            if self._joiner is not None:
+                self._joiner.begin(segment.text)
+        return start
+
+    def push(self, chunk: np.ndarray) -> list[np.ndarray]:
+        """One engine chunk (float32 at the engine rate) in; the frames ready now out."""
+        if self._segment is None:
+            raise RuntimeError("push() outside a segment: call begin() first")
+        self._segment_samples += int(chunk.size)
+        shaped = self._joiner.process(chunk) if self._joiner is not None else chunk
+        return self._frames(self._resample(shaped))
+
+    def finish(self) -> list[np.ndarray]:
+        """End the segment: its held audio, faded to zero, then its pause (or held)."""
+        segment = self._segment
+        if segment is None:
+            raise RuntimeError("finish() outside a segment: call begin() first")
+        self._segment = None
+        rest = self._joiner.finish(pause=False) if self._joiner is not None else _NOTHING
+        body = self._resample(rest)
+        if self._resampler is not None:
+            body = np.concatenate((body, self._resampler.flush()))
+        pause = self._pause_samples(segment) if self._segment_samples else 0
+        if self.whole_text:
+            frames = self._frames(body)
+            self._held_pause = pause
+        else:
+            frames = self._frames(np.concatenate((body, np.zeros(pause, np.float32))))
+        frames += self._flush()
+        return frames
+
+    def abandon(self) -> None:
+        """Drop the current segment's held audio; no pause follows it."""
+        if self._segment is None:
+            return  # finished, or never speaking: nothing is held
+        self._segment = None
+        if self._joiner is not None:
+            self._joiner.abandon()
+        # Resetting both drops what they hold of the abandoned segment.
+        if self._resampler is not None:
+            self._resampler.flush()
+        self._chunker.flush()
+
+    def _pause_samples(self, segment: Segment) -> int:
+        if self._joiner is None:
+            return 0
+        pause_ms = pause_ms_for(segment.text) * self.settings.pause_scale
+        return max(0, round(pause_ms * self.output_rate_hz / 1000))
+
+    def _resample(self, samples: np.ndarray) -> np.ndarray:
+        return self._resampler.process(samples) if self._resampler is not None else samples
+
+    def _frames(self, samples: np.ndarray) -> list[np.ndarray]:
+        if samples.size and self._held_pause:
+            samples = np.concatenate((np.zeros(self._held_pause, np.float32), samples))
+            self._held_pause = 0
+        frames = self._chunker.push(samples)
+        self.samples += sum(int(frame.size) for frame in frames)
+        return frames
+
+    def _flush(self) -> list[np.ndarray]:
+        frames = self._chunker.flush()
+        self.samples += sum(int(frame.size) for frame in frames)
+        return frames

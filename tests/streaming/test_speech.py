@@ -1,0 +1,104 @@
+"""The speech pipeline every interface shares: removed report, joins, resampling, frames."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streaming.joins import pause_ms_for
+from streaming.segment import Segment
+from streaming.speech import SpeechPipeline, SpeechSettings
+from streaming.text import PreparedText, Removal
+
+RATE = 24_000
+PLAIN = SpeechSettings(shape_joins=False)
+
+
+def tone(seconds: float, rate: int = RATE) -> np.ndarray:
+    n = np.arange(int(seconds * rate))
+    return (0.3 * np.sin(2 * np.pi * 220 * n / rate)).astype(np.float32)
+
+
+def segment(text: str, start: int = 0, index: int = 0) -> Segment:
+    return Segment(index, text, start, start + len(text), "sentence")
+
+
+def spoken(text: str, removed: tuple[Removal, ...] = ()) -> PreparedText:
+    return PreparedText(text, removed)
+
+
+def speak(
+    pipeline: SpeechPipeline, seg: Segment, audio: np.ndarray, chunk: int
+) -> list[np.ndarray]:
+    pipeline.begin(seg, spoken(seg.text))
+    frames: list[np.ndarray] = []
+    for start in range(0, audio.size, chunk):
+        frames += pipeline.push(audio[start : start + chunk])
+    return frames + pipeline.finish()
+
+
+def test_frames_ramp_up_and_carry_every_sample() -> None:
+    """Without joins, at the engine rate, the frames are the audio: 40 ms first, doubling to 100."""
+    audio = tone(0.5)
+    frames = speak(SpeechPipeline(PLAIN, RATE, RATE), segment("你好。"), audio, 1000)
+    assert [f.size for f in frames[:3]] == [960, 1920, 2400]
+    assert np.array_equal(np.concatenate(frames), audio)
+
+
+@pytest.mark.parametrize("output_rate", [16_000, 24_000, 48_000])
+def test_output_does_not_depend_on_chunking(output_rate: int) -> None:
+    """The same engine audio in chunks of any size gives the same audio, joins on."""
+    audio = tone(0.6)
+    outputs = [
+        np.concatenate(
+            speak(SpeechPipeline(SpeechSettings(), RATE, output_rate), segment("好。"), audio, size)
+        )
+        for size in (97, 2400, audio.size)
+    ]
+    for other in outputs[1:]:  # float rounding of the resampler's blocks only
+        np.testing.assert_allclose(other, outputs[0], atol=1e-6)
+
+
+def test_a_streamed_segment_ends_with_its_pause_and_the_next_starts_after_it() -> None:
+    """Streaming: each segment's punctuation pause follows it at once; offsets count it."""
+    pipeline = SpeechPipeline(SpeechSettings(), RATE, RATE)
+    first = np.concatenate(speak(pipeline, segment("你好。"), tone(0.3), 2400))
+    pause = round(pause_ms_for("你好。") * RATE / 1000)
+    assert pause > 0 and not first[-pause:].any() and first[-pause - 200 : -pause].any()
+    start = pipeline.begin(segment("再见。", start=3, index=1), spoken("再见。"))
+    assert start.audio_start_sample == first.size == pipeline.samples
+
+
+def test_a_whole_text_holds_each_pause_until_more_audio() -> None:
+    """Whole text: the pause comes before the next segment's audio, never at the end."""
+    pipeline = SpeechPipeline(SpeechSettings(), RATE, RATE, whole_text=True)
+    first = np.concatenate(speak(pipeline, segment("你好。"), tone(0.3), 2400))
+    assert first[-1] == 0.0 and first[-200:].any()  # faded to zero, no pause after
+    second = np.concatenate(speak(pipeline, segment("再见。", 3, 1), tone(0.3), 2400))
+    pause = round(pause_ms_for("你好。") * RATE / 1000)
+    assert not second[:pause].any() and second[pause : pause + 500].any()
+
+
+def test_removed_characters_are_reported_at_their_place_in_the_stream() -> None:
+    """A segment's removals come back with offsets in the whole utterance's text."""
+    pipeline = SpeechPipeline(PLAIN, RATE, RATE)
+    start = pipeline.begin(
+        segment("好😀。", start=10), spoken("好。", (Removal(1, "😀", "emoji"),))
+    )
+    assert start.removed == (Removal(11, "😀", "emoji"),) and start.speaks
+    silent = pipeline.begin(segment("😀", start=13), PreparedText("", (Removal(0, "😀", "emoji"),)))
+    assert not silent.speaks and silent.removed == (Removal(13, "😀", "emoji"),)
+
+
+def test_an_abandoned_segment_leaves_no_held_audio_and_no_pause() -> None:
+    """Abandon (cancel, failure): what the joins held is dropped; the next one starts clean."""
+    pipeline = SpeechPipeline(SpeechSettings(), RATE, 16_000)
+    pipeline.begin(segment("一句话，"), spoken("一句话，"))
+    sent = sum(f.size for f in pipeline.push(tone(0.5)))
+    pipeline.abandon()
+    assert pipeline.samples == sent
+    again = speak(pipeline, segment("重新开始。", 4, 1), tone(0.3), 4800)
+    fresh = speak(
+        SpeechPipeline(SpeechSettings(), RATE, 16_000), segment("重新开始。"), tone(0.3), 4800
+    )
+    assert np.array_equal(np.concatenate(again), np.concatenate(fresh))
