@@ -35,6 +35,7 @@ from server.errors import report
 from server.metrics import Metrics
 from server.session import Session
 from server.textnorm import TextFrontend
+from server.transport import SCOPE_KEY, TransportTap, bound_send_buffer, pending_bytes
 from server.worker import EngineWorker
 from streaming import protocol as p
 from streaming.audio import float_to_pcm16, wav_bytes
@@ -138,6 +139,12 @@ class AppState:
         self.sessions: set[Session] = set()
         self.denial_log_filter = _DenialLogFilter()
 
+    async def release_blocked_sessions(self, grace_s: float) -> None:
+        """At shutdown: sessions whose client stopped reading go away (1001) within
+        ``grace_s`` instead of holding the process (the others get uvicorn's 1012)."""
+        blocked = [s for s in self.sessions if pending_bytes(s.transport)]
+        await asyncio.gather(*(session.go_away(grace_s) for session in blocked))
+
     def has_pending_text(self) -> bool:
         """True while any context holds text not yet spoken (read from the drain thread)."""
         try:
@@ -169,6 +176,7 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
             await asyncio.to_thread(state.worker.stop)
 
     app = FastAPI(title="chattts-stream", version="0.1.0", lifespan=lifespan)
+    app.add_middleware(TransportTap)  # first: it must see the server's own send
     app.state.tts = state
 
     @app.exception_handler(TTSError)
@@ -301,6 +309,7 @@ async def run_websocket(state: AppState, websocket: WebSocket) -> None:
     session_id = secrets.token_hex(4)
     try:
         await websocket.accept(subprotocol=subprotocol)
+        bound_send_buffer(websocket.scope.get(SCOPE_KEY), settings.ws_send_buffer_bytes)
         logger.info("[%s] connected from %s", session_id, websocket.client)
         session = Session(websocket, settings, state.worker, metrics, session_id, state.frontend)
         state.sessions.add(session)

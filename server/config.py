@@ -91,6 +91,12 @@ class Settings:
         group="limits",
     )
     http_timeout_s: float = option(120.0, "synthesis time allowed per POST /v1/tts", group="limits")
+    ws_send_buffer_bytes: int = option(
+        64 * 1024,
+        "bytes a WebSocket connection may hold in its socket and transport buffers; beyond "
+        "it audio waits where a cancel drops it (0: the operating system's default)",
+        group="limits",
+    )
     drain_timeout_s: float = option(
         30.0,
         "on SIGTERM, refuse new work and let audio in progress finish for up to this long "
@@ -277,6 +283,8 @@ def validate(settings: Settings) -> None:
         problems.append("pause_scale must not be negative")
     if settings.drain_timeout_s < 0:
         problems.append("drain_timeout_s must not be negative")
+    if settings.ws_send_buffer_bytes < 0:
+        problems.append("ws_send_buffer_bytes must not be negative (0: the OS default)")
     problems += [f"{name} must be positive" for name in positive if getattr(settings, name) <= 0]
     if (
         settings.first_segment_min_chars < 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from types import FrameType
@@ -13,6 +14,9 @@ from server.app import AppState
 
 logger = logging.getLogger(__name__)
 
+#: How long a close frame queued behind unread audio may take to reach its client.
+_GOING_AWAY_GRACE_S = 1.0
+
 
 class DrainingServer(uvicorn.Server):
     """A uvicorn server that lets audio in progress finish before it closes connections.
@@ -21,12 +25,20 @@ class DrainingServer(uvicorn.Server):
     requests, then waits until no context holds unspoken text and the engine has been
     idle for a little longer than the idle-flush time, or until
     ``drain_timeout_s``; only then does uvicorn shut down (WebSocket close code 1012).
-    A second signal, or ``drain_timeout_s = 0``, shuts down at once.
+    A connection whose client stopped reading (sends blocked) gets 1001 instead, and is
+    dropped if even that cannot reach it. A second signal, or ``drain_timeout_s = 0``,
+    shuts down at once.
     """
 
     def __init__(self, config: uvicorn.Config, state: AppState) -> None:
         super().__init__(config)
         self._state = state
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # A client that stopped reading would hold its connection open until uvicorn
+        # cancels it with an error: let it go first, with a close code that says why.
+        await self._state.release_blocked_sessions(_GOING_AWAY_GRACE_S)
+        await super().shutdown(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         timeout_s = self._state.settings.drain_timeout_s

@@ -15,6 +15,7 @@ on another.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -29,10 +30,12 @@ from server.engines.base import SynthesisRequest, VoiceSpec
 from server.errors import report
 from server.metrics import Metrics
 from server.textnorm import TextFrontend
+from server.transport import SCOPE_KEY, drain_then_abort, unblock_writes
 from server.worker import EngineWorker, Job
 from streaming import connection as c
 from streaming import protocol as p
 from streaming.audio import float_to_pcm16
+from streaming.errors import CLOSE_GOING_AWAY
 from streaming.schedule import playback_deadline
 from streaming.segment import Segment
 from streaming.speech import SpeechPipeline
@@ -238,6 +241,8 @@ class Session:
         frontend: TextFrontend,
     ) -> None:
         self.websocket = websocket
+        #: The connection's asyncio transport, when the server exposes it (server.transport).
+        self.transport: asyncio.WriteTransport | None = websocket.scope.get(SCOPE_KEY)
         self.settings = settings
         self.worker = worker
         self.metrics = metrics
@@ -316,6 +321,21 @@ class Session:
         """A context's idle timer fired (on the loop): its pending fragment speaks now."""
         for event in self.core.idle(context_id):
             self._perform(event)
+
+    async def go_away(self, grace_s: float) -> None:
+        """Shutdown while sends are blocked on a client that stopped reading: drop every
+        context's audio, queue a close frame (1001, going away), give it ``grace_s`` to
+        reach the client, then drop the connection."""
+        self._closed = True  # no speaker sends another frame
+        for event in self.core.cancel_all():
+            self._perform(event)
+        for context in list(self.contexts.values()):
+            context.task.cancel()
+        unblock_writes(self.transport)
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(grace_s):
+                await self.websocket.close(CLOSE_GOING_AWAY, "server shutting down")
+        await drain_then_abort(self.transport, grace_s)
 
     def forget(self, context: Context) -> None:
         if self.contexts.get(context.id) is context:

@@ -38,6 +38,10 @@ _END = object()
 _FELL_BACK = object()
 
 
+def _engine_stopped() -> Unavailable:
+    return Unavailable("the engine stopped", code="not_ready")
+
+
 @dataclass
 class EngineStatus:
     state: str  # loading | ready | failed | stopped
@@ -90,7 +94,7 @@ class Job:
 
     def _end_stopped(self) -> None:
         """End the consumer's iteration with ``not_ready``: the engine stopped (any thread)."""
-        self._deliver(Unavailable("the engine stopped", code="not_ready"))
+        self._deliver(_engine_stopped())
         self._deliver(_END)
 
     def _deliver(self, item: object) -> None:
@@ -305,6 +309,8 @@ class EngineWorker:
             stopping = self._take_jobs(engine, waiting, block=not waiting and not active)
             if stopping:
                 for running in active:
+                    if not running.job.cancelled:  # still awaited: say why its audio ends
+                        running.job._deliver(_engine_stopped())
                     running.job.cancel()
                     self._finish(running)
                 for job in waiting:

@@ -6,8 +6,10 @@ interface says about it.
     │   └── LimitExceeded        limit_exceeded     HTTP 413   names the limit it broke
     ├── Unauthorized             unauthorized       HTTP 401
     ├── Unavailable              unavailable        HTTP 503   not_ready, draining, too_many_connections
-    └── SynthesisError           synthesis_failed   HTTP 500   the engine failed on a segment
-        └── SynthesisTimeout     synthesis_timeout  HTTP 504
+    ├── SynthesisError           synthesis_failed   HTTP 500   the engine failed on a segment
+    │   └── SynthesisTimeout     synthesis_timeout  HTTP 504
+    └── (the engines' own, caught inside the server, never sent as they are)
+        Cancelled (cancelled), EspeakError (engine_failed), ModelLoadError (model_load_failed)
 
 Every error carries a stable ``code`` (a subclass's default, or a more precise one such as
 ``bad_json`` or ``buffer_full``), a ``message`` for humans, and where they apply the

@@ -56,7 +56,6 @@ __all__ = [
     "PreparedText",
     "Removal",
     "prepare_text",
-    "split_tags",
     "strip_tags",
 ]
 
@@ -130,24 +129,6 @@ class PreparedText:
             for p in self.pieces
             if p.source != p.spoken and any(_is_word_char(ch) for ch in p.spoken)
         )
-
-
-def split_tags(text: str) -> list[tuple[str, bool]]:
-    """``text`` as ``(part, is_tag)`` pairs in order; joined, the parts give ``text``.
-
-    For engines: ChatTTS takes tags inside its text; an engine that cannot (espeak)
-    speaks only the non-tag parts, or uses :func:`strip_tags`.
-    """
-    parts: list[tuple[str, bool]] = []
-    last = 0
-    for match in CONTROL_TAG.finditer(text):
-        if match.start() > last:
-            parts.append((text[last : match.start()], False))
-        parts.append((match.group(), True))
-        last = match.end()
-    if last < len(text):
-        parts.append((text[last:], False))
-    return parts
 
 
 def strip_tags(text: str) -> str:

@@ -12,6 +12,8 @@ from typing import Protocol
 
 import numpy as np
 
+from streaming.errors import TTSError
+
 
 @dataclass(frozen=True)
 class VoiceSpec:
@@ -36,8 +38,10 @@ class SynthesisRequest:
     voice: VoiceSpec
 
 
-class Cancelled(Exception):
+class Cancelled(TTSError):
     """Raised inside an engine when ``should_stop()`` turned true mid-synthesis."""
+
+    code = "cancelled"
 
 
 class Engine(Protocol):

@@ -24,6 +24,7 @@ import numpy as np
 
 from server.engines.base import SynthesisRequest, VoiceSpec
 from streaming.audio import Resampler
+from streaming.errors import TTSError
 from streaming.text import strip_tags
 
 __all__ = ["EspeakEngine", "EspeakError"]
@@ -60,8 +61,10 @@ _SynthCallback = ctypes.CFUNCTYPE(
 )
 
 
-class EspeakError(RuntimeError):
+class EspeakError(TTSError):
     """libespeak-ng could not be loaded or initialised, or refused a call."""
+
+    code = "engine_failed"
 
 
 #: The voices a client may name: ``default`` (espeak's plain Mandarin voice) and its

@@ -17,7 +17,6 @@ from streaming.text import (
     SPOKEN_CHARSET,
     PreparedText,
     prepare_text,
-    split_tags,
     strip_tags,
 )
 
@@ -289,15 +288,8 @@ def test_unknown_bracket_words_are_not_tags() -> None:
     assert prepared.spoken == "hello,好"  # one English word to one ideograph: English marks
 
 
-def test_split_and_strip_tags() -> None:
-    """Engines that cannot take tags can split them off or strip them."""
-    assert split_tags("好[uv_break]的[laugh]") == [
-        ("好", False),
-        ("[uv_break]", True),
-        ("的", False),
-        ("[laugh]", True),
-    ]
-    assert split_tags("") == []
+def test_strip_tags() -> None:
+    """Engines that cannot take tags strip them."""
     assert strip_tags("Hi [laugh] there[uv_break]") == "Hi there"
     assert strip_tags("你好[lbreak]") == "你好"
 

@@ -41,6 +41,8 @@ from safetensors.torch import save_file
 from tokenizers import AddedToken
 from transformers import BertTokenizer, LlamaConfig, LlamaModel
 
+from streaming.errors import TTSError
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -120,8 +122,10 @@ _TINY_OVERRIDES: dict[str, Any] = {
 }
 
 
-class ModelLoadError(Exception):
+class ModelLoadError(TTSError):
     """A model directory cannot be loaded: missing, incomplete, or rejected by ChatTTS."""
+
+    code = "model_load_failed"
 
 
 def write_checkpoint(
