@@ -9,88 +9,41 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
-import json
 import logging
 import secrets
-import time
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import numpy as np
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, Field
 from starlette.websockets import WebSocketState
 
 from server.auth import TokenAuth, bearer_token, websocket_token
 from server.config import Settings
-from server.engines.base import SynthesisRequest, VoiceSpec
 from server.engines.select import EngineFactory, engine_factory, fallback_factory
 from server.errors import report
 from server.metrics import Metrics
 from server.session import Session
+from server.speech_api import speech_routes
 from server.textnorm import TextFrontend
 from server.transport import SCOPE_KEY, TransportTap, bound_send_buffer, pending_bytes
 from server.worker import EngineWorker
 from streaming import protocol as p
-from streaming.audio import float_to_pcm16, wav_bytes
 from streaming.errors import (
     CLOSE_INTERNAL_ERROR,
     ClientError,
-    LimitExceeded,
     TTSError,
     Unauthorized,
     Unavailable,
     outcome,
 )
-from streaming.speech import SpeechPipeline
 
 logger = logging.getLogger(__name__)
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
-
-SampleRate = Literal[8000, 16000, 22050, 24000, 44100, 48000]  # = p.SUPPORTED_SAMPLE_RATES_HZ
-#: Removed runs listed in the X-TTS-Removed header (X-TTS-Removed-Count has the total).
-_MAX_REMOVED_IN_HEADER = 32
-AudioFormat = Literal["wav", "pcm", "json", "mp3", "ogg", "flac"]
-_MEDIA_TYPES = {
-    "wav": "audio/wav",
-    "pcm": "audio/L16",
-    "mp3": "audio/mpeg",
-    "ogg": "audio/ogg",
-    "flac": "audio/flac",
-}
-
-
-class TTSRequest(BaseModel):
-    """Body of POST /v1/tts (the seed article's fields, plus format and voice controls)."""
-
-    text: str = Field(..., min_length=1, description="text to speak")
-    speaker: str | None = Field(
-        None, description="engine speaker string (ChatTTS: sample_random_speaker())"
-    )
-    seed: int | None = Field(None, ge=0, le=p.MAX_SEED, description="voice/sampling seed")
-    speed: float = Field(1.0, ge=p.MIN_SPEED, le=p.MAX_SPEED, description="speed factor")
-    format: AudioFormat | None = Field(None, description="wav (default), pcm, json, mp3, ogg, flac")
-    sample_rate: SampleRate | None = Field(
-        None, description="output rate in Hz; default the engine's"
-    )
-
-
-class PreviewRequest(BaseModel):
-    """Body of POST /v1/preview."""
-
-    text: str = Field(..., min_length=1, description="text to segment and normalise")
-    mode: Literal["stream", "http"] = Field(
-        "stream",
-        description="stream: as one WebSocket text message then flush; http: as POST /v1/tts",
-    )
-
 
 class _DenialLogFilter(logging.Filter):
     """Drops uvicorn's spurious ERROR after each WebSocket denial response we send.
@@ -144,6 +97,11 @@ class AppState:
         ``grace_s`` instead of holding the process (the others get uvicorn's 1012)."""
         blocked = [s for s in self.sessions if pending_bytes(s.transport)]
         await asyncio.gather(*(session.go_away(grace_s) for session in blocked))
+
+    def require_token(self, request: Request) -> None:
+        """Refuse an HTTP request without one of the configured bearer tokens."""
+        if not self.auth.accepts(bearer_token(request.headers)):
+            raise Unauthorized("missing or invalid bearer token")
 
     def has_pending_text(self) -> bool:
         """True while any context holds text not yet spoken (read from the drain thread)."""
@@ -202,10 +160,6 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
         state.metrics.http_requests.labels(route=path, status=str(response.status_code)).inc()
         return response
 
-    def require_token(request: Request) -> None:
-        if not state.auth.accepts(bearer_token(request.headers)):
-            raise Unauthorized("missing or invalid bearer token")
-
     @app.get("/health")
     async def health() -> JSONResponse:
         """Liveness: the process serves HTTP and its engine thread has not died."""
@@ -239,28 +193,10 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:
         if settings.protect_metrics:
-            require_token(request)
+            state.require_token(request)
         return Response(state.metrics.render(), media_type=state.metrics.content_type)
 
-    @app.post("/v1/tts", response_model=None)
-    async def tts(body: TTSRequest, request: Request) -> Response:
-        require_token(request)
-        return await synthesize_http(state, body, request.headers.get("accept", ""))
-
-    @app.post("/v1/preview")
-    async def preview(body: PreviewRequest, request: Request) -> dict[str, Any]:
-        """The segments of a text exactly as the server would speak them; no audio."""
-        require_token(request)
-        if len(body.text) > settings.max_http_text_chars:
-            raise LimitExceeded(
-                f"text of {len(body.text)} characters exceeds the limit of {settings.max_http_text_chars}",
-                code="text_too_long",
-                limit=settings.max_http_text_chars,
-            )
-        segments = await state.frontend.preview_async(
-            body.text, settings.speech.segmenter_config(whole_text=body.mode == "http")
-        )
-        return {"mode": body.mode, "segments": [segment.to_json() for segment in segments]}
+    app.include_router(speech_routes(state))
 
     @app.get("/")
     async def index() -> FileResponse:
@@ -328,138 +264,3 @@ async def run_websocket(state: AppState, websocket: WebSocket) -> None:
         logger.info("[%s] disconnected", session_id)
 
 
-@dataclass
-class _Synthesis:
-    """A whole text spoken through the speech pipeline, ready to encode."""
-
-    audio: np.ndarray
-    sample_rate_hz: int
-    spoken: list[str] = field(default_factory=list)
-    removed: list[dict[str, object]] = field(default_factory=list)
-    fallback_segments: int = 0
-
-
-async def synthesize_http(state: AppState, body: TTSRequest, accept: str) -> Response:
-    """POST /v1/tts: the whole text, segmented like a stream, returned as one file."""
-    started = time.perf_counter()
-    _check_http_request(state, body)
-    fmt: str = body.format or ("json" if "application/json" in accept else "wav")
-    result = await _synthesize_whole(state, body, started)
-    elapsed_s = time.perf_counter() - started
-    state.metrics.http_latency.observe(elapsed_s)
-    removed = result.removed
-    headers = {
-        "X-TTS-Inference-Ms": f"{elapsed_s * 1000:.1f}",
-        "X-TTS-Engine": state.worker.status.engine or "",
-        # JSON with \u escapes: header values must be ASCII. Capped: proxies refuse
-        # responses with headers beyond a few KB; the json format has the full list.
-        "X-TTS-Removed": json.dumps(removed[:_MAX_REMOVED_IN_HEADER]) if removed else "",
-        "X-TTS-Removed-Count": str(len(removed)) if removed else "",
-        "X-TTS-Fallback-Segments": str(result.fallback_segments or ""),
-    }
-    headers = {k: v for k, v in headers.items() if v}
-    rate = result.sample_rate_hz
-    if fmt == "json":
-        return JSONResponse(
-            {
-                "audio_data": np.clip(result.audio, -1.0, 1.0).round(5).tolist(),
-                "sample_rate": rate,
-                "inference_time_ms": round(elapsed_s * 1000, 1),
-                "spoken": " ".join(result.spoken),
-                "removed": removed,
-            },
-            headers=headers,
-        )
-    pcm = float_to_pcm16(result.audio)
-    if fmt == "wav":
-        return Response(wav_bytes(pcm, rate), media_type=_MEDIA_TYPES["wav"], headers=headers)
-    if fmt == "pcm":
-        headers["X-TTS-Sample-Rate"] = str(rate)
-        return Response(
-            pcm, media_type=f"{_MEDIA_TYPES['pcm']};rate={rate};channels=1", headers=headers
-        )
-    encoded = await asyncio.to_thread(_encode_compressed, pcm, rate, fmt)
-    return Response(encoded, media_type=_MEDIA_TYPES[fmt], headers=headers)
-
-
-def _check_http_request(state: AppState, body: TTSRequest) -> None:
-    """Refuse what cannot be served before any work starts."""
-    settings = state.settings
-    if len(body.text) > settings.max_http_text_chars:
-        raise LimitExceeded(
-            f"text of {len(body.text)} characters exceeds the limit of {settings.max_http_text_chars}",
-            code="text_too_long",
-            limit=settings.max_http_text_chars,
-        )
-    if state.draining:
-        raise Unavailable("the server is shutting down", code="draining")
-    if body.speaker:
-        try:
-            state.worker.check_voice(body.speaker)
-        except ValueError as exc:
-            raise ClientError(f"speaker: {exc}", code="invalid_voice") from None
-    if not state.worker.ready:
-        raise Unavailable(f"the engine is {state.worker.status.state}", code="not_ready")
-
-
-async def _synthesize_whole(state: AppState, body: TTSRequest, started: float) -> _Synthesis:
-    settings = state.settings
-    worker = state.worker
-    engine_rate = worker.sample_rate_hz
-    result = _Synthesis(np.zeros(0, np.float32), body.sample_rate or engine_rate)
-    pipeline = SpeechPipeline(settings.speech, engine_rate, result.sample_rate_hz, whole_text=True)
-    voice = VoiceSpec(
-        voice=body.speaker, seed=body.seed if body.seed is not None else 0, speed=body.speed
-    )
-    deadline = started + settings.http_timeout_s
-    frames: list[np.ndarray] = []
-    text_stream = state.frontend.stream()
-    for segment in settings.speech.segments(body.text):
-        prepared = await text_stream.submit(segment.text)
-        start = pipeline.begin(segment, prepared)
-        result.removed += [asdict(r) for r in start.removed]
-        if not start.speaks:
-            continue
-        result.spoken.append(prepared.spoken)
-        job = worker.submit(SynthesisRequest(prepared.spoken, voice))
-        produced = 0
-        try:
-            async for chunk in job.chunks(max(deadline - time.perf_counter(), 0.001)):
-                result.fallback_segments += job.fell_back and produced == 0
-                if not frames and not produced:
-                    state.metrics.ttfa.labels(route="http").observe(time.perf_counter() - started)
-                frames += pipeline.push(chunk)
-                produced += chunk.size
-            frames += pipeline.finish()
-        finally:
-            job.cancel()  # a no-op when complete; stops the engine if the request died
-            pipeline.abandon()
-        state.metrics.observe_segment(
-            engine_seconds=job.engine_seconds,
-            audio_seconds=produced / engine_rate,
-            characters=len(prepared.spoken),
-        )
-    if result.removed:
-        state.metrics.removed_characters.inc(sum(len(str(r["chars"])) for r in result.removed))
-    if not result.spoken:
-        raise ClientError("the text contains nothing that can be spoken", code="nothing_to_speak")
-    if frames:
-        result.audio = np.concatenate(frames)
-    return result
-
-
-def _encode_compressed(pcm: bytes, rate: int, fmt: str) -> bytes:
-    """mp3/ogg/flac through pydub (ffmpeg); a clear 501 when ffmpeg is missing."""
-    import shutil
-
-    from pydub import AudioSegment
-
-    if shutil.which("ffmpeg") is None:
-        raise Unavailable(
-            f"format {fmt} needs ffmpeg, which is not installed", code="format_unavailable"
-        )
-    segment = AudioSegment(data=pcm, sample_width=2, frame_rate=rate, channels=1)
-    out = io.BytesIO()
-    codec = {"ogg": "libopus", "mp3": "libmp3lame", "flac": "flac"}[fmt]
-    segment.export(out, format=fmt, codec=codec)
-    return out.getvalue()

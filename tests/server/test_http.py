@@ -397,7 +397,7 @@ def test_http_sample_rates_match_the_protocol() -> None:
     """POST /v1/tts accepts exactly the sample rates the WebSocket protocol does."""
     from typing import get_args
 
-    from server.app import SampleRate
+    from server.speech_api import SampleRate
     from streaming import protocol
 
     assert get_args(SampleRate) == protocol.SUPPORTED_SAMPLE_RATES_HZ
