@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.websockets import WebSocketState
 
+from server.admission import Admission
 from server.auth import TokenAuth, bearer_token, websocket_token
 from server.config import Settings
 from server.engines.select import EngineFactory, engine_factory, fallback_factory
@@ -83,6 +85,16 @@ class AppState:
             fallback=fallback_factory(settings),
             idle_release_s=settings.idle_release_s,
             max_active=settings.max_active_segments,
+            policy=settings.batch_policy,
+            headroom=settings.admission_headroom,
+        )
+        self.admission = Admission(
+            self.worker,
+            self.metrics,
+            max_streams=settings.max_streams,
+            when_busy=settings.when_busy,
+            retry_after_ms=settings.busy_retry_after_ms,
+            has_fallback=fallback_factory(settings) is not None,
         )
         self.frontend = TextFrontend(
             allow_control_tags=settings.allow_control_tags, cache_dir=settings.text_cache_dir
@@ -140,7 +152,10 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
     @app.exception_handler(TTSError)
     async def tts_error(request: Request, exc: TTSError) -> JSONResponse:
         report(exc, metrics=state.metrics, log=logger, where=f"{request.method} {request.url.path}")
-        return JSONResponse(exc.to_body(), status_code=outcome(exc).http_status)
+        headers = {}
+        if exc.retry_after_ms is not None:
+            headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_ms / 1000)))
+        return JSONResponse(exc.to_body(), status_code=outcome(exc).http_status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -247,7 +262,9 @@ async def run_websocket(state: AppState, websocket: WebSocket) -> None:
         await websocket.accept(subprotocol=subprotocol)
         bound_send_buffer(websocket.scope.get(SCOPE_KEY), settings.ws_send_buffer_bytes)
         logger.info("[%s] connected from %s", session_id, websocket.client)
-        session = Session(websocket, settings, state.worker, metrics, session_id, state.frontend)
+        session = Session(
+            websocket, settings, state.worker, metrics, session_id, state.frontend, state.admission
+        )
         state.sessions.add(session)
         try:
             await session.run()

@@ -21,6 +21,7 @@ from typing import Any
 from server.engines.chattts.options import ChatTTSOptions
 from server.options import GROUPS, choice_problems, nested, option, specs
 from streaming.connection import ConnectionLimits
+from streaming.schedule import BatchPolicy
 from streaming.speech import SpeechSettings
 
 ENGINES = ("auto", "chattts", "espeak")
@@ -57,6 +58,23 @@ class Settings:
         "(engines that can interleave: our ChatTTS decoder, espeak)",
         group="engine",
     )
+    max_batch: int = option(
+        16,
+        "segments advanced together in one GPT step (engines that batch: ChatTTS with "
+        "decoder ours); 1: no batching, segments interleave a chunk at a time",
+        group="engine",
+    )
+    prefills_per_step: int = option(
+        1,
+        "batching: prompts of joining segments run between two steps at most",
+        group="engine",
+    )
+    sit_out_ahead_s: float = option(
+        2.0,
+        "batching: a stream this far ahead of its listener sits out steps while another is "
+        "closer to running dry (0: every stream steps every time)",
+        group="engine",
+    )
     fallback_on_load_failure: bool = option(
         True,
         "when ChatTTS fails to load, serve the fallback voice (degraded) instead of exiting",
@@ -91,6 +109,27 @@ class Settings:
         group="limits",
     )
     http_timeout_s: float = option(120.0, "synthesis time allowed per POST /v1/tts", group="limits")
+    max_streams: int = option(
+        0,
+        "contexts and HTTP requests speaking at once; beyond it new ones are busy "
+        "(0: as many as the engine is measured to keep real time, see --admission-headroom)",
+        group="limits",
+    )
+    admission_headroom: float = option(
+        0.8,
+        "share of the engine's measured real-time capacity admission fills (1: all of it)",
+        group="limits",
+    )
+    when_busy: str = option(
+        "refuse",
+        "a new context or request beyond capacity: refused as busy with a retry hint, or "
+        "spoken by the fallback voice with a warning",
+        group="limits",
+        choices=("refuse", "fallback"),
+    )
+    busy_retry_after_ms: int = option(
+        2000, "the retry hint sent with a busy refusal", group="limits"
+    )
     ws_send_buffer_bytes: int = option(
         64 * 1024,
         "bytes a WebSocket connection may hold in its socket and transport buffers; beyond "
@@ -153,6 +192,14 @@ class Settings:
             first_frame_ms=self.first_frame_ms,
             shape_joins=self.shape_joins,
             pause_scale=self.pause_scale,
+        )
+
+    @property
+    def batch_policy(self) -> BatchPolicy:
+        return BatchPolicy(
+            max_batch=self.max_batch,
+            prefills_per_step=self.prefills_per_step,
+            sit_out_ahead_s=self.sit_out_ahead_s,
         )
 
     @property
@@ -272,6 +319,9 @@ def validate(settings: Settings) -> None:
         "segment_timeout_s",
         "idle_release_s",
         "max_active_segments",
+        "max_batch",
+        "prefills_per_step",
+        "busy_retry_after_ms",
         "http_timeout_s",
         "segment_max_chars",
         "frame_ms",
@@ -283,6 +333,10 @@ def validate(settings: Settings) -> None:
         problems.append("pause_scale must not be negative")
     if settings.drain_timeout_s < 0:
         problems.append("drain_timeout_s must not be negative")
+    if not 0 < settings.admission_headroom <= 1:
+        problems.append("admission_headroom must be in (0, 1]")
+    if settings.max_streams < 0 or settings.sit_out_ahead_s < 0:
+        problems.append("max_streams and sit_out_ahead_s must not be negative")
     if settings.ws_send_buffer_bytes < 0:
         problems.append("ws_send_buffer_bytes must not be negative (0: the OS default)")
     problems += [f"{name} must be positive" for name in positive if getattr(settings, name) <= 0]

@@ -6,6 +6,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 _LATENCY_BUCKETS_S = (0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+_STEP_BUCKETS_S = (0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0)
 _RTF_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 
 
@@ -108,6 +110,57 @@ class Metrics:
         self.engine_ready = Gauge(
             "tts_engine_ready", "1 when the engine is loaded and warm", ["engine"], registry=r
         )
+
+        self.batch_size = Histogram(
+            "tts_engine_batch_size",
+            "segments advanced together in one batched engine step",
+            buckets=_BATCH_BUCKETS,
+            registry=r,
+        )
+        self.engine_steps = Counter(
+            "tts_engine_steps_total", "batched engine steps (GPT steps of the batch)", registry=r
+        )
+        self.step_seconds = Histogram(
+            "tts_engine_step_seconds",
+            "wall time of one batched engine step (vocoding of the chunks due included)",
+            buckets=_STEP_BUCKETS_S,
+            registry=r,
+        )
+        self.deadline_misses = Counter(
+            "tts_deadline_misses_total",
+            "chunks made after their playing listener would have run out of audio",
+            registry=r,
+        )
+        self.capacity_streams = Gauge(
+            "tts_capacity_streams",
+            "real-time streams the engine carries, as measured (admission holds new "
+            "contexts to it; -1 until measured)",
+            registry=r,
+        )
+        self.contexts_refused = Counter(
+            "tts_contexts_refused_total",
+            "contexts and requests refused because the engine is at capacity",
+            ["route"],
+            registry=r,
+        )
+        self.contexts_degraded = Counter(
+            "tts_contexts_degraded_total",
+            "contexts and requests served by the fallback voice because the engine is at capacity",
+            ["route"],
+            registry=r,
+        )
+        self.gpu_memory_bytes = Gauge(
+            "tts_gpu_memory_bytes",
+            "CUDA memory allocated at the end of the last step, by batch size",
+            ["batch"],
+            registry=r,
+        )
+
+    def observe_step(self, batch: int, seconds: float) -> None:
+        """One batched engine step of ``batch`` segments."""
+        self.engine_steps.inc()
+        self.batch_size.observe(batch)
+        self.step_seconds.observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

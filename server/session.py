@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from server.admission import Admission
 from server.config import Settings
 from server.engines.base import SynthesisRequest, VoiceSpec
 from server.errors import report
@@ -173,9 +174,8 @@ class Context:
 
     async def _speak_audio(self, segment: Segment, spoken: str) -> None:
         session = self.session
-        job = session.worker.submit(
-            SynthesisRequest(spoken, self.voice), deadline=self._playback_deadline()
-        )
+        request = SynthesisRequest(spoken, self.voice, fallback=self.state.voice.fallback)
+        job = session.worker.submit(request, deadline=self._playback_deadline())
         self.job = job
         produced = 0
         try:
@@ -239,8 +239,10 @@ class Session:
         metrics: Metrics,
         session_id: str,
         frontend: TextFrontend,
+        admission: Admission,
     ) -> None:
         self.websocket = websocket
+        self.admission = admission
         #: The connection's asyncio transport, when the server exposes it (server.transport).
         self.transport: asyncio.WriteTransport | None = websocket.scope.get(SCOPE_KEY)
         self.settings = settings
@@ -257,6 +259,7 @@ class Session:
             sentence_flush_ms=settings.sentence_flush_ms,
             check_voice=worker.check_voice,
             choose_seed=lambda: random.randrange(p.MAX_SEED),
+            admit=lambda context_id: admission.start("ws", context_id),
         )
         self.contexts: dict[str, Context] = {}
         self._closed = False
@@ -341,6 +344,8 @@ class Session:
         if self.contexts.get(context.id) is context:
             del self.contexts[context.id]
             self.core.forget(context.id)
+            if not context.state.voice.fallback:
+                self.admission.finish()
 
     # --- sending ----------------------------------------------------------------------
 

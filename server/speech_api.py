@@ -114,7 +114,12 @@ async def synthesize_http(state: AppState, body: TTSRequest, accept: str) -> Res
     started = time.perf_counter()
     _check_http_request(state, body)
     fmt: str = body.format or ("json" if "application/json" in accept else "wav")
-    result = await _synthesize_whole(state, body, started)
+    fallback = state.admission.start("http")
+    try:
+        result = await _synthesize_whole(state, body, started, fallback=fallback)
+    finally:
+        if not fallback:
+            state.admission.finish()
     elapsed_s = time.perf_counter() - started
     state.metrics.http_latency.observe(elapsed_s)
     removed = result.removed
@@ -126,6 +131,7 @@ async def synthesize_http(state: AppState, body: TTSRequest, accept: str) -> Res
         "X-TTS-Removed": json.dumps(removed[:_MAX_REMOVED_IN_HEADER]) if removed else "",
         "X-TTS-Removed-Count": str(len(removed)) if removed else "",
         "X-TTS-Fallback-Segments": str(result.fallback_segments or ""),
+        "X-TTS-Degraded": "busy" if fallback else "",
     }
     headers = {k: v for k, v in headers.items() if v}
     rate = result.sample_rate_hz
@@ -166,7 +172,9 @@ def _check_http_request(state: AppState, body: TTSRequest) -> None:
         raise Unavailable(f"the engine is {state.worker.status.state}", code="not_ready")
 
 
-async def _synthesize_whole(state: AppState, body: TTSRequest, started: float) -> _Synthesis:
+async def _synthesize_whole(
+    state: AppState, body: TTSRequest, started: float, *, fallback: bool
+) -> _Synthesis:
     settings = state.settings
     worker = state.worker
     engine_rate = worker.sample_rate_hz
@@ -185,7 +193,7 @@ async def _synthesize_whole(state: AppState, body: TTSRequest, started: float) -
         if not start.speaks:
             continue
         result.spoken.append(prepared.spoken)
-        job = worker.submit(SynthesisRequest(prepared.spoken, voice))
+        job = worker.submit(SynthesisRequest(prepared.spoken, voice, fallback=fallback))
         produced = 0
         try:
             async for chunk in job.chunks(max(deadline - time.perf_counter(), 0.001)):

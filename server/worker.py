@@ -26,10 +26,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from server.engines.base import Cancelled, Engine, SynthesisRequest
+from server.engines.base import Batcher, Cancelled, Engine, SynthesisRequest, Utterance
 from server.metrics import Metrics
 from streaming.errors import SynthesisError, SynthesisTimeout, Unavailable
-from streaming.schedule import admit, most_urgent
+from streaming.schedule import (
+    BatchPolicy,
+    StepCosts,
+    admit,
+    capacity,
+    most_urgent,
+    plan_step,
+    urgency,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +79,9 @@ class Job:
         self.engine_seconds = 0.0
         self.samples = 0
         self.fell_back = False  # spoken by the fallback engine after the main one failed
+        #: The deadline came from a stream already playing (not "now, nothing buffered"):
+        #: audio later than it is an underrun at the listener.
+        self.playing = False
 
     def cancel(self) -> None:
         """Ask the engine to stop at its next step; safe from any thread."""
@@ -143,6 +154,8 @@ class EngineWorker:
         fallback: Callable[[], Engine] | None = None,
         idle_release_s: float = 60.0,
         max_active: int = 8,
+        policy: BatchPolicy | None = None,
+        headroom: float = 0.8,
     ) -> None:
         """``factory`` runs on the engine thread and returns (engine, degraded, detail).
 
@@ -153,6 +166,13 @@ class EngineWorker:
         self._fallback_factory = fallback
         self._idle_release_s = idle_release_s
         self._max_active = max_active
+        #: The batching policy; max_batch 1 turns batching off (segments interleave).
+        self.policy = policy or BatchPolicy(max_batch=1)
+        self._headroom = headroom
+        #: What a batched step costs (learnt on the engine thread, read by admission).
+        self.step_costs = StepCosts()
+        self._rtf: float | None = None  # engine seconds per audio second, interleaved jobs
+        self._batching = False
         self._submitted = itertools.count()
         self._fallback: Engine | None = None
         self._metrics = metrics
@@ -202,6 +222,21 @@ class EngineWorker:
         if status.load_seconds is not None:
             self._metrics.engine_load_seconds.set(status.load_seconds)
 
+    @property
+    def batches(self) -> bool:
+        """The engine runs batched steps (known once it is loaded)."""
+        return self._batching
+
+    def capacity(self) -> int | None:
+        """How many real-time streams the engine carries, from what it has measured; None
+        until it has (batched: step costs by batch size; otherwise: each segment's
+        engine time per second of audio)."""
+        if self._batching:
+            return capacity(self.step_costs, self.policy.max_batch, self._headroom)
+        if self._rtf is None or self._rtf <= 0:
+            return None
+        return min(self._max_active, int(self._headroom / self._rtf))
+
     def check_voice(self, voice: str) -> None:
         """Raise ValueError, naming what is accepted, when the engine cannot use ``voice``."""
         if self.engine is None:
@@ -221,12 +256,14 @@ class EngineWorker:
         """
         if not self.ready:
             raise Unavailable(f"the engine is {self.status.state}", code="not_ready")
+        now = time.monotonic()
         job = Job(
             request,
             asyncio.get_running_loop(),
-            deadline=time.monotonic() if deadline is None else deadline,
+            deadline=now if deadline is None else deadline,
             order=next(self._submitted),
         )
+        job.playing = deadline is not None and deadline > now
         with self._pending_lock:
             self._pending += 1
             self._metrics.queue_depth.set(self._pending)
@@ -290,12 +327,20 @@ class EngineWorker:
                     logger.exception("engine close failed")
 
     def _schedule(self, engine: Engine) -> None:
-        """Run jobs until ``stop()``: admit by deadline, advance the most urgent a chunk."""
+        """Run jobs until ``stop()``: batched steps when the engine batches, else the most
+        urgent job advanced a chunk at a time."""
         limit = self._max_active if engine.interleaves else 1
         waiting: list[Job] = []
         active: list[_Running] = []
+        batcher = engine.batcher(self.policy.max_batch) if self.policy.max_batch > 1 else None
+        self._batching = batcher is not None
+        if batcher is not None:
+            logger.info("batching up to %d segments per step", batcher.max_batch)
         try:
-            self._schedule_loop(engine, limit, waiting, active)
+            if batcher is not None:
+                self._batched_loop(engine, batcher, waiting, active)
+            else:
+                self._schedule_loop(engine, limit, waiting, active)
         except BaseException:
             logger.exception("the engine thread failed; ending every job in flight")
             for job in [*waiting, *(running.job for running in active)]:
@@ -306,28 +351,12 @@ class EngineWorker:
         self, engine: Engine, limit: int, waiting: list[Job], active: list[_Running]
     ) -> None:
         while True:
-            stopping = self._take_jobs(engine, waiting, block=not waiting and not active)
-            if stopping:
-                for running in active:
-                    if not running.job.cancelled:  # still awaited: say why its audio ends
-                        running.job._deliver(_engine_stopped())
-                    running.job.cancel()
-                    self._finish(running)
-                for job in waiting:
-                    job._end_stopped()
-                with self._pending_lock:
-                    self._pending -= len(waiting)
-                waiting.clear()
+            if self._take_jobs(engine, waiting, block=not waiting and not active):
+                self._stop_all(active, waiting)
                 return
-            # A cancelled job leaves at once, not when its deadline comes up.
-            for running in [r for r in active if r.job.cancelled]:
-                active.remove(running)
-                self._finish(running)
+            self._leave_cancelled(active)
             for job in admit(waiting, len(active), limit):
-                with self._pending_lock:
-                    self._pending -= 1
-                    self._active += 1
-                    self._metrics.queue_depth.set(self._pending)
+                self._count_admitted()
                 admitted = self._begin(engine, job)
                 if admitted is not None:
                     active.append(admitted)
@@ -338,7 +367,132 @@ class EngineWorker:
                 active.remove(running)
                 self._finish(running)
 
+    def _batched_loop(
+        self, engine: Engine, batcher: Batcher, waiting: list[Job], active: list[_Running]
+    ) -> None:
+        rate = engine.sample_rate_hz
+        while True:
+            if self._take_jobs(engine, waiting, block=not waiting and not active):
+                self._stop_all(active, waiting)
+                return
+            self._leave_cancelled(active)
+            for job in admit(waiting, len(active), batcher.max_batch):
+                self._count_admitted()
+                joined = self._join(engine, batcher, job)
+                if joined is not None:
+                    active.append(joined)
+            self._prefill(engine, batcher, active, rate)
+            ready = [r for r in active if r.utterance_ready]
+            if ready:
+                self._step(
+                    engine, batcher, active, plan_step(ready, time.monotonic(), rate, self.policy)
+                )
+
+    def _join(self, engine: Engine, batcher: Batcher, job: Job) -> _Running | None:
+        if job.request.fallback:
+            self._speak_on_fallback(engine, job)
+            self._finish(_Running(job, iter(())))
+            return None
+        try:
+            return _Running(job, iter(()), batcher.open(job.request), batcher)
+        except Exception:
+            logger.exception("synthesis failed to start for %r", job.request.text[:40])
+            self._fall_back(engine, job)
+            self._finish(_Running(job, iter(())))
+            return None
+
+    def _prefill(self, engine: Engine, batcher: Batcher, active: list[_Running], rate: int) -> None:
+        """Start at most ``prefills_per_step`` joining utterances, the most urgent first."""
+        joining = [r for r in active if r.utterance is not None and not r.utterance.prefilled]
+        for running in sorted(joining, key=urgency)[: self.policy.prefills_per_step]:
+            assert running.utterance is not None
+            started = time.perf_counter()
+            try:
+                batcher.prefill(running.utterance)
+                running.utterance.prefilled = True
+            except Exception:
+                logger.exception("synthesis failed to start for %r", running.job.request.text[:40])
+                running.utterance.error = RuntimeError("prefill failed")
+            running.job.engine_seconds += time.perf_counter() - started
+            self._after_batch_call(engine, running, active, rate)
+
+    def _step(
+        self, engine: Engine, batcher: Batcher, active: list[_Running], plan: list[_Running]
+    ) -> None:
+        """One batched step for the rows of ``plan``, timed and shared out among them."""
+        started = time.perf_counter()
+        utterances = [r.utterance for r in plan if r.utterance is not None]
+        try:
+            batcher.step(utterances)
+        except Exception:
+            logger.exception("a batched step of %d segments failed", len(plan))
+            for utterance in utterances:
+                utterance.error = RuntimeError("batched step failed")
+        elapsed = time.perf_counter() - started
+        self.step_costs.observe(len(plan), elapsed)
+        self._metrics.observe_step(len(plan), elapsed)
+        memory = batcher.memory_bytes()
+        if memory is not None:
+            self._metrics.gpu_memory_bytes.labels(batch=str(len(plan))).set(memory)
+        for running in plan:
+            running.job.engine_seconds += elapsed / len(plan)
+            self._after_batch_call(engine, running, active, engine.sample_rate_hz)
+
+    def _after_batch_call(
+        self, engine: Engine, running: _Running, active: list[_Running], rate: int
+    ) -> None:
+        """Deliver what the utterance made; let it leave when it ended or failed."""
+        utterance = running.utterance
+        assert utterance is not None
+        for chunk in utterance.chunks:
+            self._deliver_chunk(running.job, chunk, rate)
+        utterance.chunks.clear()
+        if utterance.error is not None:
+            active.remove(running)
+            running.close()
+            self._fall_back(engine, running.job)
+            self._finish(running)
+        elif utterance.done:
+            active.remove(running)
+            self._finish(running)
+
+    def _leave_cancelled(self, active: list[_Running]) -> None:
+        # A cancelled job leaves at once, not when its deadline comes up.
+        for running in [r for r in active if r.job.cancelled]:
+            active.remove(running)
+            self._finish(running)
+
+    def _count_admitted(self) -> None:
+        with self._pending_lock:
+            self._pending -= 1
+            self._active += 1
+            self._metrics.queue_depth.set(self._pending)
+
+    def _stop_all(self, active: list[_Running], waiting: list[Job]) -> None:
+        for running in active:
+            if not running.job.cancelled:  # still awaited: say why its audio ends
+                running.job._deliver(_engine_stopped())
+            running.job.cancel()
+            self._finish(running)
+        for job in waiting:
+            job._end_stopped()
+        with self._pending_lock:
+            self._pending -= len(waiting)
+        waiting.clear()
+
+    def _deliver_chunk(self, job: Job, chunk: np.ndarray, rate: int) -> None:
+        if not chunk.size or job.cancelled:
+            return
+        if job.playing and time.monotonic() > job.deadline + job.samples / rate:
+            self._metrics.deadline_misses.inc()  # its listener ran dry before this audio
+        job.samples += int(chunk.size)
+        job._deliver(np.ascontiguousarray(chunk, dtype=np.float32))
+
     def _begin(self, engine: Engine, job: Job) -> _Running | None:
+        if job.request.fallback:
+            self._speak_on_fallback(engine, job)
+            self._finish(_Running(job, iter(())))
+            return None
         try:
             return _Running(job, engine.synthesize(job.request, job.is_cancelled))
         except Exception:
@@ -401,9 +555,7 @@ class EngineWorker:
             return False
         finally:
             job.engine_seconds += time.perf_counter() - started
-        if chunk.size and not job.cancelled:
-            job.samples += int(chunk.size)
-            job._deliver(np.ascontiguousarray(chunk, dtype=np.float32))
+        self._deliver_chunk(job, chunk, engine.sample_rate_hz)
         return True
 
     def _finish(self, running: _Running) -> None:
@@ -416,6 +568,9 @@ class EngineWorker:
         self._metrics.engine_busy_seconds.inc(job.engine_seconds)
         if job.cancelled:
             self._metrics.jobs_cancelled.inc()
+        elif job.samples and self.engine is not None and not job.fell_back:
+            rtf = job.engine_seconds / (job.samples / self.engine.sample_rate_hz)
+            self._rtf = rtf if self._rtf is None else self._rtf + 0.1 * (rtf - self._rtf)
         job._deliver(_END)
 
     def _stream(self, engine: Engine, job: Job) -> None:
@@ -441,13 +596,24 @@ class EngineWorker:
             return
         job._deliver(_FELL_BACK)
         self._metrics.fallback_segments.inc()
+        self._speak_on(fallback, job)
+
+    def _speak_on_fallback(self, engine: Engine, job: Job) -> None:
+        """A segment of a context the server degraded (busy): the fallback voice speaks it."""
+        fallback = self._fallback_engine(engine)
+        if fallback is None:
+            job._deliver(SynthesisError("the fallback voice is not available"))
+            return
+        self._speak_on(fallback, job)
+
+    def _speak_on(self, fallback: Engine, job: Job) -> None:
         try:
             self._stream(fallback, job)
         except Cancelled:
             pass
         except Exception:
             logger.exception("the fallback engine failed too for %r", job.request.text[:40])
-            job._deliver(failed)
+            job._deliver(SynthesisError("the engine failed on this segment"))
 
     def _fallback_engine(self, engine: Engine) -> Engine | None:
         if self._fallback is None and self._fallback_factory is not None:
@@ -474,11 +640,26 @@ class EngineWorker:
 
 
 class _Running:
-    """A job admitted to the engine: its chunk generator, advanced a chunk at a time."""
+    """A job admitted to the engine: its chunk generator, advanced a chunk at a time, or
+    its utterance in the batch."""
 
-    def __init__(self, job: Job, chunks: Iterator[np.ndarray]) -> None:
+    def __init__(
+        self,
+        job: Job,
+        chunks: Iterator[np.ndarray],
+        utterance: Utterance | None = None,
+        batcher: Batcher | None = None,
+    ) -> None:
         self.job = job
         self.chunks = chunks
+        self.utterance = utterance
+        self._batcher = batcher
+
+    @property
+    def utterance_ready(self) -> bool:
+        """In the batch, prefilled and not finished: it takes part in the next step."""
+        u = self.utterance
+        return u is not None and u.prefilled and not u.done and u.error is None
 
     # What streaming.schedule reads (Scheduled): the job's.
     @property
@@ -494,6 +675,13 @@ class _Running:
         return self.job.order
 
     def close(self) -> None:
+        if self._batcher is not None and self.utterance is not None:
+            batcher, self._batcher = self._batcher, None  # once: it gives the row back
+            try:
+                batcher.close(self.utterance)
+            except Exception:
+                logger.exception("leaving the batch failed for %r", self.job.request.text[:40])
+            return
         close = getattr(self.chunks, "close", None)
         if close is None:
             return

@@ -7,8 +7,9 @@ context now, which segments the text completes, when an idle fragment is due. Fe
 frame to :meth:`Connection.receive` and act on the events it returns, in order:
 
 - :class:`Reply`: send this message;
-- :class:`Refused`: the message was refused (a :class:`~streaming.errors.ClientError`):
-  report it and send its ``error`` event; nothing else changed;
+- :class:`Refused`: the message was refused (a :class:`~streaming.errors.ClientError`,
+  or ``busy`` when admission refuses a new context): report it and send its ``error``
+  event; nothing else changed;
 - :class:`Opened`: a context opened: start speaking for it;
 - :class:`FirstText`: the context received its first words (time to first audio starts);
 - :class:`Segments`: these segments of the context are ready to speak, in order;
@@ -28,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from streaming import protocol as p
-from streaming.errors import ClientError, LimitExceeded
+from streaming.errors import ClientError, LimitExceeded, TTSError, Unavailable
 from streaming.segment import Segment, Segmenter
 from streaming.speech import SpeechSettings
 
@@ -70,6 +71,8 @@ class ContextVoice:
     seed: int
     speed: float
     sample_rate_hz: int
+    #: Spoken by the fallback voice: admitted while the engine was at capacity.
+    fallback: bool = False
 
 
 class ContextState:
@@ -98,7 +101,7 @@ class Reply:
 
 @dataclass(frozen=True)
 class Refused:
-    error: ClientError
+    error: TTSError
 
 
 @dataclass(frozen=True)
@@ -141,7 +144,9 @@ class Connection:
     """The sans-I/O core of one connection; see the module docstring.
 
     ``check_voice`` raises ValueError (saying what is accepted) for a voice the engine
-    cannot use; ``choose_seed`` picks the seed of a context that names none.
+    cannot use; ``choose_seed`` picks the seed of a context that names none; ``admit``
+    decides whether a new context may start (admission control, given its id): False
+    to speak on the main engine, True on the fallback voice, or it raises ``busy``.
     """
 
     def __init__(
@@ -154,6 +159,7 @@ class Connection:
         sentence_flush_ms: int,
         check_voice: Callable[[str], None],
         choose_seed: Callable[[], int],
+        admit: Callable[[str], bool] = lambda context_id: False,
     ) -> None:
         self.limits = limits
         self.speech = speech
@@ -162,6 +168,7 @@ class Connection:
         self.sentence_flush_ms = sentence_flush_ms
         self._check_voice = check_voice
         self._choose_seed = choose_seed
+        self._admit = admit
         self.contexts: dict[str, ContextState] = {}
         self._next_stream = 1
 
@@ -181,7 +188,7 @@ class Connection:
                     limit=limit,
                 )
             return self._dispatch(p.parse_client_message(raw))
-        except ClientError as exc:
+        except (ClientError, Unavailable) as exc:
             return [Refused(exc)]
 
     def idle(self, context_id: str) -> list[Event]:
@@ -267,8 +274,13 @@ class Connection:
                     f"field 'voice': {exc}", code="invalid_field", context_id=message.context_id
                 ) from None
         seed = message.seed if message.seed is not None else self._choose_seed()
+        fallback = self._admit(message.context_id)  # last: nothing refused after it
         voice = ContextVoice(
-            message.voice, seed, message.speed, message.sample_rate or self.engine_rate_hz
+            message.voice,
+            seed,
+            message.speed,
+            message.sample_rate or self.engine_rate_hz,
+            fallback,
         )
         context = ContextState(
             message.context_id,
@@ -286,7 +298,15 @@ class Connection:
             seed=voice.seed,
             speed=voice.speed,
         )
-        return [Opened(context), Reply(started)]
+        events: list[Event] = [Opened(context), Reply(started)]
+        if fallback:
+            warning = p.WarningEvent(
+                context_id=context.id,
+                code="busy_fallback_voice",
+                message="the engine is at capacity: this context is spoken with the fallback voice",
+            )
+            events.append(Reply(warning))
+        return events
 
     def _accept_text(self, context: ContextState, text: str) -> list[Event]:
         limits = self.limits

@@ -5,7 +5,8 @@ interface says about it.
     ├── ClientError              invalid_request    HTTP 400   a request or message that cannot be accepted
     │   └── LimitExceeded        limit_exceeded     HTTP 413   names the limit it broke
     ├── Unauthorized             unauthorized       HTTP 401
-    ├── Unavailable              unavailable        HTTP 503   not_ready, draining, too_many_connections
+    ├── Unavailable              unavailable        HTTP 503   not_ready, draining, too_many_connections,
+    │                                                          busy (at capacity: retry_after_ms)
     ├── SynthesisError           synthesis_failed   HTTP 500   the engine failed on a segment
     │   └── SynthesisTimeout     synthesis_timeout  HTTP 504
     └── (the engines' own, caught inside the server, never sent as they are)
@@ -63,6 +64,7 @@ class TTSError(Exception):
         code: str | None = None,
         context_id: str | None = None,
         limit: int | None = None,
+        retry_after_ms: int | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -70,12 +72,16 @@ class TTSError(Exception):
             self.code = code
         self.context_id = context_id
         self.limit = limit
+        #: When trying again is worth it (busy): a hint, in milliseconds.
+        self.retry_after_ms = retry_after_ms
 
     def to_body(self) -> dict[str, object]:
         """The JSON body of an HTTP error response."""
         body: dict[str, object] = {"code": self.code, "message": self.message}
         if self.limit is not None:
             body["limit"] = self.limit
+        if self.retry_after_ms is not None:
+            body["retry_after_ms"] = self.retry_after_ms
         return {"error": body}
 
 

@@ -309,6 +309,8 @@ class ErrorEvent(ServerMessage):
     code: str
     message: str
     limit: int | None = None
+    #: With ``busy``: how long to wait before trying again, in milliseconds.
+    retry_after_ms: int | None = None
     type: str = field(init=False, default="error")
 
 
@@ -330,7 +332,13 @@ def error_event(exc: BaseException, context_id: str | None = None) -> ErrorEvent
     code, message = public_message(exc)
     if isinstance(exc, TTSError):
         context_id = exc.context_id if context_id is None else context_id
-        return ErrorEvent(context_id=context_id, code=code, message=message, limit=exc.limit)
+        return ErrorEvent(
+            context_id=context_id,
+            code=code,
+            message=message,
+            limit=exc.limit,
+            retry_after_ms=exc.retry_after_ms,
+        )
     return ErrorEvent(context_id=context_id, code=code, message=message)
 
 

@@ -7,14 +7,40 @@ makes for a job pushes its deadline later by that audio's duration. The engine s
 earliest deadline first (EDF): a new stream's first audio comes after one chunk of the
 others, and a stream with seconds of audio buffered yields to one about to run dry.
 Ties go to the job submitted first.
+
+An engine that batches advances many utterances in one step. Then the policy also
+decides which rows step (:func:`plan_step`): all of them, since a batch shares most of a
+step's cost, except that rows already far ahead of their listener sit out while any
+row is close to running dry, so that under overload the streams nearest to an underrun
+(new ones waiting for their first audio among them) get the faster, smaller steps.
+:class:`StepCosts` learns what a step costs by batch size, and :func:`capacity` turns that
+into how many real-time streams the engine can carry: the number admission control
+holds new contexts to.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-__all__ = ["Scheduled", "admit", "most_urgent", "playback_deadline", "urgency"]
+__all__ = [
+    "STEPS_PER_AUDIO_SECOND",
+    "BatchPolicy",
+    "Scheduled",
+    "StepCosts",
+    "admit",
+    "capacity",
+    "most_urgent",
+    "plan_step",
+    "playback_deadline",
+    "slack",
+    "urgency",
+]
+
+#: GPT steps per second of ChatTTS audio (24 kHz, 2 mel frames of 256 samples a step):
+#: a stream is real time while it gets this many steps a second.
+STEPS_PER_AUDIO_SECOND = 46.875
 
 
 class Scheduled(Protocol):
@@ -77,3 +103,91 @@ def admit(waiting: list[T], active: int, limit: int) -> list[T]:
 def most_urgent(active: Sequence[T], sample_rate_hz: int) -> T:
     """The job in flight whose listener needs audio soonest (``active`` is not empty)."""
     return min(active, key=lambda job: urgency(job, sample_rate_hz))
+
+
+def slack(job: Scheduled, now_s: float, sample_rate_hz: int) -> float:
+    """Seconds of audio the job's listener has left before it needs this job's next audio."""
+    return urgency(job, sample_rate_hz)[0] - now_s
+
+
+@dataclass(frozen=True)
+class BatchPolicy:
+    """How a batching engine's rows are admitted, prefilled and stepped."""
+
+    #: Most utterances in one step (and in the engine's KV cache).
+    max_batch: int = 16
+    #: Prompts run between two steps at most: a joining utterance stalls the others
+    #: for at most this many prefills.
+    prefills_per_step: int = 1
+    #: A row with this much audio ahead of its listener sits out while another is
+    #: closer to running dry (0: every row steps every time).
+    sit_out_ahead_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1 or self.prefills_per_step < 1:
+            raise ValueError("max_batch and prefills_per_step must be at least 1")
+        if self.sit_out_ahead_s < 0:
+            raise ValueError("sit_out_ahead_s must not be negative")
+
+
+def plan_step(rows: Sequence[T], now_s: float, sample_rate_hz: int, policy: BatchPolicy) -> list[T]:
+    """The rows to advance in the next batched step, most urgent first.
+
+    Every row steps while none is within ``sit_out_ahead_s`` of running dry, or when
+    sitting out is off; otherwise the rows that far ahead wait for this step.
+    """
+    ordered = sorted(rows, key=lambda row: urgency(row, sample_rate_hz))[: policy.max_batch]
+    if policy.sit_out_ahead_s <= 0:
+        return ordered
+    needy = [row for row in ordered if slack(row, now_s, sample_rate_hz) < policy.sit_out_ahead_s]
+    return needy or ordered
+
+
+@dataclass
+class StepCosts:
+    """What one batched step costs, learnt by batch size (an EMA of seconds per size).
+
+    :meth:`estimate` fits ``a + b * batch`` through the sizes seen (least squares, both
+    terms kept non-negative); with one size seen, it assumes no saving from batching
+    beyond it (cost proportional to the batch), which errs towards refusing.
+    """
+
+    smoothing: float = 0.1
+    seconds: dict[int, float] = field(default_factory=dict)
+    samples: dict[int, int] = field(default_factory=dict)
+
+    def observe(self, batch: int, seconds: float) -> None:
+        old = self.seconds.get(batch)
+        self.seconds[batch] = seconds if old is None else old + self.smoothing * (seconds - old)
+        self.samples[batch] = self.samples.get(batch, 0) + 1
+
+    def estimate(self, batch: int) -> float | None:
+        """Seconds per step at ``batch``; None before any step was seen."""
+        points = sorted(self.seconds.items())
+        if not points:
+            return None
+        if len(points) == 1:
+            ((size, cost),) = points
+            return cost * max(1.0, batch / size)
+        n = len(points)
+        mean_b = sum(b for b, _ in points) / n
+        mean_t = sum(t for _, t in points) / n
+        var = sum((b - mean_b) ** 2 for b, _ in points)
+        slope = max(0.0, sum((b - mean_b) * (t - mean_t) for b, t in points) / var)
+        intercept = max(0.0, mean_t - slope * mean_b)
+        return intercept + slope * batch
+
+
+def capacity(costs: StepCosts, max_batch: int, headroom: float = 0.8) -> int | None:
+    """How many real-time streams the engine carries: the largest batch whose step keeps
+    :data:`STEPS_PER_AUDIO_SECOND` with ``headroom`` to spare (0 when not even one);
+    None before any step was measured."""
+    budget = headroom / STEPS_PER_AUDIO_SECOND
+    if costs.estimate(1) is None:
+        return None
+    best = 0
+    for batch in range(1, max_batch + 1):
+        cost = costs.estimate(batch)
+        if cost is not None and cost <= budget:
+            best = batch
+    return best

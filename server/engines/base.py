@@ -6,9 +6,9 @@ from one dedicated thread, one synthesis at a time. Nothing here may touch the e
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -36,6 +36,54 @@ class SynthesisRequest:
 
     text: str
     voice: VoiceSpec
+    #: Spoken by the fallback voice from the start (a context the server degraded).
+    fallback: bool = False
+
+
+@dataclass(eq=False)
+class Utterance:
+    """One segment in a batch: what the worker and a :class:`Batcher` share about it.
+
+    The batcher appends audio to ``chunks`` (the worker takes it after each call), sets
+    ``done`` when the segment has ended, or ``error`` when it failed on this utterance
+    alone; ``state`` is the batcher's own per-utterance data.
+    """
+
+    request: SynthesisRequest
+    chunks: list[np.ndarray] = field(default_factory=list)
+    prefilled: bool = False
+    done: bool = False
+    error: BaseException | None = None
+    state: Any = None
+
+
+class Batcher(Protocol):
+    """An engine's continuous-batching side: many utterances advance in one step.
+
+    The worker calls it from the engine thread only: :meth:`open` when a segment is
+    admitted, :meth:`prefill` once before its first step (its first token), :meth:`step`
+    for the utterances to advance together (already prefilled, not done), and
+    :meth:`close` when an utterance leaves (done, failed or cancelled), between steps.
+    """
+
+    @property
+    def max_batch(self) -> int:
+        """Most utterances one step can take."""
+        ...
+
+    def open(self, request: SynthesisRequest) -> Utterance: ...
+
+    def prefill(self, utterance: Utterance) -> None: ...
+
+    def step(self, utterances: Sequence[Utterance]) -> None:
+        """Advance each by one step; a failure of the whole step raises."""
+        ...
+
+    def close(self, utterance: Utterance) -> None: ...
+
+    def memory_bytes(self) -> int | None:
+        """Accelerator memory allocated now (None on the CPU): the memory curve by batch."""
+        ...
 
 
 class Cancelled(TTSError):
@@ -80,6 +128,11 @@ class Engine(Protocol):
 
     def release_idle_memory(self) -> None:
         """Free cached memory after an idle period (a no-op where there is none)."""
+
+    def batcher(self, max_batch: int) -> Batcher | None:
+        """Its batching side for up to ``max_batch`` utterances, or None if it does not batch
+        (then the worker interleaves ``synthesize`` generators). Called once, on the
+        engine thread, after warm-up."""
 
     def close(self) -> None:
         """Release the model (GPU memory, threads); the engine is unusable afterwards."""

@@ -281,6 +281,10 @@ class EspeakEngine:
     def release_idle_memory(self) -> None:
         """Nothing to free: the library's buffers are a few hundred KB."""
 
+    def batcher(self, max_batch: int) -> None:
+        """It does not batch: its segments interleave a chunk at a time."""
+        return None
+
     def close(self) -> None:
         """Mark this engine unusable; the shared library stays loaded for other engines."""
         self._closed = True

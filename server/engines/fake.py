@@ -75,5 +75,9 @@ class ScriptedEngine:
     def release_idle_memory(self) -> None:
         self.idle_releases += 1
 
+    def batcher(self, max_batch: int) -> None:
+        """It does not batch: its segments interleave a chunk at a time."""
+        return None
+
     def close(self) -> None:
         pass

@@ -307,7 +307,8 @@ async def test_server_on_the_static_cache_speaks_as_on_the_dynamic_one(
             )
             return engine, False, None
 
-        settings = Settings(engine="chattts", model_dir=tiny_checkpoint)
+        # max_batch 1: the interleaved path, where the static cache is used.
+        settings = Settings(engine="chattts", model_dir=tiny_checkpoint, max_batch=1)
         with run_live_server(settings, engine=factory) as server:
             results = await asyncio.gather(
                 *(speak(server, text, seed=seed) for seed, text in texts.items())

@@ -276,12 +276,12 @@ SERVER_MESSAGES: list[tuple[p.ServerMessage, str, set[str]]] = [
     (
         p.ErrorEvent(context_id=None, code="buffer_full", message="full", limit=20),
         "error",
-        {"context_id", "code", "message", "limit"},
+        {"context_id", "code", "message", "limit", "retry_after_ms"},
     ),
     (
         p.ErrorEvent(context_id="a", code="bad_json", message="not json"),
         "error",
-        {"context_id", "code", "message", "limit"},
+        {"context_id", "code", "message", "limit", "retry_after_ms"},
     ),
 ]
 

@@ -6,7 +6,17 @@ from dataclasses import dataclass
 
 import pytest
 
-from streaming.schedule import admit, most_urgent, playback_deadline, urgency
+from streaming.schedule import (
+    STEPS_PER_AUDIO_SECOND,
+    BatchPolicy,
+    StepCosts,
+    admit,
+    capacity,
+    most_urgent,
+    plan_step,
+    playback_deadline,
+    urgency,
+)
 
 RATE = 24_000
 
@@ -74,3 +84,66 @@ def test_the_stream_closest_to_running_dry_is_advanced() -> None:
     new = Job("new", deadline=11.0, order=1)  # due at 11
     late = Job("late", deadline=10.5, samples=RATE, order=2)  # due at 11.5
     assert most_urgent([buffered, new, late], RATE).name == "new"
+
+
+@dataclass
+class Row:
+    name: str
+    deadline: float
+    samples: int = 0
+    order: int = 0
+
+
+def rows(*specs: tuple[str, float, int]) -> list[Row]:
+    """(name, deadline, seconds of audio made) each."""
+    return [
+        Row(name, deadline, seconds * RATE, order)
+        for order, (name, deadline, seconds) in enumerate(specs)
+    ]
+
+
+# (rows at now=10, policy, stepped names)
+PLANS = [
+    # Everyone close to running dry: all step, most urgent first.
+    (rows(("a", 10.0, 1), ("b", 10.0, 0), ("c", 10.5, 0)), BatchPolicy(), ["b", "c", "a"]),
+    # One far ahead (5 s buffered) sits out while another is about to run dry.
+    (rows(("ahead", 10.0, 5), ("new", 10.0, 0)), BatchPolicy(), ["new"]),
+    # Everyone far ahead: all step (a batch shares the cost; nobody waits for it).
+    (rows(("a", 10.0, 5), ("b", 10.0, 4)), BatchPolicy(), ["b", "a"]),
+    # Sitting out off: all step.
+    (rows(("ahead", 10.0, 5), ("new", 10.0, 0)), BatchPolicy(sit_out_ahead_s=0), ["new", "ahead"]),
+    # More rows than the batch: the most urgent max_batch.
+    (rows(("a", 12.0, 0), ("b", 10.0, 0), ("c", 11.0, 0)), BatchPolicy(max_batch=2), ["b", "c"]),
+]
+
+
+@pytest.mark.parametrize(("candidates", "policy", "stepped"), PLANS)
+def test_plan_step(candidates: list[Row], policy: BatchPolicy, stepped: list[str]) -> None:
+    """Rows near running dry step; rows far ahead sit out only while another is needy."""
+    assert [row.name for row in plan_step(candidates, 10.0, RATE, policy)] == stepped
+
+
+def test_a_new_streams_first_chunk_is_not_starved_by_a_full_batch() -> None:
+    """However many streams are buffered well ahead, a new one (due now) steps at once,
+    in a batch of only the needy: its first audio does not wait for the others."""
+    buffered = [Row(f"r{i}", 10.0, 3 * RATE, i) for i in range(15)]
+    plan = plan_step([*buffered, Row("new", 10.0, 0, 99)], 10.0, RATE, BatchPolicy(max_batch=16))
+    assert [row.name for row in plan] == ["new"]
+
+
+def test_step_costs_fit_a_line_and_capacity_follows() -> None:
+    """Step cost a + b*batch is learnt from steps seen; capacity is the largest batch that
+    keeps 46.875 steps per second within the headroom."""
+    costs = StepCosts(smoothing=1.0)
+    assert costs.estimate(4) is None and capacity(costs, 64) is None
+    costs.observe(1, 0.010 + 0.00015)
+    assert costs.estimate(8) == pytest.approx(8 * 0.01015)  # one size: no batching saving assumed
+    for batch in (2, 8, 32):
+        costs.observe(batch, 0.010 + 0.00015 * batch)
+    assert costs.estimate(64) == pytest.approx(0.010 + 0.00015 * 64)
+    budget = 0.8 / STEPS_PER_AUDIO_SECOND  # 17.1 ms
+    assert capacity(costs, 256) == int((budget - 0.010) / 0.00015)
+    assert capacity(costs, 16) == 16  # capped by the batch limit
+    slow = StepCosts()
+    slow.observe(1, 0.05)
+    assert capacity(slow, 16) == 0  # slower than real time even alone

@@ -60,14 +60,17 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "FRAMES_PER_STEP",
     "SAMPLES_PER_FRAME",
+    "ChunkWindows",
     "GenerationParams",
     "OnnxVocoder",
+    "Sampler",
     "StepOutput",
     "StreamStats",
     "StreamingDecoder",
     "VocoderFeatures",
     "cast_gpt",
     "istft",
+    "quantize_gpt",
 ]
 
 
@@ -101,6 +104,32 @@ def cast_gpt(model: Any, dtype: torch.dtype) -> None:
     model.to(dtype=dtype)
     for name, tensor in frequencies.items():
         setattr(rotary, name, tensor)
+
+
+def quantize_gpt(model: Any) -> None:
+    """Weight-only INT8 for the linear layers of ChatTTS's ``LlamaModel``, in place.
+
+    CPU: PyTorch's dynamic quantisation (int8 weights, activations quantised per call),
+    the only INT8 path that paid on these CPUs (docs/batching.md); torch marks it
+    deprecated in favour of torchao, whose int8 weight-only kernels were no faster here.
+    CUDA: torchao's ``Int8WeightOnlyConfig`` (needs the torchao package). The embeddings
+    and ChatTTS's output heads stay in float.
+    """
+    device = next(model.parameters()).device
+    if device.type == "cuda":
+        try:
+            from torchao.quantization import Int8WeightOnlyConfig, quantize_
+        except ImportError as exc:  # pragma: no cover - CUDA hosts only
+            raise RuntimeError("gpt_quantization int8 on CUDA needs torchao installed") from exc
+        quantize_(model, Int8WeightOnlyConfig())  # pragma: no cover
+        return  # pragma: no cover
+    with warnings.catch_warnings():
+        # "deprecated ... migrate to torchao": still the fastest CPU path (measured).
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.filterwarnings("ignore", "torch.quantize_per_tensor", UserWarning)
+        torch.ao.quantization.quantize_dynamic(
+            model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True
+        )
 
 
 @dataclass(frozen=True)
@@ -173,6 +202,8 @@ class StreamingDecoder:
         gpt_dtype = _DTYPES[self.options.gpt_dtype]
         if chat.gpt.gpt.dtype != gpt_dtype:
             cast_gpt(chat.gpt.gpt, gpt_dtype)
+        if self.options.gpt_quantization == "int8":
+            quantize_gpt(chat.gpt.gpt)
         self._decoder_dtype = _DTYPES[self.options.decoder_dtype]
         if self._decoder_dtype != torch.float32:
             chat.decoder.to(dtype=self._decoder_dtype)
@@ -212,26 +243,8 @@ class StreamingDecoder:
         device = torch.device(chat.device)
         device_gpt = gpt.device_gpt
 
-        input_ids, attention_mask, text_mask = chat.tokenizer.encode(
-            chat.speaker.decorate_code_prompts([text], params.prompt, None, params.spk_emb),
-            num_vq,
-            prompt=None,
-            device=device_gpt,
-        )
-        emb = chat.embed(input_ids, text_mask)
-        if params.spk_emb is not None:
-            chat.speaker.apply(
-                emb, params.spk_emb, input_ids, chat.tokenizer.spk_emb_ids, device_gpt
-            )
-        warpers, processors = gen_logits(
-            num_code=eos_token,
-            top_P=params.top_p,
-            top_K=params.top_k,
-            repetition_penalty=params.repetition_penalty,
-        )
-        logits_processors = (*processors, *warpers)
-        # (num_vq, 1): one temperature per codebook, as ChatTTS expands it.
-        temperature = torch.full((num_vq, 1), params.temperature, device=device)
+        input_ids, attention_mask, emb = self.prompt(text, params)
+        sampler = self.sampler(params)
 
         start = input_ids.size(1)
         max_new = params.max_new_token
@@ -259,10 +272,7 @@ class StreamingDecoder:
                 if step == 0:
                     inputs_embeds = emb
                 else:
-                    last = ids_buf.narrow(1, progress - 1, 1).to(device_gpt)
-                    inputs_embeds = torch.stack(
-                        [gpt.emb_code[q](last[:, :, q]).to(device) for q in range(num_vq)], 3
-                    ).sum(3)
+                    inputs_embeds = self.code_embeds(ids_buf.narrow(1, progress - 1, 1))
                 if slot is not None:
                     assert static is not None
                     run = static.prefill if step == 0 else static.step
@@ -290,35 +300,13 @@ class StreamingDecoder:
                     past = outputs.past_key_values
                     last_hidden = outputs.last_hidden_state
                     del outputs
-                # The heads see every position of the prefill, as in ChatTTS: a GEMM over the
-                # whole prompt may round differently from a GEMV over its last row.
                 states = last_hidden.to(device, dtype=torch.float)
                 del last_hidden
-                with parametrize.cached():
-                    logits = torch.empty(
-                        1, states.size(1), eos_token + 1, num_vq, dtype=torch.float, device=device
-                    )
-                    for q in range(num_vq):
-                        logits[..., q] = gpt.head_code[q](states)
                 hidden = states.narrow(1, -1, 1)
-                logits = logits.narrow(1, -1, 1).squeeze_(1).float()
-                logits = logits.permute(0, 2, 1).reshape(-1, logits.size(1))
+                logits = self.head_logits(states)[0]
                 history = ids_buf.narrow(1, start, progress - start).permute(0, 2, 1)
                 history = history.reshape(num_vq, -1).to(device)
-                logits /= temperature
-                for processor in logits_processors:
-                    logits = processor(history, logits)
-                if step < params.min_new_token:
-                    logits[:, eos_token] = -torch.inf
-                scores = torch.softmax(logits, dim=-1)
-                if params.seed is None:
-                    idx = torch.multinomial(scores, num_samples=1)
-                else:
-                    # ChatTTS re-seeds its generator with the same seed at every step.
-                    idx = torch.multinomial(
-                        scores, num_samples=1, generator=gpt.generator.manual_seed(params.seed)
-                    )
-                idx = idx.view(-1, num_vq)
+                idx = sampler.sample(logits, history, step).view(-1, num_vq)
                 if bool(idx.eq(eos_token).any()):
                     return
                 ids_buf.narrow(1, progress, 1).copy_(idx.unsqueeze(1))
@@ -328,6 +316,64 @@ class StreamingDecoder:
             if slot is not None:
                 assert static is not None
                 static.release(slot)
+
+    def prompt(
+        self, text: str, params: GenerationParams
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """ChatTTS's prompt for one text: ``(input_ids, attention_mask, embeds (1, T, H))``,
+        the speaker embedding written in, as ``GPT.generate`` gets them."""
+        chat = self.chat
+        device_gpt = chat.gpt.device_gpt
+        input_ids, attention_mask, text_mask = chat.tokenizer.encode(
+            chat.speaker.decorate_code_prompts([text], params.prompt, None, params.spk_emb),
+            int(chat.config.gpt.num_vq),
+            prompt=None,
+            device=device_gpt,
+        )
+        emb = chat.embed(input_ids, text_mask)
+        if params.spk_emb is not None:
+            chat.speaker.apply(
+                emb, params.spk_emb, input_ids, chat.tokenizer.spk_emb_ids, device_gpt
+            )
+        return input_ids, attention_mask, emb
+
+    def sampler(self, params: GenerationParams) -> Sampler:
+        chat = self.chat
+        return Sampler.for_params(
+            params,
+            int(chat.config.gpt.num_vq),
+            int(chat.config.gpt.num_audio_tokens) - 1,
+            torch.device(chat.device),
+            chat.gpt.generator,
+        )
+
+    def code_embeds(self, last_ids: torch.Tensor) -> torch.Tensor:
+        """``(B, 1, num_vq)`` audio token ids -> ``(B, 1, hidden)``: the sum of the codebooks'
+        embeddings, ChatTTS's input for a decode step."""
+        gpt = self.chat.gpt
+        device = torch.device(self.chat.device)
+        last = last_ids.to(gpt.device_gpt)
+        return torch.stack(
+            [gpt.emb_code[q](last[:, :, q]).to(device) for q in range(last.size(2))], 3
+        ).sum(3)
+
+    def head_logits(self, states: torch.Tensor) -> torch.Tensor:
+        """``(B, T, hidden)`` float GPT states -> ``(B, num_vq, V)`` logits of the last position.
+
+        The heads see every position given, as in ChatTTS for the prefill: a GEMM over the
+        whole prompt may round differently from a GEMV over its last row.
+        """
+        gpt = self.chat.gpt
+        num_vq = len(gpt.head_code)
+        vocab = int(self.chat.config.gpt.num_audio_tokens)
+        with parametrize.cached():
+            logits = torch.empty(
+                states.size(0), states.size(1), vocab, num_vq, dtype=torch.float,
+                device=states.device,
+            )  # fmt: skip
+            for q in range(num_vq):
+                logits[..., q] = gpt.head_code[q](states)
+        return logits.narrow(1, -1, 1).squeeze(1).float().permute(0, 2, 1)
 
     # -- vocoding -----------------------------------------------------------------------
 
@@ -347,6 +393,16 @@ class StreamingDecoder:
         audio = self.chat.vocos.head(features)
         result: np.ndarray = audio[0].float().cpu().numpy()
         return result
+
+    @torch.inference_mode()
+    def vocode_many(self, windows: list[torch.Tensor]) -> list[np.ndarray]:
+        """:meth:`vocode` for windows of one length ``(steps, hidden)``, in one call."""
+        if len(windows) == 1 or self._onnx is not None:
+            return [self.vocode(window) for window in windows]
+        x = torch.stack(windows).transpose(1, 2).contiguous().to(self._decoder_dtype)
+        mel = self._decoder(x).float()
+        audio = self.chat.vocos.head(self._backbone(mel)).float().cpu().numpy()
+        return list(audio)
 
     def stream(
         self, text: str, params: GenerationParams, should_stop: Callable[[], bool] = _never
@@ -398,24 +454,14 @@ class StreamingDecoder:
         stats: StreamStats,
     ) -> Iterator[np.ndarray]:
         # step_counts yields how many rows of hiddens are ready, one more each time.
-        options = self.options
-        schedule = options.schedule
         started = time.perf_counter()
-        joiner = WindowJoiner(
-            overlap_samples=options.overlap_samples,
-            holdback_samples=options.lookahead_frames * SAMPLES_PER_FRAME,
-        )
-        chunk_index = 0
-        next_boundary = schedule.size(0)
+        windows = ChunkWindows(self.options, max_steps)
         steps = 0
 
         def window(final: bool) -> np.ndarray:
-            # First step of the window: left_context_frames before what is not yet sent.
-            sent_frames = joiner.emitted_samples // SAMPLES_PER_FRAME
-            first = max(0, (sent_frames - options.left_context_frames) // FRAMES_PER_STEP)
-            audio = self.vocode(hiddens[first:steps])
+            first = windows.first_step()
             stats.decoded_frames += (steps - first) * FRAMES_PER_STEP
-            return joiner.push(audio, first * SAMPLES_PER_STEP, final=final)
+            return windows.join(self.vocode(hiddens[first:steps]), first, steps, final=final)
 
         def emitted(chunk: np.ndarray) -> np.ndarray:
             stats.emitted_samples += chunk.size
@@ -427,16 +473,111 @@ class StreamingDecoder:
 
         for steps in step_counts:
             stats.steps = steps
-            if steps == next_boundary and steps < max_steps:
+            if windows.due(steps):
                 chunk = window(final=False)
-                chunk_index += 1
-                next_boundary = steps + schedule.size(chunk_index)
                 if chunk.size:
                     yield emitted(chunk)
         if steps:
             chunk = window(final=True)
             if chunk.size:
                 yield emitted(chunk)
+
+
+class Sampler:
+    """ChatTTS's sampling of one step for one utterance, as ``GPT.generate`` does it.
+
+    Temperature per codebook, then the logits processors (repetition penalty over the
+    last 16 tokens, top-P, top-K), EOS forbidden below ``min_new_token``, softmax and a
+    multinomial draw; with a seed, ChatTTS re-seeds its one generator with the same seed
+    at every step, so a seeded utterance draws alone and its tokens do not depend on
+    what else runs (the batched decoder samples each row through its own Sampler).
+    """
+
+    def __init__(
+        self,
+        params: GenerationParams,
+        processors: tuple[Any, ...],
+        temperature: torch.Tensor,
+        eos_token: int,
+        generator: torch.Generator,
+    ) -> None:
+        self.params = params
+        self.processors = processors
+        self.temperature = temperature
+        self.eos_token = eos_token
+        self.generator = generator
+
+    @classmethod
+    def for_params(
+        cls,
+        params: GenerationParams,
+        num_vq: int,
+        eos_token: int,
+        device: torch.device,
+        generator: torch.Generator,
+    ) -> Sampler:
+        warpers, processors = gen_logits(
+            num_code=eos_token,
+            top_P=params.top_p,
+            top_K=params.top_k,
+            repetition_penalty=params.repetition_penalty,
+        )
+        # (num_vq, 1): one temperature per codebook, as ChatTTS expands it.
+        temperature = torch.full((num_vq, 1), params.temperature, device=device)
+        return cls(params, (*processors, *warpers), temperature, eos_token, generator)
+
+    def sample(self, logits: torch.Tensor, history: torch.Tensor, step: int) -> torch.Tensor:
+        """``(num_vq, V)`` logits (modified) and ``(num_vq, steps)`` history -> ``(num_vq, 1)``."""
+        logits /= self.temperature
+        for processor in self.processors:
+            logits = processor(history, logits)
+        if step < self.params.min_new_token:
+            logits[:, self.eos_token] = -torch.inf
+        scores = torch.softmax(logits, dim=-1)
+        if self.params.seed is None:
+            return torch.multinomial(scores, num_samples=1)
+        # ChatTTS re-seeds its generator with the same seed at every step.
+        return torch.multinomial(
+            scores, num_samples=1, generator=self.generator.manual_seed(self.params.seed)
+        )
+
+
+class ChunkWindows:
+    """When an utterance's chunks are due and how each vocoded window joins the last.
+
+    Chunk ``i`` ends after ``options.schedule.size(i)`` more steps; its window starts
+    ``left_context_frames`` before what has been sent. :meth:`join` passes the window's
+    audio to a :class:`WindowJoiner`, which holds back ``lookahead_frames`` for the next
+    window and crossfades ``overlap_samples`` at the join.
+    """
+
+    def __init__(self, options: ChatTTSOptions, max_steps: int) -> None:
+        self.options = options
+        self.max_steps = max_steps
+        self._schedule = options.schedule
+        self._joiner = WindowJoiner(
+            overlap_samples=options.overlap_samples,
+            holdback_samples=options.lookahead_frames * SAMPLES_PER_FRAME,
+        )
+        self._chunk_index = 0
+        self._next_boundary = self._schedule.size(0)
+
+    def due(self, steps: int) -> bool:
+        """A (non-final) chunk ends after ``steps`` generated steps."""
+        return steps == self._next_boundary and steps < self.max_steps
+
+    def first_step(self) -> int:
+        """The first step of the next window: left context before what is not yet sent."""
+        sent_frames = self._joiner.emitted_samples // SAMPLES_PER_FRAME
+        return max(0, (sent_frames - self.options.left_context_frames) // FRAMES_PER_STEP)
+
+    def join(self, audio: np.ndarray, first: int, steps: int, *, final: bool) -> np.ndarray:
+        """The window ``[first, steps)``'s audio in; the samples that may be sent out."""
+        chunk = self._joiner.push(audio, first * SAMPLES_PER_STEP, final=final)
+        if not final:
+            self._chunk_index += 1
+            self._next_boundary = steps + self._schedule.size(self._chunk_index)
+        return chunk
 
 
 class VocoderFeatures(torch.nn.Module):

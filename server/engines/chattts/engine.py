@@ -23,14 +23,15 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from server.engines.base import Cancelled, SynthesisRequest, VoiceSpec
+from server.engines.base import Batcher, Cancelled, SynthesisRequest, Utterance, VoiceSpec
+from server.engines.chattts.batch import BatchedDecoder
 from server.engines.chattts.checkpoint import load_chat
 from server.engines.chattts.decoder import GenerationParams, StreamingDecoder
 from server.engines.chattts.options import ChatTTSOptions
@@ -152,15 +153,24 @@ class ChatTTSEngine:
         else:
             yield from self._stream_chattts(chat, request, should_stop, max_new_token)
 
-    def _stream_ours(
-        self,
-        stream: StreamingDecoder,
-        request: SynthesisRequest,
-        should_stop: Callable[[], bool],
-        max_new_token: int,
-    ) -> Iterator[np.ndarray]:
+    def batcher(self, max_batch: int) -> Batcher | None:
+        """Continuous batching of our decoder's utterances (``decoder="ours"``, ``max_batch``
+        above 1); None otherwise: segments then interleave a chunk at a time."""
+        if self._stream is None or max_batch < 2:
+            return None
+        options = self.options
+        decoder = BatchedDecoder(
+            self._stream,
+            max_batch=max_batch,
+            max_tokens=options.gpt_cache_tokens,
+            attention=options.batch_attention,
+            batch_vocoder=options.batch_vocoder,
+        )
+        return _ChatTTSBatcher(self, decoder)
+
+    def generation_params(self, request: SynthesisRequest, max_new_token: int) -> GenerationParams:
         voice = request.voice
-        params = GenerationParams(
+        return GenerationParams(
             prompt=speed_prompt(voice.speed),
             spk_emb=self.speaker(voice),
             temperature=self.options.temperature,
@@ -170,6 +180,15 @@ class ChatTTSEngine:
             max_new_token=max_new_token,
             min_new_token=min(self.options.min_new_token, max_new_token),
         )
+
+    def _stream_ours(
+        self,
+        stream: StreamingDecoder,
+        request: SynthesisRequest,
+        should_stop: Callable[[], bool],
+        max_new_token: int,
+    ) -> Iterator[np.ndarray]:
+        params = self.generation_params(request, max_new_token)
         if should_stop():
             raise Cancelled("stopped before synthesis")
         for chunk in stream.stream(request.text, params, should_stop):
@@ -315,3 +334,44 @@ class ChatTTSEngine:
         if self.device.startswith("cuda"):
             torch.cuda.empty_cache()
         logger.info("ChatTTS engine on %s closed", self.device)
+
+
+class _ChatTTSBatcher:
+    """:class:`Batcher` over a :class:`BatchedDecoder`: requests in, audio chunks out."""
+
+    def __init__(self, engine: ChatTTSEngine, decoder: BatchedDecoder) -> None:
+        self._engine = engine
+        self._decoder = decoder
+
+    @property
+    def max_batch(self) -> int:
+        return self._decoder.gpt.max_rows
+
+    def open(self, request: SynthesisRequest) -> Utterance:
+        params = self._engine.generation_params(request, self._engine.max_new_token)
+        row, embeds = self._decoder.open(request.text, params)
+        return Utterance(request, state=(row, embeds))
+
+    def prefill(self, utterance: Utterance) -> None:
+        row, embeds = utterance.state
+        if not self._decoder.prefill(row, embeds):
+            raise RuntimeError("no room in the batch's KV cache for this segment")
+        utterance.state = (row, None)
+        self._collect(utterance)
+
+    def step(self, utterances: Sequence[Utterance]) -> None:
+        self._decoder.step([u.state[0] for u in utterances])
+        for utterance in utterances:
+            self._collect(utterance)
+
+    def close(self, utterance: Utterance) -> None:
+        self._decoder.close(utterance.state[0])
+
+    def memory_bytes(self) -> int | None:
+        device = self._decoder.device
+        return int(torch.cuda.memory_allocated(device)) if device.type == "cuda" else None
+
+    def _collect(self, utterance: Utterance) -> None:
+        row = utterance.state[0]
+        utterance.chunks += self._decoder.take_audio(row)
+        utterance.done = row.done

@@ -103,6 +103,24 @@ class ChatTTSOptions:
         "CUDA: replay each GPT step as a CUDA graph (needs --gpt-cache static)",
         group="chattts",
     )
+    batch_attention: str = option(
+        "auto",
+        "batched steps: attention row by row over the cache (rows), or one masked call "
+        "(masked); auto: rows on the CPU, masked on CUDA",
+        group="chattts",
+        choices=("auto", "rows", "masked"),
+    )
+    batch_vocoder: bool = option(
+        True,
+        "batched steps: vocode the chunks due at one step with equal windows in one call",
+        group="chattts",
+    )
+    gpt_quantization: str = option(
+        "none",
+        "weight-only INT8 for the GPT's linear layers (int8), or none; see docs/batching.md",
+        group="chattts",
+        choices=("none", "int8"),
+    )
     # Set by code only (tests, benchmarks): random weights end at random, so fixed-length
     # runs set min_new_token = max_new_token; ChatTTS's own stream's chunking.
     min_new_token: int = option(
@@ -157,6 +175,8 @@ class ChatTTSOptions:
                 )
             if self.decoder != "ours":
                 problems.append("gpt_cache static needs decoder ours")
+        if self.gpt_quantization != "none" and self.gpt_dtype != "float32":
+            problems.append("gpt_quantization int8 needs gpt_dtype float32 (weights become int8)")
         if self.cuda_graphs and self.device == "cpu":
             problems.append("cuda_graphs needs a CUDA device, not cpu")
         return problems

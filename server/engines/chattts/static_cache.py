@@ -42,7 +42,57 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CacheSlot", "StaticGPT"]
+__all__ = ["CacheSlot", "StaticGPT", "attend", "layer_inputs", "layer_output"]
+
+
+def layer_inputs(
+    layer: Any, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor], head_dim: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A Llama layer's attention inputs for ``x`` ``(B, T, hidden)``: (residual, q, k, v),
+    each of q, k, v ``(B, heads, T, head_dim)`` with the rotary embedding applied."""
+    batch, tokens = x.size(0), x.size(1)
+    h = layer.input_layernorm(x)
+    attn = layer.self_attn
+    q = attn.q_proj(h).view(batch, tokens, -1, head_dim).transpose(1, 2)
+    k = attn.k_proj(h).view(batch, tokens, -1, head_dim).transpose(1, 2)
+    v = attn.v_proj(h).view(batch, tokens, -1, head_dim).transpose(1, 2)
+    q, k = apply_rotary_pos_emb(q, k, *cos_sin)
+    return x, q, k, v
+
+
+def layer_output(layer: Any, residual: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+    """The rest of the layer: output projection, residual, MLP."""
+    batch, tokens = residual.size(0), residual.size(1)
+    attended = attended.transpose(1, 2).reshape(batch, tokens, -1)
+    x = residual + layer.self_attn.o_proj(attended)
+    out: torch.Tensor = x + layer.mlp(layer.post_attention_layernorm(x))
+    return out
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    scale: float,
+    *,
+    enable_gqa: bool,
+) -> torch.Tensor:
+    """Scaled dot-product attention; causal when unmasked with more than one query.
+
+    ``mask`` (bool, True takes part) broadcasts to ``(B, heads, T, S)``.
+    """
+    causal = mask is None and q.size(2) > 1
+    if mask is not None and q.is_cuda:
+        # The masked (graph) step: memory-efficient attention or the math kernel,
+        # never cuDNN attention, whose masked path has open bugs in half precision.
+        with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, scale=scale, enable_gqa=enable_gqa
+            )
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=enable_gqa
+    )
 
 
 @dataclass(eq=False)
@@ -226,49 +276,17 @@ class StaticGPT:
         x: torch.Tensor,
         cos_sin: tuple[torch.Tensor, torch.Tensor],
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """A layer's attention inputs: (residual, q, k, v), rotary applied."""
-        tokens = x.size(1)
-        h = layer.input_layernorm(x)
-        attn = layer.self_attn
-        q = attn.q_proj(h).view(1, tokens, -1, self.head_dim).transpose(1, 2)
-        k = attn.k_proj(h).view(1, tokens, -1, self.head_dim).transpose(1, 2)
-        v = attn.v_proj(h).view(1, tokens, -1, self.head_dim).transpose(1, 2)
-        q, k = apply_rotary_pos_emb(q, k, *cos_sin)
-        return x, q, k, v
+        return layer_inputs(layer, x, cos_sin, self.head_dim)
 
     def _finish_layer(
         self, layer: Any, residual: torch.Tensor, attended: torch.Tensor
     ) -> torch.Tensor:
-        tokens = residual.size(1)
-        attended = attended.transpose(1, 2).reshape(1, tokens, -1)
-        x = residual + layer.self_attn.o_proj(attended)
-        return x + layer.mlp(layer.post_attention_layernorm(x))
+        return layer_output(layer, residual, attended)
 
     def _attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
-        causal = mask is None and q.size(2) > 1
-        if mask is not None and q.is_cuda:
-            # The masked (graph) step: memory-efficient attention or the math kernel,
-            # never cuDNN attention, whose masked path has open bugs in half precision.
-            with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
-                return F.scaled_dot_product_attention(
-                    q,
-                    k,
-                    v,
-                    attn_mask=mask,
-                    scale=self.scaling,
-                    enable_gqa=self.kv_heads != self.heads,
-                )
-        return F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=mask,
-            is_causal=causal,
-            scale=self.scaling,
-            enable_gqa=self.kv_heads != self.heads,
-        )
+        return attend(q, k, v, mask, self.scaling, enable_gqa=self.kv_heads != self.heads)
 
     def _forward_eager(
         self, slot: CacheSlot, x: torch.Tensor, positions: torch.Tensor, start: int
