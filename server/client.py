@@ -128,6 +128,56 @@ class StreamClient:
         )
         return context_id
 
+    async def open(
+        self,
+        context_id: str | None = None,
+        *,
+        voice: str | None = None,
+        seed: int | None = None,
+        speed: float = 1.0,
+        sample_rate: int | None = None,
+        attempts: int = 5,
+        timeout_s: float = 30.0,
+    ) -> str:
+        """:meth:`start` and wait for ``started``; retry a ``busy`` refusal.
+
+        A busy server sends ``retry_after_ms``: the next attempt waits that long, or the
+        backoff (0.25 s, doubling up to 10 s) if longer, ``attempts`` times in all. Raises
+        :class:`ConnectionRefusedError` with the server's code and message when the start
+        is refused for another reason or the attempts run out. Returns the context id.
+        """
+        context_id = context_id or uuid.uuid4().hex[:8]
+        backoff_s = 0.25
+        for attempt in range(1, attempts + 1):
+            await self.start(
+                context_id, voice=voice, seed=seed, speed=speed, sample_rate=sample_rate
+            )
+            answer = await self._answer_to_start(context_id, timeout_s)
+            if answer["type"] == "started":
+                return context_id
+            if answer["code"] != "busy" or attempt == attempts:
+                raise ConnectionRefusedError(f"{answer['code']}: {answer['message']}")
+            hint_s = (answer.get("retry_after_ms") or 0) / 1000
+            await asyncio.sleep(max(hint_s, backoff_s))
+            backoff_s = min(2 * backoff_s, 10.0)
+        raise AssertionError("unreachable")
+
+    async def _answer_to_start(self, context_id: str, timeout_s: float) -> dict[str, Any]:
+        """The ``started`` or refusal for ``context_id``; other events are kept for later."""
+        kept: list[Event] = []
+        pending = self._backlog
+        self._backlog = []
+        try:
+            async with asyncio.timeout(timeout_s):
+                while True:
+                    event = pending.pop(0) if pending else await self.recv()
+                    if _answers_start(event, context_id):
+                        assert isinstance(event, dict)
+                        return event
+                    kept.append(event)
+        finally:
+            self._backlog = kept + pending + self._backlog
+
     async def send_text(self, text: str, context_id: str = p.DEFAULT_CONTEXT_ID) -> None:
         await self.send(p.Text(context_id, text))
 
@@ -202,7 +252,15 @@ class StreamClient:
         return result
 
 
-_START_REFUSALS = frozenset({"too_many_contexts", "context_exists", "invalid_field"})
+_START_REFUSALS = frozenset({"too_many_contexts", "context_exists", "invalid_field", "busy"})
+
+
+def _answers_start(event: Event, context_id: str) -> bool:
+    """``started`` for the context, or the error that refused its start."""
+    if not isinstance(event, dict) or event.get("context_id") != context_id:
+        return False
+    kind = event.get("type")
+    return kind == "started" or (kind == "error" and event.get("code") in _START_REFUSALS)
 
 
 def _refuses_start(event: Event, result: ContextResult) -> bool:
