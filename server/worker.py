@@ -420,8 +420,13 @@ class EngineWorker:
         self, engine: Engine, batcher: Batcher, active: list[_Running], plan: list[_Running]
     ) -> None:
         """One batched step for the rows of ``plan``, timed and shared out among them."""
+        now = time.monotonic()
+        utterances = []
+        for running in plan:
+            assert running.utterance is not None
+            running.utterance.hurry = self.policy.hurries(running, now, engine.sample_rate_hz)
+            utterances.append(running.utterance)
         started = time.perf_counter()
-        utterances = [r.utterance for r in plan if r.utterance is not None]
         try:
             batcher.step(utterances)
         except Exception:

@@ -122,12 +122,19 @@ class BatchPolicy:
     #: A row with this much audio ahead of its listener sits out while another is
     #: closer to running dry (0: every row steps every time).
     sit_out_ahead_s: float = 2.0
+    #: A row with less audio ahead than this hurries: its next chunk is cut as soon as a
+    #: minimal one is ready (growing chunks would otherwise outrun a loaded engine).
+    hurry_below_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.max_batch < 1 or self.prefills_per_step < 1:
             raise ValueError("max_batch and prefills_per_step must be at least 1")
-        if self.sit_out_ahead_s < 0:
-            raise ValueError("sit_out_ahead_s must not be negative")
+        if self.sit_out_ahead_s < 0 or self.hurry_below_s < 0:
+            raise ValueError("sit_out_ahead_s and hurry_below_s must not be negative")
+
+    def hurries(self, row: Scheduled, now_s: float, sample_rate_hz: int) -> bool:
+        """Whether ``row``'s listener is short enough of audio to take its next chunk early."""
+        return slack(row, now_s, sample_rate_hz) < self.hurry_below_s
 
 
 def plan_step(rows: Sequence[T], now_s: float, sample_rate_hz: int, policy: BatchPolicy) -> list[T]:

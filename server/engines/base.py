@@ -52,6 +52,9 @@ class Utterance:
     request: SynthesisRequest
     chunks: list[np.ndarray] = field(default_factory=list)
     prefilled: bool = False
+    #: Set by the worker before a step: its listener is short of audio, so the next
+    #: chunk should be cut as soon as a minimal one is ready, not at its scheduled size.
+    hurry: bool = False
     done: bool = False
     error: BaseException | None = None
     state: Any = None

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from server.engines.base import SynthesisRequest
+from server.engines.base import SynthesisRequest, Utterance
+from streaming.chunking import ChunkSchedule
 
 
 class ScriptedEngine:
@@ -81,3 +83,142 @@ class ScriptedEngine:
 
     def close(self) -> None:
         pass
+
+
+class ModelledEngine:
+    """A stand-in whose cost follows a model, for capacity benchmarks (bench/capacity.py).
+
+    A GPT step of a batch of ``n`` utterances costs ``step_a_s + step_b_s * n`` seconds
+    (slept, so the GIL is free); a segment of ``c`` characters takes
+    ``round(c * steps_per_char)`` steps, each 512 samples of tone (ChatTTS's 46.875
+    steps per second of audio); a prefill costs ``prefill_s`` (default ``step_a_s``). ``mode`` picks the
+    design it serves:
+
+    - ``"batched"``: continuous batching (:meth:`batcher`), chunks on ChatTTS's schedule;
+    - ``"interleave"``: a ``synthesize`` generator per segment, one row per step, chunks on
+      the same schedule; the worker interleaves segments a chunk at a time;
+    - ``"whole"``: the seed article's design: each segment made whole, one at a time.
+    """
+
+    name = "modelled"
+    sample_rate_hz = 24_000
+    samples_per_step = 512
+
+    def __init__(
+        self,
+        *,
+        step_a_s: float,
+        step_b_s: float,
+        mode: str = "batched",
+        steps_per_char: float = 10.4,
+        prefill_s: float | None = None,
+        schedule: ChunkSchedule | None = None,
+    ) -> None:
+        if mode not in ("batched", "interleave", "whole"):
+            raise ValueError("mode must be batched, interleave or whole")
+        self.step_a_s = step_a_s
+        self.step_b_s = step_b_s
+        self.mode = mode
+        self.steps_per_char = steps_per_char
+        # A prompt is one forward: as overhead-bound as a step on a GPU.
+        self.prefill_s = step_a_s if prefill_s is None else prefill_s
+        self.schedule = schedule or ChunkSchedule()
+
+    @property
+    def interleaves(self) -> bool:
+        return self.mode == "interleave"
+
+    def warm_up(self) -> None:
+        pass
+
+    def check_voice(self, voice: str) -> None:
+        """Every voice is accepted."""
+
+    def release_idle_memory(self) -> None:
+        pass
+
+    def _steps(self, request: SynthesisRequest) -> int:
+        return max(1, round(len(request.text) * self.steps_per_char))
+
+    def _tone(self, first_step: int, steps: int, seed: int) -> np.ndarray:
+        n = np.arange(
+            first_step * self.samples_per_step, (first_step + steps) * self.samples_per_step
+        )
+        freq_hz = 200 + seed % 300
+        return (0.3 * np.sin(2 * np.pi * freq_hz * n / self.sample_rate_hz)).astype(np.float32)
+
+    def synthesize(
+        self, request: SynthesisRequest, should_stop: Callable[[], bool]
+    ) -> Iterator[np.ndarray]:
+        total = self._steps(request)
+        step_s = self.step_a_s + self.step_b_s
+        time.sleep(self.prefill_s)
+        if self.mode == "whole":
+            time.sleep(total * step_s)
+            yield self._tone(0, total, request.voice.seed)
+            return
+        done, index = 0, 0
+        while done < total and not should_stop():
+            steps = min(self.schedule.size(index), total - done)
+            time.sleep(steps * step_s)
+            yield self._tone(done, steps, request.voice.seed)
+            done, index = done + steps, index + 1
+
+    def close(self) -> None:
+        pass
+
+    def batcher(self, max_batch: int) -> _ModelledBatcher | None:
+        return _ModelledBatcher(self, max_batch) if self.mode == "batched" else None
+
+
+class _ModelledBatcher:
+    """The batched side of :class:`ModelledEngine`: a step costs ``a + b * n``."""
+
+    def __init__(self, engine: ModelledEngine, max_batch: int) -> None:
+        self.engine = engine
+        self.max_batch = max_batch
+        self.max_batch_seen = 0
+
+    def open(self, request: SynthesisRequest) -> Utterance:
+        engine = self.engine
+        return Utterance(
+            request, state=_ModelledRow(engine._steps(request), engine.schedule.size(0))
+        )
+
+    def prefill(self, utterance: Utterance) -> None:
+        time.sleep(self.engine.prefill_s)
+        self._advance(utterance)
+
+    def step(self, utterances: Sequence[Utterance]) -> None:
+        self.max_batch_seen = max(self.max_batch_seen, len(utterances))
+        time.sleep(self.engine.step_a_s + self.engine.step_b_s * len(utterances))
+        for utterance in utterances:
+            self._advance(utterance)
+
+    def _advance(self, utterance: Utterance) -> None:
+        row: _ModelledRow = utterance.state
+        row.steps += 1
+        first = self.engine.schedule.size(0)
+        hurried = utterance.hurry and row.steps - row.emitted >= first
+        if hurried or row.steps in (row.boundary, row.total):
+            seed = utterance.request.voice.seed
+            utterance.chunks.append(self.engine._tone(row.emitted, row.steps - row.emitted, seed))
+            row.emitted = row.steps
+            row.index += 1
+            row.boundary = row.steps + self.engine.schedule.size(row.index)
+        utterance.done = row.steps >= row.total
+
+    def close(self, utterance: Utterance) -> None:
+        pass
+
+    def memory_bytes(self) -> int | None:
+        return None
+
+
+@dataclass
+class _ModelledRow:
+    total: int
+    boundary: int
+    steps: int = 0
+    emitted: int = 0
+    index: int = 0

@@ -19,7 +19,8 @@ The store grows on demand (rows and tokens, by doubling up to ``max_rows`` and
 utterance keeps its own sampling state (its :class:`Sampler`: temperature, top-P/top-K,
 repetition penalty over its own last 16 tokens, its seed re-seeded every step as ChatTTS
 does, its EOS and ``min_new_token``) and its own chunk schedule
-(:class:`ChunkWindows`). Prefill runs one utterance alone (its prompt from position
+(:class:`ChunkWindows`: a row whose listener is short of audio cuts its next chunk as
+soon as a minimal one is ready, so growing chunks never starve a stream under load). Prefill runs one utterance alone (its prompt from position
 0); steps run together. Chunks due at the same step with windows of the same length are
 vocoded in one call.
 
@@ -279,7 +280,7 @@ class BatchedDecoder:
         return True
 
     @torch.inference_mode()
-    def step(self, rows: Sequence[Row]) -> None:
+    def step(self, rows: Sequence[Row], hurry: Sequence[bool] | None = None) -> None:
         """Advance each of ``rows`` by one token, together; vocode the chunks now due."""
         last = torch.stack([row.ids[row.steps - 1] for row in rows]).view(len(rows), 1, self.num_vq)
         embeds = self.stream.code_embeds(last)
@@ -294,7 +295,7 @@ class BatchedDecoder:
         logits = self.stream.head_logits(states)
         for i, row in enumerate(rows):
             self._accept(row, logits[i], states[i, 0])
-        self._vocode(rows)
+        self._vocode(rows, hurry)
 
     def take_audio(self, row: Row) -> list[np.ndarray]:
         chunks = self._audio[id(row)]
@@ -320,12 +321,13 @@ class BatchedDecoder:
         if row.steps >= row.params.max_new_token:
             row.done = True
 
-    def _vocode(self, rows: Sequence[Row]) -> None:
+    def _vocode(self, rows: Sequence[Row], hurry: Sequence[bool] | None = None) -> None:
         """Vocode every window now due (a chunk boundary, or the end), equal lengths together."""
         due: dict[int, list[tuple[Row, int, bool]]] = {}
-        for row in rows:
+        hurried = hurry or [False] * len(rows)
+        for row, short in zip(rows, hurried, strict=True):
             final = row.done
-            if row.steps and (final or row.windows.due(row.steps)):
+            if row.steps and (final or row.windows.due(row.steps, hurry=short)):
                 first = row.windows.first_step()
                 due.setdefault(row.steps - first, []).append((row, first, final))
         for group in due.values():

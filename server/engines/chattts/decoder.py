@@ -561,10 +561,19 @@ class ChunkWindows:
         )
         self._chunk_index = 0
         self._next_boundary = self._schedule.size(0)
+        self._last_cut = 0
 
-    def due(self, steps: int) -> bool:
-        """A (non-final) chunk ends after ``steps`` generated steps."""
-        return steps == self._next_boundary and steps < self.max_steps
+    def due(self, steps: int, *, hurry: bool = False) -> bool:
+        """A (non-final) chunk ends after ``steps`` generated steps.
+
+        ``hurry``: the listener is short of audio: cut as soon as ``first_chunk_steps``
+        new steps are ready instead of at the scheduled (growing) size.
+        """
+        if steps >= self.max_steps:
+            return False
+        if hurry and steps - self._last_cut >= self.options.first_chunk_steps:
+            return True
+        return steps == self._next_boundary
 
     def first_step(self) -> int:
         """The first step of the next window: left context before what is not yet sent."""
@@ -577,6 +586,7 @@ class ChunkWindows:
         if not final:
             self._chunk_index += 1
             self._next_boundary = steps + self._schedule.size(self._chunk_index)
+            self._last_cut = steps
         return chunk
 
 

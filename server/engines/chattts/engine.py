@@ -360,7 +360,7 @@ class _ChatTTSBatcher:
         self._collect(utterance)
 
     def step(self, utterances: Sequence[Utterance]) -> None:
-        self._decoder.step([u.state[0] for u in utterances])
+        self._decoder.step([u.state[0] for u in utterances], [u.hurry for u in utterances])
         for utterance in utterances:
             self._collect(utterance)
 

@@ -1,0 +1,433 @@
+"""Capacity side by side: how many concurrent real-time streams one engine serves, for
+three designs in one run on the same engine model.
+
+- ``seed``: the seed article's design: one request, one thread-pool job, the whole
+  utterance, one at a time. The client does the best it can with it: it cuts the LLM's
+  text as the server would (sentences, the first clause early), POSTs each piece to
+  /v1/tts as soon as it is complete and plays the answers in order.
+- ``interleave``: the server before batching: segments stream chunk by chunk, earliest
+  playback deadline first, one utterance per GPT step (``--max-batch 1``).
+- ``batched``: continuous batching: every stream's next token in one step.
+
+A stream is LLM-like text (``--chars`` characters in deltas of 3 every 60 ms) on its own
+WebSocket; streams start spread over ``--spread-s``. A stream passes when its first
+audio comes within 1 s of its first text and a real-time player that starts 200 ms
+after the first frame never runs dry. Capacity = the most concurrent streams with p95
+time to first audio <= 1 s and zero underruns (ramped by doubling, ``--growth``, then
+bisected: ``--quick`` is coarser).
+
+Engine models: ``--engine modelled`` (default): a GPT step of a batch of n costs
+``a + b * n`` (``server.engines.fake.ModelledEngine``), with presets ``gpu`` (a = 10 ms,
+b = 0.15 ms: bound by per-step overhead, as on a GPU) and ``cpu`` (measured on the
+real-dims checkpoint on these 2 cores by bench/batch_step.py), or ``--a-ms/--b-ms``;
+``--engine chattts``: the real ChatTTS code on the tiny checkpoint (CPU).
+
+    .venv/bin/python bench/capacity.py --quick            # gpu preset, < 50 s
+    .venv/bin/python bench/capacity.py --preset cpu
+    .venv/bin/python bench/capacity.py --engine chattts
+
+The server runs in a child process (its own GIL); the clients run here. Prints a table
+and a final JSON line: capacity per design and the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from server.client import AudioFrame, StreamClient  # noqa: E402
+from streaming.speech import SpeechSettings  # noqa: E402
+
+# An assistant's answer: a first clause of six characters (the earliest the server cuts
+# for first audio), then sentences.
+TEXT = "今天天气很好，我们一起去公园散步吧。欢迎使用流式语音合成服务，有问题随时问我。"
+PRESETS = {
+    "gpu": (10.0, 0.15),
+    # bench/batch_step.py on these 2 cores, real dims, float32 (see docs/batching.md).
+    "cpu": (48.0, 9.0),
+}
+DESIGNS = ("seed", "interleave", "batched")
+TTFA_LIMIT_S = 1.0
+PREBUFFER_S = 0.2
+CHARS_PER_DELTA = 3
+DELTA_INTERVAL_S = 0.06
+
+
+# -- the server (child process) --------------------------------------------------------
+
+
+def serve(
+    design: str, engine_kind: str, a_ms: float, b_ms: float, checkpoint: str, port: Any
+) -> None:
+    import socket
+
+    import uvicorn
+
+    from server.app import create_app
+    from server.config import Settings
+    from server.engines.fake import ModelledEngine
+
+    if engine_kind == "modelled":
+        mode = {"seed": "whole", "interleave": "interleave", "batched": "batched"}[design]
+        engine = ModelledEngine(step_a_s=a_ms / 1000, step_b_s=b_ms / 1000, mode=mode)
+
+        def factory() -> Any:
+            return engine, False, None
+
+        engine_setting: dict[str, Any] = {"engine": "espeak"}
+    else:
+        from server.engines.chattts.engine import ChatTTSEngine
+        from server.engines.chattts.options import ChatTTSOptions
+
+        def factory() -> Any:
+            return (
+                ChatTTSEngine(checkpoint, ChatTTSOptions(device="cpu", max_new_token=400)),
+                False,
+                None,
+            )
+
+        engine_setting = {"engine": "chattts", "model_dir": Path(checkpoint)}
+    settings = Settings(
+        **engine_setting,
+        max_batch=256 if design == "batched" else 1,
+        max_active_segments=1 if design == "seed" else 8,
+        max_streams=100_000,  # measure capacity, do not enforce it
+        max_connections=4096,
+        fallback_on_synthesis_failure=False,
+        log_level="warning",
+    )
+    app = create_app(settings, engine=factory)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port.put(sock.getsockname()[1])
+    config = uvicorn.Config(app, ws="websockets-sansio", loop="uvloop", log_level="warning")
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+# -- the clients -----------------------------------------------------------------------
+
+
+class Verdict:
+    """Decides a trial as soon as it is lost: an underrun, or more late first audio than
+    its p95 allows (then the remaining streams are cut short: they would only cost time)."""
+
+    def __init__(self, streams: int) -> None:
+        self.allowed_late = streams - 1 - round(0.95 * (streams - 1))
+        self.late = 0
+        self.lost = asyncio.Event()
+
+    def underrun(self) -> None:
+        self.lost.set()
+
+    def check_first_audio(self, stats: Stream) -> None:
+        if stats.ttfa_s is None:
+            self.late += 1
+            if self.late > self.allowed_late:
+                self.lost.set()
+
+
+@dataclass
+class Stream:
+    ttfa_s: float | None = None
+    underruns: int = 0
+    #: Longest stall a player would have heard.
+    stall_s: float = 0.0
+    audio_s: float = 0.0
+    errors: list[str] = field(default_factory=list)
+
+
+async def streamed(
+    url: str, text: str, delay_s: float, seed: int, stats: Stream, verdict: Verdict
+) -> None:
+    await asyncio.sleep(delay_s)
+    async with StreamClient.connect(url) as client:
+        rate = client.ready["sample_rate"]
+        ctx = await client.start(seed=seed)
+        began = time.perf_counter()
+        asyncio.get_running_loop().call_later(TTFA_LIMIT_S, verdict.check_first_audio, stats)
+
+        async def feed() -> None:
+            for i in range(0, len(text), CHARS_PER_DELTA):
+                await client.send_text(text[i : i + CHARS_PER_DELTA], ctx)
+                await asyncio.sleep(DELTA_INTERVAL_S)
+            await client.end(ctx)
+
+        feeder = asyncio.create_task(feed())
+        try:
+            await listen(client, ctx, rate, began, stats, verdict)
+        finally:
+            feeder.cancel()
+            await asyncio.gather(feeder, return_exceptions=True)
+
+
+async def listen(
+    client: StreamClient, ctx: str, rate: int, began: float, stats: Stream, verdict: Verdict
+) -> None:
+    """A real-time player of the context's audio: first audio, underruns."""
+    play_start = 0.0
+    async for event in client.events(timeout_s=120):
+        now = time.perf_counter()
+        if isinstance(event, AudioFrame):
+            if stats.ttfa_s is None:
+                stats.ttfa_s = now - began
+                play_start = now + PREBUFFER_S
+            if now > play_start + stats.audio_s:  # the player ran dry before this frame
+                stats.underruns += 1
+                stats.stall_s = max(stats.stall_s, now - play_start - stats.audio_s)
+                play_start = now - stats.audio_s  # it resumes when the frame comes
+                verdict.underrun()
+            stats.audio_s += event.samples / rate
+        elif event.get("type") == "error":
+            stats.errors.append(event["code"])
+        elif event.get("type") == "done":
+            break
+
+
+async def whole(
+    base_url: str, text: str, delay_s: float, seed: int, stats: Stream, verdict: Verdict
+) -> None:
+    """The seed design, used as well as it can be: the client cuts the LLM's text where the
+    server would (sentences, the first clause early) and POSTs each piece as soon as it is
+    complete; each answer is the piece's whole audio; they play in order. (Its trials run
+    to the end: a request cut short would go on on the server and delay the next one.)"""
+    await asyncio.sleep(delay_s)
+    segmenter = SpeechSettings().segmenter(whole_text=False)
+    async with httpx.AsyncClient(base_url=base_url, timeout=300) as http:
+
+        async def post(piece: str) -> tuple[bytes, float]:
+            body = {"text": piece, "seed": seed, "format": "pcm"}
+            response = await http.post("/v1/tts", json=body)
+            if response.status_code != 200:
+                stats.errors.append(str(response.status_code))
+            return response.content, time.perf_counter()
+
+        began = time.perf_counter()
+        requests: list[asyncio.Task[tuple[bytes, float]]] = []
+        for i in range(0, len(text), CHARS_PER_DELTA):
+            for segment in segmenter.push(text[i : i + CHARS_PER_DELTA]):
+                requests.append(asyncio.create_task(post(segment.text)))
+            await asyncio.sleep(DELTA_INTERVAL_S)
+        requests += [asyncio.create_task(post(s.text)) for s in segmenter.flush() if s.text.strip()]
+        play_start = 0.0
+        for request in requests:
+            audio, arrived = await request
+            if stats.ttfa_s is None:
+                stats.ttfa_s = arrived - began
+                play_start = arrived + PREBUFFER_S
+            elif arrived > play_start + stats.audio_s:
+                stats.underruns += 1
+                stats.stall_s = max(stats.stall_s, arrived - play_start - stats.audio_s)
+                play_start = arrived - stats.audio_s
+            stats.audio_s += len(audio) / 2 / 24000
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+async def trial(design: str, port: int, streams: int, text: str, spread_s: float) -> dict[str, Any]:
+    delays = [spread_s * i / max(1, streams - 1) for i in range(streams)] if streams > 1 else [0.0]
+    stats = [Stream() for _ in delays]
+    verdict = Verdict(streams)
+    if design == "seed":
+        base = f"http://127.0.0.1:{port}"
+        runs = [whole(base, text, d, i, stats[i], verdict) for i, d in enumerate(delays)]
+    else:
+        url = f"ws://127.0.0.1:{port}/v1/stream"
+        runs = [streamed(url, text, d, i, stats[i], verdict) for i, d in enumerate(delays)]
+    tasks = [asyncio.create_task(run) for run in runs]
+    lost = asyncio.create_task(verdict.lost.wait())
+    pending: set[asyncio.Task[Any]] = set(tasks)
+    while pending and not (design != "seed" and verdict.lost.is_set()):
+        _, pending = await asyncio.wait({*pending, lost}, return_when=asyncio.FIRST_COMPLETED)
+        pending.discard(lost)
+    aborted = bool(pending)
+    for task in [*pending, lost]:
+        task.cancel()
+    await asyncio.gather(*tasks, lost, return_exceptions=True)
+    if aborted:
+        await settle(port)
+    ttfas = [r.ttfa_s for r in stats if r.ttfa_s is not None]
+    errors = sum(len(r.errors) for r in stats) + (
+        0 if aborted else sum(r.ttfa_s is None for r in stats)
+    )
+    underruns = sum(r.underruns for r in stats)
+    ttfa_p95 = p95(ttfas) if ttfas and not verdict.late else float("inf")
+    return {
+        "streams": streams,
+        "ttfa_p50_ms": round(statistics.median(ttfas) * 1000) if ttfas else None,
+        "ttfa_p95_ms": round(ttfa_p95 * 1000) if ttfa_p95 != float("inf") else None,
+        "late_first_audio": verdict.late,
+        "underruns": underruns,
+        "max_stall_ms": round(max(r.stall_s for r in stats) * 1000),
+        "errors": errors,
+        "cut_short": aborted,
+        "passed": not aborted and errors == 0 and underruns == 0 and ttfa_p95 <= TTFA_LIMIT_S,
+    }
+
+
+async def settle(port: int) -> None:
+    """Wait until the server has let go of every stream of a trial cut short."""
+    deadline = time.monotonic() + 30
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+        while time.monotonic() < deadline:
+            text = (await http.get("/metrics")).text
+            if "tts_active_streams 0.0" in text and "tts_engine_queue_depth 0.0" in text:
+                return
+            await asyncio.sleep(0.05)
+
+
+async def capacity(
+    design: str, port: int, args: argparse.Namespace
+) -> tuple[int, list[dict[str, Any]]]:
+    """Doubling until a level fails, then bisection between the last pass and that."""
+    text = TEXT[: args.chars]
+    log: list[dict[str, Any]] = []
+
+    async def run(n: int) -> bool:
+        started = time.perf_counter()
+        result = await trial(design, port, n, text, args.spread_s)
+        result["seconds"] = round(time.perf_counter() - started, 1)
+        result["design"] = design
+        log.append(result)
+        print(
+            f"  {design:10} {n:5d} streams: TTFA p50 {result['ttfa_p50_ms']} ms, p95 "
+            f"{result['ttfa_p95_ms']} ms ({result['late_first_audio']} late), underruns "
+            f"{result['underruns']} (longest "
+            f"{result['max_stall_ms']} ms), errors "
+            f"{result['errors']} -> {'pass' if result['passed'] else 'FAIL'}"
+            f"{' (cut short)' if result['cut_short'] else ''} ({result['seconds']} s)",
+            flush=True,
+        )
+        return bool(result["passed"])
+
+    best, n = 0, 1
+    while n <= args.max_streams and await run(n):
+        best, n = n, n * args.growth
+    if n > args.max_streams:
+        return best, log
+    low, high = best, n
+    for _ in range(args.bisect):
+        if high - low <= max(1, low // 8):
+            break
+        middle = (low + high) // 2
+        if await run(middle):
+            low = middle
+        else:
+            high = middle
+    return low, log
+
+
+def start_server(design: str, args: argparse.Namespace) -> tuple[multiprocessing.Process, int]:
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(
+        target=serve,
+        args=(design, args.engine, args.a_ms, args.b_ms, str(args.checkpoint), queue),
+        daemon=True,
+    )
+    process.start()
+    port = int(queue.get(timeout=120))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=5).status_code == 200:
+                return process, port
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"the {design} server did not become ready")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engine", choices=("modelled", "chattts"), default="modelled")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="gpu")
+    parser.add_argument("--a-ms", type=float, help="fixed cost of a step (overrides the preset)")
+    parser.add_argument("--b-ms", type=float, help="cost per utterance in a step")
+    parser.add_argument("--chars", type=int, default=31, help="characters each stream speaks")
+    parser.add_argument(
+        "--spread-s", type=float, default=2.0, help="streams start spread over this"
+    )
+    parser.add_argument("--max-streams", type=int, default=512)
+    parser.add_argument("--growth", type=int, default=2, help="ramp factor between levels")
+    parser.add_argument("--bisect", type=int, default=4, help="bisection steps after the ramp")
+    parser.add_argument("--checkpoint", type=Path, default=ROOT / "checkpoints" / "tiny")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="17 characters a stream, 1 s spread, levels x4 then 2 bisection steps (< 50 s)",
+    )
+    args = parser.parse_args(argv)
+    preset_a, preset_b = PRESETS[args.preset]
+    args.a_ms = preset_a if args.a_ms is None else args.a_ms
+    args.b_ms = preset_b if args.b_ms is None else args.b_ms
+    if args.quick:
+        args.chars, args.spread_s, args.growth, args.bisect = 17, 1.0, 4, 2
+    if args.engine == "chattts" and not (args.checkpoint / "asset").is_dir():
+        from server.engines.chattts.checkpoint import write_checkpoint
+
+        write_checkpoint(args.checkpoint, size="tiny", seed=0)
+    began = time.perf_counter()
+    model = (
+        f"a = {args.a_ms} ms, b = {args.b_ms} ms" if args.engine == "modelled" else "ChatTTS tiny"
+    )
+    print(f"capacity: {args.engine} engine ({model}), {args.chars} characters per stream")
+    capacities: dict[str, int] = {}
+    trials: list[dict[str, Any]] = []
+    for design in DESIGNS:
+        starting = time.perf_counter()
+        process, port = start_server(design, args)
+        print(f"  {design} server ready in {time.perf_counter() - starting:.1f} s", flush=True)
+        try:
+            capacities[design], log = asyncio.run(capacity(design, port, args))
+            trials += log
+        finally:
+            process.terminate()
+            process.join(10)
+    elapsed = time.perf_counter() - began
+
+    def ratio(base: str) -> float | None:
+        return round(capacities["batched"] / capacities[base], 2) if capacities[base] else None
+
+    print()
+    print(f"{'design':12} {'capacity (streams)':>18}")
+    for design in DESIGNS:
+        print(f"{design:12} {capacities[design]:>18}")
+    print(f"batched / seed: {ratio('seed')}, batched / interleave: {ratio('interleave')}")
+    print(f"({elapsed:.0f} s)")
+    print(
+        json.dumps(
+            {
+                "bench": "capacity",
+                "engine": args.engine,
+                "a_ms": args.a_ms if args.engine == "modelled" else None,
+                "b_ms": args.b_ms if args.engine == "modelled" else None,
+                "chars": args.chars,
+                "capacity": capacities,
+                "ratio_vs_seed": ratio("seed"),
+                "ratio_vs_interleave": ratio("interleave"),
+                "seconds": round(elapsed, 1),
+                "trials": trials,
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
