@@ -1,12 +1,14 @@
 """Load test: concurrent WebSocket streams and POST /v1/tts against a server.
 
 Reports, per concurrency level, time to first audio (P50/P95/P99), stream real-time
-factor, playback continuity (the longest stall a real-time player would hear: audio that
+factor, streams refused at capacity (``busy``; ``--ramp`` doubles the concurrency until
+they start), streams with an underrun, playback continuity (the longest stall a real-time player would hear: audio that
 arrived after its playback deadline), HTTP QPS and latency percentiles, and errors. Each
 stream's text arrives as an LLM would send it (small deltas at a fixed token rate).
 
     .venv/bin/python bench/load.py                      # starts its own server (espeak)
     .venv/bin/python bench/load.py --model-dir checkpoints/tiny
+    .venv/bin/python bench/load.py --model-dir checkpoints/tiny --ramp --max-new-token 240
     .venv/bin/python bench/load.py --url ws://HOST:8000/v1/stream --token T
 
 Prints a table and a final JSON line. Loopback only unless --url names your own server.
@@ -31,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from server.client import AudioFrame, StreamClient
 from server.config import Settings
+from server.engines.chattts.options import ChatTTSOptions
 
 TEXT = (
     "各位用户大家好，欢迎使用流式语音合成服务。这段文字模拟大模型逐字输出的场景，"
@@ -90,9 +93,12 @@ async def one_stream(
                 stats.audio_s += event.samples / rate
             elif event.get("type") == "error":
                 stats.errors.append(event["code"])
+                if event["code"] == "busy":  # refused at capacity: no done will come
+                    break
             elif event.get("type") == "done":
                 break
-        await feeder
+        feeder.cancel()
+        await asyncio.gather(feeder, return_exceptions=True)
         stats.total_s = time.perf_counter() - began
     return stats
 
@@ -157,7 +163,9 @@ async def run_level(
         "audio_s_per_stream": round(statistics.median([s.audio_s for s in stats]), 2)
         if stats
         else None,
-        "errors": sorted({e for s in stats for e in s.errors}) + failures,
+        "refused": sum("busy" in s.errors for s in stats),
+        "underruns": sum(s.max_stall_s > 0 for s in stats),
+        "errors": sorted({e for s in stats for e in s.errors} - {"busy"}) + failures,
     }
 
 
@@ -168,26 +176,37 @@ def own_server(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     settings = Settings(
         engine="chattts" if args.model_dir else "espeak",
         model_dir=Path(args.model_dir) if args.model_dir else None,
-        device=args.device,
-        max_connections=max(64, max(args.concurrency) * 2),
-        max_new_token=args.max_new_token,
+        chattts=ChatTTSOptions(device=args.device, max_new_token=args.max_new_token),
+        max_connections=max(64, max(args.concurrency) * 2, args.max_concurrency * 2),
         max_active_segments=args.max_active_segments,
+        max_batch=args.max_batch,
     )
     with run_live_server(settings) as server:
         yield server.ws_url, server.base_url
 
 
+def ramp(limit: int) -> Iterator[int]:
+    level = 1
+    while level <= limit:
+        yield level
+        level *= 2
+
+
 async def main_async(args: argparse.Namespace, ws_url: str, base_url: str) -> dict[str, object]:
     levels = []
-    for concurrency in args.concurrency:
+    concurrencies = iter(args.concurrency) if not args.ramp else ramp(args.max_concurrency)
+    for concurrency in concurrencies:
         level = await run_level(ws_url, args.token, concurrency, args)
         levels.append(level)
         print(
             f"ws  c={concurrency:<3} ttfa p50/p95/p99 = {level['ttfa_p50_ms']}/{level['ttfa_p95_ms']}/"
             f"{level['ttfa_p99_ms']} ms  rtf={level['wall_rtf_median']}  max stall={level['max_stall_ms']} ms"
+            f"  underruns={level['underruns']}  refused={level['refused']}"
             f"  ok={level['streams_ok']}/{concurrency}  errors={level['errors']}",
             flush=True,
         )
+        if args.ramp and level["refused"]:
+            break  # admission control has started refusing: the server is at capacity
     http = await http_requests(base_url, args.token, args.http_requests, args.http_concurrency)
     print(
         f"http n={http['requests']} c={http['concurrency']} qps={http['qps']} "
@@ -212,7 +231,7 @@ def main() -> int:
     parser.add_argument(
         "--max-new-token",
         type=int,
-        default=Settings().max_new_token,
+        default=ChatTTSOptions().max_new_token,
         help="when starting a server: GPT steps per segment at most (random-weight checkpoints "
         "rarely stop by themselves: ~12 steps per Chinese character is speech-like)",
     )
@@ -222,7 +241,19 @@ def main() -> int:
         default=Settings().max_active_segments,
         help="when starting a server: segments interleaved at once (1: one segment at a time)",
     )
+    parser.add_argument(
+        "--max-batch",
+        type=int,
+        default=Settings().max_batch,
+        help="when starting a server: segments per batched step (1: no batching)",
+    )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument(
+        "--ramp",
+        action="store_true",
+        help="double the concurrency from 1 until the server refuses streams (busy)",
+    )
+    parser.add_argument("--max-concurrency", type=int, default=256, help="with --ramp")
     parser.add_argument("--chars-per-delta", type=int, default=2)
     parser.add_argument("--delta-interval-ms", type=float, default=40.0)
     parser.add_argument("--http-requests", type=int, default=20)

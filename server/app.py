@@ -47,6 +47,7 @@ logger = logging.getLogger(__name__)
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 
+
 class _DenialLogFilter(logging.Filter):
     """Drops uvicorn's spurious ERROR after each WebSocket denial response we send.
 
@@ -164,7 +165,9 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
             for err in exc.errors()
         )
         error = ClientError(problems or "invalid request")
-        report(error, metrics=state.metrics, log=logger, where=f"{request.method} {request.url.path}")
+        report(
+            error, metrics=state.metrics, log=logger, where=f"{request.method} {request.url.path}"
+        )
         return JSONResponse(error.to_body(), status_code=422)
 
     @app.middleware("http")
@@ -279,5 +282,3 @@ async def run_websocket(state: AppState, websocket: WebSocket) -> None:
         state.connections -= 1
         metrics.active_sessions.dec()
         logger.info("[%s] disconnected", session_id)
-
-

@@ -133,7 +133,8 @@ class Settings:
     ws_send_buffer_bytes: int = option(
         64 * 1024,
         "bytes a WebSocket connection may hold in its socket and transport buffers; beyond "
-        "it audio waits where a cancel drops it (0: the operating system's default)",
+        "it audio waits where a cancel drops it. It also caps one connection's throughput "
+        "near this much per round trip (0: the operating system's default, autotuned)",
         group="limits",
     )
     drain_timeout_s: float = option(

@@ -201,6 +201,8 @@ class Context:
             job.cancel()
             self.job = None
             self.pipeline.abandon()  # drops held audio unless finished
+        if self.cancelled:
+            return  # a cancelled segment is not a synthesised one in the metrics
         session.metrics.observe_segment(
             engine_seconds=job.engine_seconds,
             audio_seconds=produced / session.worker.sample_rate_hz,
@@ -358,7 +360,9 @@ class Session:
     async def send_failure(self, exc: BaseException, context_id: str, what: str) -> None:
         """Report a failure of ``what`` (a segment) and tell the client; the context goes on."""
         code, message = report(exc, metrics=self.metrics, log=self.log, where=f"[{self.id}] {what}")
-        message = f"{what} could not be spoken" if code == "internal_error" else f"{what}: {message}"
+        message = (
+            f"{what} could not be spoken" if code == "internal_error" else f"{what}: {message}"
+        )
         await self.send_json(p.ErrorEvent(context_id=context_id, code=code, message=message))
 
     async def _send(self, message: dict[str, Any]) -> None:

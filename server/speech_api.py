@@ -185,6 +185,7 @@ async def _synthesize_whole(
     )
     deadline = started + settings.http_timeout_s
     frames: list[np.ndarray] = []
+    first_audio_seen = False
     text_stream = state.frontend.stream()
     for segment in settings.speech.segments(body.text):
         prepared = await text_stream.submit(segment.text)
@@ -198,7 +199,8 @@ async def _synthesize_whole(
         try:
             async for chunk in job.chunks(max(deadline - time.perf_counter(), 0.001)):
                 result.fallback_segments += job.fell_back and produced == 0
-                if not frames and not produced:
+                if not first_audio_seen:
+                    first_audio_seen = True
                     state.metrics.ttfa.labels(route="http").observe(time.perf_counter() - started)
                 frames += pipeline.push(chunk)
                 produced += chunk.size

@@ -224,6 +224,9 @@ class Connection:
         context = self.contexts.get(message.context_id)
         if context is None:
             if message.context_id == p.DEFAULT_CONTEXT_ID and isinstance(message, p.Text):
+                # The delta must be acceptable before the implicit start: a context opened
+                # by a refused message would hold its place and never speak.
+                self._check_delta(message.text, 0, message.context_id)
                 events = self._start(p.Start(p.DEFAULT_CONTEXT_ID))
                 context = self.contexts[p.DEFAULT_CONTEXT_ID]
             elif isinstance(message, p.Cancel):
@@ -308,25 +311,29 @@ class Connection:
             events.append(Reply(warning))
         return events
 
-    def _accept_text(self, context: ContextState, text: str) -> list[Event]:
+    def _check_delta(self, text: str, buffered: int, context_id: str) -> None:
+        """Refuse a delta beyond the limits, given the ``buffered`` characters unspoken."""
         limits = self.limits
         if len(text) > limits.max_text_message_chars:
             raise LimitExceeded(
                 f"text delta of {len(text)} characters exceeds the limit of "
                 f"{limits.max_text_message_chars}",
                 code="text_too_long",
-                context_id=context.id,
+                context_id=context_id,
                 limit=limits.max_text_message_chars,
             )
-        if context.buffered_chars + len(text) > limits.max_buffered_chars:
+        if buffered + len(text) > limits.max_buffered_chars:
             raise LimitExceeded(
-                f"context {context.id!r} holds {context.buffered_chars} unspoken characters; "
+                f"context {context_id!r} holds {buffered} unspoken characters; "
                 f"{len(text)} more would exceed the limit of {limits.max_buffered_chars} "
                 "(delta refused, resend later)",
                 code="buffer_full",
-                context_id=context.id,
+                context_id=context_id,
                 limit=limits.max_buffered_chars,
             )
+
+    def _accept_text(self, context: ContextState, text: str) -> list[Event]:
+        self._check_delta(text, context.buffered_chars, context.id)
         events: list[Event] = []
         if not context.has_text and text.strip():
             context.has_text = True

@@ -244,3 +244,20 @@ async def test_sigterm_with_a_client_that_stopped_reading_exits_cleanly(reads_ag
     assert process.returncode == 0, stderr[-3000:]
     problems = [line for line in stderr.splitlines() if " ERROR " in line or "Traceback" in line]
     assert not problems, stderr[-3000:]
+
+
+async def test_a_cancelled_segment_is_not_counted_as_synthesised() -> None:
+    """tts_segments_total and the characters spoken count segments that finished, not one
+    cancelled halfway."""
+    engine = ScriptedEngine(chunk_ms=100, chunk_delay_s=0.05, ms_per_char=300)
+    with run_live_server(Settings(), engine=lambda: (engine, False, None)) as live:
+        async with StreamClient.connect(live.ws_url) as client:
+            await client.start("a", seed=1)
+            await client.send_text("一段会被取消的很长的话。", "a")
+            await client.end("a")
+            while not isinstance(await client.recv(TIMEOUT_S), AudioFrame):
+                pass
+            await client.cancel("a")
+            assert (await client.collect("a", timeout_s=TIMEOUT_S)).done["cancelled"]  # type: ignore[index]
+        metrics = httpx.get(live.base_url + "/metrics", timeout=TIMEOUT_S).text
+    assert "tts_segments_total 0.0" in metrics and "tts_characters_total 0.0" in metrics

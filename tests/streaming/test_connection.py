@@ -77,6 +77,8 @@ CASES: list[tuple[str, list[str], str | bytes, list[tuple[Any, ...]]]] = [
     ("default context opens on text", [], frame("text", None, text="嗯"),
      [("opened", "default"), ("reply", "started", "default"), ("firsttext", "default"),
       ("idle", "default", 0.7)]),
+    ("default context does not open on a refused delta", [], frame("text", None, text="好" * 21),
+     [("refused", "text_too_long", "default", 20)]),
     ("default context does not open on flush", [], frame("flush", None),
      [("refused", "unknown_context", "default", None)]),
     ("flush speaks the fragment", [START, frame("text", text="半句")], frame("flush"),
@@ -118,6 +120,19 @@ def test_frame_gives_its_events(before: list[str], raw: str | bytes, expected: l
     for earlier in before:
         assert not [e for e in connection.receive(earlier) if isinstance(e, c.Refused)]
     assert summary(connection.receive(raw)) == expected
+
+
+def test_a_refused_first_delta_leaves_no_default_context_and_no_admission() -> None:
+    """A first text for "default" that is refused opens nothing and admits nothing: the
+    next acceptable one opens it normally."""
+    admitted: list[str] = []
+    connection = core()
+    connection._admit = lambda context_id: bool(admitted.append(context_id))
+    connection.receive(frame("text", None, text="好" * 21))
+    assert connection.contexts == {} and admitted == []
+    events = summary(connection.receive(frame("text", None, text="好")))
+    assert events[:2] == [("opened", "default"), ("reply", "started", "default")]
+    assert admitted == ["default"]
 
 
 def test_a_refused_frame_changes_nothing() -> None:

@@ -55,6 +55,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["BatchedDecoder", "BatchedGPT", "Row"]
 
 _INITIAL_ROWS = 4
+_MAX_GROUP_ROWS = 150  # x 4 codebooks stays below ChatTTS's 625-row penalty guard
 _INITIAL_TOKENS = 1024
 
 
@@ -292,9 +293,9 @@ class BatchedDecoder:
             embeds.to(dtype=self.gpt.dtype),
         )
         states = out.to(self.device, dtype=torch.float)
-        logits = self.stream.head_logits(states)
+        tokens = self._sample_rows(rows, self.stream.head_logits(states))
         for i, row in enumerate(rows):
-            self._accept(row, logits[i], states[i, 0])
+            self._keep(row, tokens[i], states[i, 0])
         self._vocode(rows, hurry)
 
     def take_audio(self, row: Row) -> list[np.ndarray]:
@@ -309,9 +310,62 @@ class BatchedDecoder:
         self._audio.pop(id(row), None)
 
     def _accept(self, row: Row, logits: torch.Tensor, hidden: torch.Tensor) -> None:
-        """Sample the row's next token from its ``(num_vq, V)`` logits."""
+        """Sample the row's next token from its ``(num_vq, V)`` logits (alone)."""
         history = row.ids[: row.steps].t()
-        idx = row.sampler.sample(logits, history, row.steps).view(-1)
+        self._keep(row, row.sampler.sample(logits, history, row.steps).view(-1), hidden)
+
+    def _sample_rows(self, rows: Sequence[Row], logits: torch.Tensor) -> list[torch.Tensor]:
+        """Each row's next tokens from ``(n, num_vq, V)`` logits.
+
+        Rows with one sampling policy are transformed together (temperature, repetition
+        penalty, top-P, top-K: row-wise operations, so each row's values are what it would
+        get alone); each row then draws with its own seed.
+        """
+        n, num_vq, vocab = logits.shape
+        groups: dict[Any, list[int]] = {}
+        for i, row in enumerate(rows):
+            groups.setdefault(row.sampler.policy, []).append(i)
+        tokens: list[torch.Tensor] = [logits.new_empty(0)] * n
+        for members in groups.values():
+            # ChatTTS's penalty zeroes frequencies past row 625 (its max_input_ids guard,
+            # meant for the vocabulary): groups stay below that so no row is touched.
+            for start in range(0, len(members), _MAX_GROUP_ROWS):
+                chunk = members[start : start + _MAX_GROUP_ROWS]
+                sampler = rows[chunk[0]].sampler
+                flat = logits[chunk].reshape(-1, vocab)
+                flat /= sampler.temperature.repeat(len(chunk), 1)
+                if sampler.penalty is not None:
+                    flat = self._penalise(flat, [rows[i] for i in chunk], sampler.penalty)
+                for warper in sampler.warpers:
+                    flat = warper(None, flat)
+                for j, i in enumerate(chunk):
+                    row = rows[i]
+                    drawn = row.sampler.draw(flat[j * num_vq : (j + 1) * num_vq], row.steps)
+                    tokens[i] = drawn.view(-1)
+        return tokens
+
+    def _penalise(self, flat: torch.Tensor, rows: list[Row], penalty: Any) -> torch.Tensor:
+        """ChatTTS's repetition penalty for several rows: the same per-row arithmetic, with
+        each row's window (its last ``past_window`` tokens, fewer at its start)."""
+        window = int(penalty.past_window)
+        num_vq = self.num_vq
+        ids = torch.zeros(len(rows), window, num_vq, dtype=torch.long, device=flat.device)
+        valid = torch.zeros(len(rows), window, num_vq, dtype=torch.long, device=flat.device)
+        for j, row in enumerate(rows):
+            taken = min(window, row.steps)
+            if taken:
+                ids[j, window - taken :] = row.ids[row.steps - taken : row.steps]
+                valid[j, window - taken :] = 1
+        ids = ids.permute(0, 2, 1).reshape(-1, window)
+        valid = valid.permute(0, 2, 1).reshape(-1, window)
+        freq = torch.zeros(flat.shape, dtype=torch.long, device=flat.device)
+        freq.scatter_add_(1, ids, valid)
+        alpha = torch.pow(penalty.penalty, freq)
+        flat = flat.contiguous()
+        return torch.where(flat < 0, flat.multiply(alpha), flat.divide(alpha))
+
+    def _keep(self, row: Row, idx: torch.Tensor, hidden: torch.Tensor) -> None:
+        """Record the row's sampled ``(num_vq,)`` tokens: EOS ends it."""
         if bool(idx.eq(self.eos_token).any()):
             row.done = True
             return

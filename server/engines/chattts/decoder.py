@@ -70,7 +70,7 @@ __all__ = [
     "VocoderFeatures",
     "cast_gpt",
     "istft",
-    "quantize_gpt",
+    "quantize_linear",
 ]
 
 
@@ -106,14 +106,15 @@ def cast_gpt(model: Any, dtype: torch.dtype) -> None:
         setattr(rotary, name, tensor)
 
 
-def quantize_gpt(model: Any) -> None:
-    """Weight-only INT8 for the linear layers of ChatTTS's ``LlamaModel``, in place.
+def quantize_linear(model: Any) -> None:
+    """INT8 weights for the linear layers of ``model`` (ChatTTS's GPT, or its vocoder), in place.
 
     CPU: PyTorch's dynamic quantisation (int8 weights, activations quantised per call),
     the only INT8 path that paid on these CPUs (docs/batching.md); torch marks it
     deprecated in favour of torchao, whose int8 weight-only kernels were no faster here.
     CUDA: torchao's ``Int8WeightOnlyConfig`` (needs the torchao package). The embeddings
-    and ChatTTS's output heads stay in float.
+    and ChatTTS's output heads stay in float (the GPT's), as do convolutions (the
+    vocoder's: its ConvNeXt blocks' pointwise layers are the linears).
     """
     device = next(model.parameters()).device
     if device.type == "cuda":
@@ -203,7 +204,10 @@ class StreamingDecoder:
         if chat.gpt.gpt.dtype != gpt_dtype:
             cast_gpt(chat.gpt.gpt, gpt_dtype)
         if self.options.gpt_quantization == "int8":
-            quantize_gpt(chat.gpt.gpt)
+            quantize_linear(chat.gpt.gpt)
+        if self.options.vocoder_quantization == "int8":
+            quantize_linear(chat.decoder)
+            quantize_linear(chat.vocos)
         self._decoder_dtype = _DTYPES[self.options.decoder_dtype]
         if self._decoder_dtype != torch.float32:
             chat.decoder.to(dtype=self._decoder_dtype)
@@ -486,23 +490,25 @@ class StreamingDecoder:
 class Sampler:
     """ChatTTS's sampling of one step for one utterance, as ``GPT.generate`` does it.
 
-    Temperature per codebook, then the logits processors (repetition penalty over the
-    last 16 tokens, top-P, top-K), EOS forbidden below ``min_new_token``, softmax and a
+    Temperature per codebook, then the repetition penalty over the last 16 tokens, then
+    the warpers (top-P, top-K), EOS forbidden below ``min_new_token``, softmax and a
     multinomial draw; with a seed, ChatTTS re-seeds its one generator with the same seed
     at every step, so a seeded utterance draws alone and its tokens do not depend on
-    what else runs (the batched decoder samples each row through its own Sampler).
+    what else runs (the batched decoder draws each row through its own Sampler).
     """
 
     def __init__(
         self,
         params: GenerationParams,
-        processors: tuple[Any, ...],
+        penalty: Any,
+        warpers: tuple[Any, ...],
         temperature: torch.Tensor,
         eos_token: int,
         generator: torch.Generator,
     ) -> None:
         self.params = params
-        self.processors = processors
+        self.penalty = penalty  # ChatTTS's repetition penalty processor, or None
+        self.warpers = warpers
         self.temperature = temperature
         self.eos_token = eos_token
         self.generator = generator
@@ -524,13 +530,26 @@ class Sampler:
         )
         # (num_vq, 1): one temperature per codebook, as ChatTTS expands it.
         temperature = torch.full((num_vq, 1), params.temperature, device=device)
-        return cls(params, (*processors, *warpers), temperature, eos_token, generator)
+        penalty = processors[0] if processors else None
+        return cls(params, penalty, tuple(warpers), temperature, eos_token, generator)
+
+    @property
+    def policy(self) -> tuple[float, float | None, int | None, float]:
+        """What decides the transformation of the logits (rows alike can share it)."""
+        p = self.params
+        return (p.temperature, p.top_p, p.top_k, p.repetition_penalty)
 
     def sample(self, logits: torch.Tensor, history: torch.Tensor, step: int) -> torch.Tensor:
         """``(num_vq, V)`` logits (modified) and ``(num_vq, steps)`` history -> ``(num_vq, 1)``."""
         logits /= self.temperature
-        for processor in self.processors:
-            logits = processor(history, logits)
+        if self.penalty is not None:
+            logits = self.penalty(history, logits)
+        for warper in self.warpers:
+            logits = warper(history, logits)
+        return self.draw(logits, step)
+
+    def draw(self, logits: torch.Tensor, step: int) -> torch.Tensor:
+        """The draw from warped ``(num_vq, V)`` logits: EOS masked early, softmax, multinomial."""
         if step < self.params.min_new_token:
             logits[:, self.eos_token] = -torch.inf
         scores = torch.softmax(logits, dim=-1)

@@ -1,0 +1,215 @@
+"""Server overhead: our server against a bare ``websockets`` server, 1,000 streams at once.
+
+Both servers run in a child process each (measured one after the other, in this run),
+with an engine that costs nothing (audio is ready the moment it is asked for), so what
+is measured is the server itself: protocol, segmentation, text preparation, scheduling,
+the speech pipeline, framing and the socket. The bare server is the floor: for each
+stream it answers the same messages with the same JSON events and the same binary
+frames (sizes copied from what our server sent in a first pass), straight from a
+``websockets`` handler.
+
+Reported: server CPU (user + system, from /proc) per 100 ms of audio sent, and time to
+first audio (text sent -> first frame received) p50/p99 for both; the server-added
+time is ours minus the bare server's at each percentile.
+
+    .venv/bin/python bench/server_overhead.py                # 1,000 streams
+    .venv/bin/python bench/server_overhead.py --streams 200
+
+Ends with one JSON line of the headline figures. Goal: CPU <= 1.3x the bare server's,
+p99 added time to first audio <= 20 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TEXT = "你好，欢迎使用流式语音合成。"
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (from /proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+# -- the two servers (child processes) --------------------------------------------------
+
+
+def serve_ours(port_queue: Any) -> None:
+    import socket
+
+    import uvicorn
+
+    from server.app import create_app
+    from server.config import Settings
+    from server.engines.fake import ScriptedEngine
+
+    engine = ScriptedEngine(chunk_ms=100, chunk_delay_s=0.0, ms_per_char=120)
+    settings = Settings(
+        engine="espeak",
+        max_connections=100_000,
+        max_streams=100_000,
+        fallback_on_synthesis_failure=False,
+        log_level="warning",
+    )
+    app = create_app(settings, engine=lambda: (engine, False, None))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port_queue.put(sock.getsockname()[1])
+    config = uvicorn.Config(
+        app, ws="websockets-sansio", loop="uvloop", log_level="warning", backlog=4096
+    )
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def serve_bare(port_queue: Any, script: list[Any]) -> None:
+    """Replays ``script`` (the messages our server sent a stream) for every stream."""
+    import uvloop
+    from websockets.asyncio.server import serve
+
+    async def handler(ws: Any) -> None:
+        await ws.send(script[0])  # ready
+        async for message in ws:
+            if '"end"' in message:
+                for item in script[1:]:
+                    await ws.send(item)
+                return
+
+    async def main() -> None:
+        async with serve(handler, "127.0.0.1", 0, max_size=None, backlog=4096) as server:
+            port_queue.put(server.sockets[0].getsockname()[1])
+            await asyncio.Future()
+
+    uvloop.run(main())
+
+
+def start(target: Any, *args: Any) -> tuple[multiprocessing.Process, int]:
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=target, args=(queue, *args), daemon=True)
+    process.start()
+    return process, int(queue.get(timeout=120))
+
+
+# -- the clients ------------------------------------------------------------------------
+
+
+async def one_stream(url: str, record: bool) -> tuple[float, int, list[Any]]:
+    """(time to first audio, audio bytes, the messages received if ``record``)."""
+    from websockets.asyncio.client import connect
+
+    received: list[Any] = []
+    async with connect(url, max_size=None, open_timeout=300, subprotocols=["tts.v1"]) as ws:  # type: ignore[list-item]
+        ready = await ws.recv()
+        received.append(ready)
+        await ws.send(json.dumps({"type": "start", "context_id": "a", "seed": 1}))
+        sent = time.perf_counter()
+        await ws.send(json.dumps({"type": "text", "context_id": "a", "text": TEXT}))
+        await ws.send(json.dumps({"type": "end", "context_id": "a"}))
+        first: float | None = None
+        audio = 0
+        async for message in ws:
+            if record:
+                received.append(message)
+            if isinstance(message, bytes):
+                if first is None:
+                    first = time.perf_counter() - sent
+                audio += len(message) - 12
+            elif '"done"' in message:
+                break
+    assert first is not None
+    return first, audio, received
+
+
+async def run_streams(url: str, streams: int) -> tuple[list[float], int]:
+    results = await asyncio.gather(*(one_stream(url, False) for _ in range(streams)))
+    return [r[0] for r in results], sum(r[1] for r in results)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def measure(process: multiprocessing.Process, url: str, streams: int) -> dict[str, float]:
+    import uvloop
+
+    assert process.pid is not None
+    uvloop.run(run_streams(url, min(streams, 20)))  # warm: caches, first connections
+    before = cpu_seconds(process.pid)
+    ttfas, audio_bytes = uvloop.run(run_streams(url, streams))
+    cpu = cpu_seconds(process.pid) - before
+    audio_s = audio_bytes / 2 / 24000
+    return {
+        "cpu_s": cpu,
+        "audio_s": audio_s,
+        "cpu_ms_per_100ms_audio": cpu * 1000 / (audio_s / 0.1),
+        "ttfa_p50_ms": percentile(ttfas, 50) * 1000,
+        "ttfa_p99_ms": percentile(ttfas, 99) * 1000,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    import uvloop
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--streams", type=int, default=1000)
+    args = parser.parse_args(argv)
+    ours, port = start(serve_ours)
+    url = f"ws://127.0.0.1:{port}/v1/stream"
+    time.sleep(3)  # the text front-end loads on its thread
+    _, _, script = uvloop.run(one_stream(url, True))
+    figures = {"ours": measure(ours, url, args.streams)}
+    ours.terminate()
+    ours.join(10)
+    bare, port = start(serve_bare, script)
+    figures["bare"] = measure(bare, f"ws://127.0.0.1:{port}", args.streams)
+    bare.terminate()
+    bare.join(10)
+    cpu_ratio = figures["ours"]["cpu_ms_per_100ms_audio"] / figures["bare"]["cpu_ms_per_100ms_audio"]
+    added = {
+        q: figures["ours"][f"ttfa_{q}_ms"] - figures["bare"][f"ttfa_{q}_ms"] for q in ("p50", "p99")
+    }
+    print(f"{args.streams} concurrent streams, {len(script) - 1} messages each")
+    for name, row in figures.items():
+        print(
+            f"{name:5}: {row['cpu_ms_per_100ms_audio']:.3f} ms CPU per 100 ms of audio "
+            f"({row['cpu_s']:.2f} s for {row['audio_s']:.0f} s of audio); time to first audio "
+            f"p50 {row['ttfa_p50_ms']:.1f} ms, p99 {row['ttfa_p99_ms']:.1f} ms"
+        )
+    print(f"CPU: {cpu_ratio:.2f}x the bare server; added time to first audio p50 "
+          f"{added['p50']:.1f} ms, p99 {added['p99']:.1f} ms")
+    print(
+        json.dumps(
+            {
+                "bench": "server_overhead",
+                "streams": args.streams,
+                "cpu_ratio_vs_bare": round(cpu_ratio, 2),
+                "added_ttfa_ms": {q: round(v, 1) for q, v in added.items()},
+                "figures": {
+                    name: {k: round(v, 3) for k, v in row.items()} for name, row in figures.items()
+                },
+                "ttfa_median_both_ms": round(
+                    statistics.median([figures[n]["ttfa_p50_ms"] for n in figures]), 1
+                ),
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
