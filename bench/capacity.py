@@ -79,6 +79,7 @@ def serve(
     from server.app import create_app
     from server.config import Settings
     from server.engines.fake import ModelledEngine
+    from server.lifecycle import uvicorn_config
 
     if engine_kind == "modelled":
         mode = {"seed": "whole", "interleave": "interleave", "batched": "batched"}[design]
@@ -113,8 +114,7 @@ def serve(
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port.put(sock.getsockname()[1])
-    config = uvicorn.Config(app, ws="websockets-sansio", loop="uvloop", log_level="warning")
-    uvicorn.Server(config).run(sockets=[sock])
+    uvicorn.Server(uvicorn_config(app, settings, log_level="warning")).run(sockets=[sock])
 
 
 # -- the clients -----------------------------------------------------------------------

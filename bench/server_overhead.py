@@ -1,7 +1,8 @@
 """Server overhead: our server against a bare ``websockets`` server, 1,000 streams at once.
 
 Both servers run in a child process each (measured one after the other, in this run),
-with an engine that costs nothing (audio is ready the moment it is asked for), so what
+on the same wire format (no permessage-deflate: PCM does not compress), with an engine
+that costs nothing (audio is ready the moment it is asked for), so what
 is measured is the server itself: protocol, segmentation, text preparation, scheduling,
 the speech pipeline, framing and the socket. The bare server is the floor: for each
 stream it answers the same messages with the same JSON events and the same binary
@@ -10,7 +11,8 @@ frames (sizes copied from what our server sent in a first pass), straight from a
 
 Reported: server CPU (user + system, from /proc) per 100 ms of audio sent, and time to
 first audio (text sent -> first frame received) p50/p99 for both; the server-added
-time is ours minus the bare server's at each percentile.
+time is ours minus the bare server's at each percentile. All connections are opened
+first (they stay open together); the streams then start spread over ``--spread-s``.
 
     .venv/bin/python bench/server_overhead.py                # 1,000 streams
     .venv/bin/python bench/server_overhead.py --streams 200
@@ -48,6 +50,42 @@ def cpu_seconds(pid: int) -> float:
 # -- the two servers (child processes) --------------------------------------------------
 
 
+class InstantEngine:
+    """Audio ready the moment it is asked for: slices of one tone made in advance."""
+
+    name = "instant"
+    sample_rate_hz = 24_000
+    interleaves = True
+
+    def __init__(self, ms_per_char: int = 120, chunk_ms: int = 100) -> None:
+        import numpy as np
+
+        n = np.arange(24_000 * 10)
+        self._tone = (0.3 * np.sin(2 * np.pi * 220 * n / 24_000)).astype(np.float32)
+        self._ms_per_char = ms_per_char
+        self._chunk = 24 * chunk_ms
+
+    def warm_up(self) -> None:
+        pass
+
+    def synthesize(self, request: Any, should_stop: Any) -> Any:
+        total = 24 * self._ms_per_char * len(request.text)
+        for start in range(0, total, self._chunk):
+            yield self._tone[start : min(start + self._chunk, total)]
+
+    def check_voice(self, voice: str) -> None:
+        pass
+
+    def release_idle_memory(self) -> None:
+        pass
+
+    def batcher(self, max_batch: int) -> None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
 def serve_ours(port_queue: Any) -> None:
     import socket
 
@@ -55,9 +93,9 @@ def serve_ours(port_queue: Any) -> None:
 
     from server.app import create_app
     from server.config import Settings
-    from server.engines.fake import ScriptedEngine
+    from server.lifecycle import uvicorn_config
 
-    engine = ScriptedEngine(chunk_ms=100, chunk_delay_s=0.0, ms_per_char=120)
+    engine = InstantEngine()
     settings = Settings(
         engine="espeak",
         max_connections=100_000,
@@ -69,10 +107,7 @@ def serve_ours(port_queue: Any) -> None:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port_queue.put(sock.getsockname()[1])
-    config = uvicorn.Config(
-        app, ws="websockets-sansio", loop="uvloop", log_level="warning", backlog=4096
-    )
-    uvicorn.Server(config).run(sockets=[sock])
+    uvicorn.Server(uvicorn_config(app, settings)).run(sockets=[sock])
 
 
 def serve_bare(port_queue: Any, script: list[Any]) -> None:
@@ -89,7 +124,10 @@ def serve_bare(port_queue: Any, script: list[Any]) -> None:
                 return
 
     async def main() -> None:
-        async with serve(handler, "127.0.0.1", 0, max_size=None, backlog=4096) as server:
+        # No compression, as our server (PCM does not compress).
+        async with serve(
+            handler, "127.0.0.1", 0, max_size=None, backlog=4096, compression=None
+        ) as server:
             port_queue.put(server.sockets[0].getsockname()[1])
             await asyncio.Future()
 
@@ -107,35 +145,72 @@ def start(target: Any, *args: Any) -> tuple[multiprocessing.Process, int]:
 # -- the clients ------------------------------------------------------------------------
 
 
-async def one_stream(url: str, record: bool) -> tuple[float, int, list[Any]]:
-    """(time to first audio, audio bytes, the messages received if ``record``)."""
+async def open_connection(url: str) -> Any:
     from websockets.asyncio.client import connect
 
-    received: list[Any] = []
-    async with connect(url, max_size=None, open_timeout=300, subprotocols=["tts.v1"]) as ws:  # type: ignore[list-item]
-        ready = await ws.recv()
-        received.append(ready)
-        await ws.send(json.dumps({"type": "start", "context_id": "a", "seed": 1}))
-        sent = time.perf_counter()
-        await ws.send(json.dumps({"type": "text", "context_id": "a", "text": TEXT}))
-        await ws.send(json.dumps({"type": "end", "context_id": "a"}))
-        first: float | None = None
-        audio = 0
-        async for message in ws:
-            if record:
-                received.append(message)
-            if isinstance(message, bytes):
-                if first is None:
-                    first = time.perf_counter() - sent
-                audio += len(message) - 12
-            elif '"done"' in message:
-                break
+    ws = await connect(
+        url,
+        max_size=None,
+        open_timeout=300,
+        subprotocols=["tts.v1"],
+        compression=None,  # type: ignore[list-item]
+    )
+    return ws
+
+
+async def connect_all(url: str, streams: int) -> list[Any]:
+    """Open ``streams`` connections (64 handshakes at a time) and read each ``ready``."""
+    gate = asyncio.Semaphore(64)
+
+    async def one() -> Any:
+        async with gate:
+            ws = await open_connection(url)
+            await ws.recv()
+            return ws
+
+    return list(await asyncio.gather(*(one() for _ in range(streams))))
+
+
+async def one_stream(
+    ws: Any, delay_s: float, received: list[Any] | None = None
+) -> tuple[float, int]:
+    """On an open connection: start, text, end; (time to first audio, audio bytes)."""
+    await asyncio.sleep(delay_s)
+    await ws.send(json.dumps({"type": "start", "context_id": "a", "seed": 1}))
+    sent = time.perf_counter()
+    await ws.send(json.dumps({"type": "text", "context_id": "a", "text": TEXT}))
+    await ws.send(json.dumps({"type": "end", "context_id": "a"}))
+    first: float | None = None
+    audio = 0
+    async for message in ws:
+        if received is not None:
+            received.append(message)
+        if isinstance(message, bytes):
+            if first is None:
+                first = time.perf_counter() - sent
+            audio += len(message) - 12
+        elif '"done"' in message:
+            break
     assert first is not None
-    return first, audio, received
+    return first, audio
 
 
-async def run_streams(url: str, streams: int) -> tuple[list[float], int]:
-    results = await asyncio.gather(*(one_stream(url, False) for _ in range(streams)))
+async def record_script(url: str) -> list[Any]:
+    """What our server sends one stream: ``ready``, then everything after ``end``."""
+    ws = await open_connection(url)
+    received = [await ws.recv()]
+    await one_stream(ws, 0.0, received)
+    await ws.close()
+    return received
+
+
+async def run_streams(url: str, streams: int, spread_s: float) -> tuple[list[float], int]:
+    """All connections open first; the streams then start spread over ``spread_s``."""
+    sockets = await connect_all(url, streams)
+    results = await asyncio.gather(
+        *(one_stream(ws, spread_s * i / streams) for i, ws in enumerate(sockets))
+    )
+    await asyncio.gather(*(ws.close() for ws in sockets))
     return [r[0] for r in results], sum(r[1] for r in results)
 
 
@@ -144,13 +219,16 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
-def measure(process: multiprocessing.Process, url: str, streams: int) -> dict[str, float]:
+def measure(
+    process: multiprocessing.Process, url: str, streams: int, spread_s: float
+) -> dict[str, float]:
+    """Server CPU over the streams (their connections' handshakes included)."""
     import uvloop
 
     assert process.pid is not None
-    uvloop.run(run_streams(url, min(streams, 20)))  # warm: caches, first connections
+    uvloop.run(run_streams(url, min(streams, 20), 0.1))  # warm: caches, first connections
     before = cpu_seconds(process.pid)
-    ttfas, audio_bytes = uvloop.run(run_streams(url, streams))
+    ttfas, audio_bytes = uvloop.run(run_streams(url, streams, spread_s))
     cpu = cpu_seconds(process.pid) - before
     audio_s = audio_bytes / 2 / 24000
     return {
@@ -167,19 +245,24 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", type=int, default=1000)
+    parser.add_argument(
+        "--spread-s", type=float, default=5.0, help="the streams start spread over this"
+    )
     args = parser.parse_args(argv)
     ours, port = start(serve_ours)
     url = f"ws://127.0.0.1:{port}/v1/stream"
     time.sleep(3)  # the text front-end loads on its thread
-    _, _, script = uvloop.run(one_stream(url, True))
-    figures = {"ours": measure(ours, url, args.streams)}
+    script = uvloop.run(record_script(url))
+    figures = {"ours": measure(ours, url, args.streams, args.spread_s)}
     ours.terminate()
     ours.join(10)
     bare, port = start(serve_bare, script)
-    figures["bare"] = measure(bare, f"ws://127.0.0.1:{port}", args.streams)
+    figures["bare"] = measure(bare, f"ws://127.0.0.1:{port}", args.streams, args.spread_s)
     bare.terminate()
     bare.join(10)
-    cpu_ratio = figures["ours"]["cpu_ms_per_100ms_audio"] / figures["bare"]["cpu_ms_per_100ms_audio"]
+    cpu_ratio = (
+        figures["ours"]["cpu_ms_per_100ms_audio"] / figures["bare"]["cpu_ms_per_100ms_audio"]
+    )
     added = {
         q: figures["ours"][f"ttfa_{q}_ms"] - figures["bare"][f"ttfa_{q}_ms"] for q in ("p50", "p99")
     }
@@ -190,8 +273,10 @@ def main(argv: list[str] | None = None) -> int:
             f"({row['cpu_s']:.2f} s for {row['audio_s']:.0f} s of audio); time to first audio "
             f"p50 {row['ttfa_p50_ms']:.1f} ms, p99 {row['ttfa_p99_ms']:.1f} ms"
         )
-    print(f"CPU: {cpu_ratio:.2f}x the bare server; added time to first audio p50 "
-          f"{added['p50']:.1f} ms, p99 {added['p99']:.1f} ms")
+    print(
+        f"CPU: {cpu_ratio:.2f}x the bare server; added time to first audio p50 "
+        f"{added['p50']:.1f} ms, p99 {added['p99']:.1f} ms"
+    )
     print(
         json.dumps(
             {

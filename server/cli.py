@@ -71,24 +71,13 @@ def configure_logging(level: str) -> None:
 
 
 def serve(settings: Settings) -> int:
-    import uvicorn
 
     from server.app import create_app
-    from server.lifecycle import DrainingServer
+    from server.lifecycle import DrainingServer, uvicorn_config
 
     configure_logging(settings.log_level)
     app = create_app(settings)
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        ws="websockets-sansio",
-        loop="uvloop" if _has_uvloop() else "asyncio",
-        ws_max_size=settings.transport_max_bytes,
-        log_level=settings.log_level,
-        timeout_graceful_shutdown=10,
-        log_config=None,
-    )
+    config = uvicorn_config(app, settings)
     state = app.state.tts
     server = DrainingServer(config, state)
     threading.Thread(
@@ -130,14 +119,6 @@ def preview(settings: Settings, text: str, mode: str) -> int:
     body = {"mode": mode, "segments": [segment.to_json() for segment in segments]}
     print(json.dumps(body, ensure_ascii=False, indent=2))
     return 0
-
-
-def _has_uvloop() -> bool:
-    try:
-        import uvloop  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def download_weights(path: str) -> int:

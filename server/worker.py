@@ -75,6 +75,9 @@ class Job:
         self.order = order  # submission order: ties go to the earlier job
         self._loop = loop
         self._chunks: asyncio.Queue[object] = asyncio.Queue()
+        self._handoff: list[object] = []  # from the engine thread, not yet on the loop
+        self._handoff_lock = threading.Lock()
+        self._wake_pending = False
         self._cancelled = threading.Event()
         self.engine_seconds = 0.0
         self.samples = 0
@@ -109,9 +112,26 @@ class Job:
         self._deliver(_END)
 
     def _deliver(self, item: object) -> None:
-        # Called on the engine thread; the loop may already be closed at shutdown.
+        """Hand ``item`` to the consumer (from the engine thread).
+
+        Items wait in a thread-safe list; the loop is woken once for all that arrive
+        before it runs (one wake-up, not one per chunk, when the engine runs ahead).
+        """
+        with self._handoff_lock:
+            self._handoff.append(item)
+            if self._wake_pending:
+                return
+            self._wake_pending = True
+        # The loop may already be closed at shutdown.
         with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._chunks.put_nowait, item)
+            self._loop.call_soon_threadsafe(self._take_handoff)
+
+    def _take_handoff(self) -> None:
+        with self._handoff_lock:
+            items, self._handoff = self._handoff, []
+            self._wake_pending = False
+        for item in items:
+            self._chunks.put_nowait(item)
 
     async def chunks(self, timeout_s: float) -> AsyncIterator[np.ndarray]:
         """Yield the chunks as they are made; raise on engine failure or timeout.

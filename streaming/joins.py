@@ -193,6 +193,7 @@ class SegmentJoiner:
         self._preroll = np.zeros(0, dtype=np.float32)  # silent blocks before the first sound
         self._lead_dropped = 0
         self._queue = np.zeros(0, dtype=np.float32)  # accepted, not yet sent
+        self._tail: list[np.ndarray] = []  # accepted blocks not yet joined to _queue
         self._silent_run = 0  # samples of silent blocks at the end of _queue
         self._sent = 0  # samples of this segment sent (for the fade-in)
         self._voiced_energy = 0.0
@@ -218,13 +219,18 @@ class SegmentJoiner:
         """Consume ``chunk`` (1-D float) and return the samples that may be sent now."""
         if not self._active:
             raise RuntimeError("process() outside a segment: call begin() first")
-        x = np.nan_to_num(np.asarray(chunk, dtype=np.float32).reshape(-1), nan=0.0)
-        np.clip(x, -8.0, 8.0, out=x)  # infinities, and no overflow when squared
+        x = np.asarray(chunk, dtype=np.float32).reshape(-1)
+        if not np.isfinite(x).all():
+            x = np.nan_to_num(x, nan=0.0)
+        x = np.clip(x, -8.0, 8.0)  # infinities, and no overflow when squared
         self._received += x.size
         data = np.concatenate((self._pending, x)) if self._pending.size else x
         whole = data.size - data.size % self._block
-        for start in range(0, whole, self._block):
-            self._take_block(data[start : start + self._block])
+        if whole:
+            blocks = data[:whole].reshape(-1, self._block)
+            powers = np.mean(np.square(blocks, dtype=np.float64), axis=1)
+            for block, power in zip(blocks, powers.tolist(), strict=True):
+                self._take_block(block, power)
         self._pending = data[whole:].copy()
         return self._release(final=False)
 
@@ -237,8 +243,10 @@ class SegmentJoiner:
         if not self._active:
             raise RuntimeError("finish() outside a segment: call begin() first")
         if self._pending.size:
-            self._take_block(self._pending)
+            power = float(np.mean(np.square(self._pending, dtype=np.float64)))
+            self._take_block(self._pending, power)
             self._pending = np.zeros(0, dtype=np.float32)
+        self._collect()
         if self._leading:
             # Nothing but silence: drop it all.
             self._queue = np.zeros(0, dtype=np.float32)
@@ -266,8 +274,14 @@ class SegmentJoiner:
 
     # --- internals --------------------------------------------------------------------
 
-    def _take_block(self, block: np.ndarray) -> None:
-        power = float(np.mean(np.square(block, dtype=np.float64))) if block.size else 0.0
+    def _collect(self) -> None:
+        """Join the blocks accepted since into ``_queue`` (one copy per call, not per block)."""
+        if self._tail:
+            self._queue = np.concatenate((self._queue, *self._tail))
+            self._tail = []
+
+    def _take_block(self, block: np.ndarray, power: float) -> None:
+        """One block (of ``block_ms``, or the last partial one) and its mean power."""
         silent = power < self._silence_power
         if self._leading:
             would_drop = max(0, self._preroll.size + block.size - self._lead_keep)
@@ -282,7 +296,7 @@ class SegmentJoiner:
             self._queue = self._preroll
             self._accepted = self._preroll.size
             self._preroll = np.zeros(0, dtype=np.float32)
-        self._queue = np.concatenate((self._queue, block))
+        self._tail.append(block)
         self._accepted += block.size
         self._silent_run = self._silent_run + block.size if silent else 0
         if power >= self._voiced_power and self._voiced_samples < self._loudness_window:
@@ -304,6 +318,7 @@ class SegmentJoiner:
         self._gain = gain
 
     def _release(self, *, final: bool) -> np.ndarray:
+        self._collect()
         if final and self._gain is None:
             self._decide_gain()
         if self._gain is None:

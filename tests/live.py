@@ -9,12 +9,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import uvicorn
-
 from server.app import create_app
 from server.config import Settings
 from server.engines.select import EngineFactory
-from server.lifecycle import DrainingServer
+from server.lifecycle import DrainingServer, uvicorn_config
 
 #: Every wait in the server tests is a multiple of this.
 TIMEOUT_S = 30.0
@@ -45,14 +43,8 @@ def run_live_server(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app,
-        ws="websockets-sansio",
-        loop="uvloop",
-        ws_max_size=settings.transport_max_bytes,
-        log_level="warning",
-        lifespan="on",
-        timeout_graceful_shutdown=5,
+    config = uvicorn_config(
+        app, settings, log_level="warning", lifespan="on", timeout_graceful_shutdown=5
     )
     server = DrainingServer(config, app.state.tts)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from server.config import Settings, build_settings, environment_names
+from server.lifecycle import _GOING_AWAY_GRACE_S, uvicorn_config
 from server.metrics import Metrics
 from server.worker import EngineWorker
 
@@ -361,12 +362,11 @@ def test_grace_period_covers_prestop_and_shutdown() -> None:
     spec = one("Deployment")["spec"]["template"]["spec"]
     command = container()["lifecycle"]["preStop"]["exec"]["command"]
     assert command[0] == "sleep"
-    cli = (ROOT / "server" / "cli.py").read_text(encoding="utf-8")
-    match = re.search(r"timeout_graceful_shutdown=(\d+)", cli)
-    assert match, "server/cli.py no longer sets uvicorn's timeout_graceful_shutdown"
+    uvicorn_s = uvicorn_config(None, Settings()).timeout_graceful_shutdown
+    assert uvicorn_s is not None, "the server no longer bounds uvicorn's graceful shutdown"
     engine_stop = inspect.signature(EngineWorker.stop).parameters["timeout_s"].default
     drain_s = float(one("ConfigMap")["data"].get("TTS_DRAIN_TIMEOUT_S", Settings().drain_timeout_s))
-    needed = float(command[1]) + drain_s + int(match[1]) + engine_stop
+    needed = float(command[1]) + drain_s + uvicorn_s + _GOING_AWAY_GRACE_S + engine_stop
     assert spec["terminationGracePeriodSeconds"] > needed
 
 
