@@ -56,8 +56,10 @@ from streaming.speech import SpeechSettings  # noqa: E402
 TEXT = "今天天气很好，我们一起去公园散步吧。欢迎使用流式语音合成服务，有问题随时问我。"
 PRESETS = {
     "gpu": (10.0, 0.15),
-    # bench/batch_step.py on these 2 cores, real dims, float32 (see docs/batching.md).
-    "cpu": (48.0, 9.0),
+    # bench/batch_step.py on these 2 cores, real dims: float32 96 ms at batch 1, 191 ms
+    # at 16 (docs/batching.md); "cpu-int8": the INT8 GPT, 33 ms at 1, 92 ms at 16.
+    "cpu": (90.0, 6.3),
+    "cpu-int8": (29.0, 3.9),
 }
 DESIGNS = ("seed", "interleave", "batched")
 TTFA_LIMIT_S = 1.0
@@ -94,11 +96,10 @@ def serve(
         from server.engines.chattts.options import ChatTTSOptions
 
         def factory() -> Any:
-            return (
-                ChatTTSEngine(checkpoint, ChatTTSOptions(device="cpu", max_new_token=400)),
-                False,
-                None,
-            )
+            # Random weights end at random (an EOS at step 0 is a segment without audio):
+            # every segment is 100 steps (2.1 s of audio) instead.
+            options = ChatTTSOptions(device="cpu", max_new_token=100, min_new_token=100)
+            return ChatTTSEngine(checkpoint, options), False, None
 
         engine_setting = {"engine": "chattts", "model_dir": Path(checkpoint)}
     settings = Settings(

@@ -7,7 +7,9 @@
 # 1. the CUDA tests (tests/server/test_gpt_static_cuda.py: CUDA graph capture and replay
 #    against the eager static cache, float32 and bfloat16; a seeded stream against the
 #    dynamic cache; interleaved graphed slots; the engine's warm-up capture);
-# 2. the streaming-decoder benchmark (bench/gpu_stream_decoder.sh), even if 1 failed.
+# 2. the streaming-decoder benchmark (bench/gpu_stream_decoder.sh), even if 1 failed;
+# 3. continuous batching at real dims (bench/gpu_batch.py): ms per step, real-time
+#    streams, memory and estimated TTFA per batch size 1 -> 128, and the capacity.
 # With $OUT set (the device tool's output folder) the logs are kept there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,5 +35,11 @@ set -e
 echo "CUDA tests: exit status $tests_status"
 bench_status=0
 WHEELS= bash bench/gpu_stream_decoder.sh || bench_status=$?
-echo "CUDA tests: exit status $tests_status; benchmark: exit status $bench_status"
-[[ $tests_status == 0 && $bench_status == 0 ]]
+batch_status=0
+batch_log=/dev/null
+[[ -n "${OUT:-}" ]] && batch_log="$OUT/gpu_batch.log"
+"$PY" bench/gpu_batch.py --checkpoint "${CKPT:-checkpoints/full}" 2>&1 | tee "$batch_log" \
+  || batch_status=$?
+echo "CUDA tests: exit status $tests_status; benchmark: exit status $bench_status;" \
+  "batching: exit status $batch_status"
+[[ $tests_status == 0 && $bench_status == 0 && $batch_status == 0 ]]
