@@ -79,6 +79,9 @@ class InstantEngine:
     def release_idle_memory(self) -> None:
         pass
 
+    def voice_from_clip(self, audio: Any, sample_rate_hz: int) -> str:
+        raise ValueError("no clips")
+
     def batcher(self, max_batch: int) -> None:
         return None
 

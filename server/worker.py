@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -162,6 +163,41 @@ class Job:
             yield item
 
 
+T = TypeVar("T")
+
+
+class _Call:
+    """A function to run on the engine thread between steps (``EngineWorker.call``)."""
+
+    def __init__(self, fn: Callable[[Engine], Any], loop: asyncio.AbstractEventLoop) -> None:
+        self.fn = fn
+        self.loop = loop
+        self.future: asyncio.Future[Any] = loop.create_future()
+
+    def run(self, engine: Engine) -> None:
+        try:
+            result = self.fn(engine)
+        except BaseException as exc:  # handed to the caller, whatever it is
+            self._settle(None, exc)
+        else:
+            self._settle(result, None)
+
+    def _end_stopped(self) -> None:
+        self._settle(None, Unavailable("the engine has stopped", code="not_ready"))
+
+    def _settle(self, result: Any, error: BaseException | None) -> None:
+        def settle() -> None:
+            if self.future.done():
+                return
+            if error is not None:
+                self.future.set_exception(error)
+            else:
+                self.future.set_result(result)
+
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+            self.loop.call_soon_threadsafe(settle)
+
+
 class EngineWorker:
     """Owns the engine and the one thread that may touch it."""
 
@@ -197,7 +233,7 @@ class EngineWorker:
         self._fallback: Engine | None = None
         self._metrics = metrics
         self._warm_up = warm_up
-        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Job | _Call | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         self._ready = threading.Event()
         self._stopping = False
@@ -289,6 +325,17 @@ class EngineWorker:
             self._metrics.queue_depth.set(self._pending)
         self._jobs.put(job)
         return job
+
+    async def call(self, fn: Callable[[Engine], T]) -> T:
+        """Run ``fn(engine)`` on the engine thread, between two steps, and return its
+        result (or raise what it raised). For work that needs the model but is not a
+        segment: a voice made from a reference clip."""
+        if not self.ready:
+            raise Unavailable(f"the engine is {self.status.state}", code="not_ready")
+        call = _Call(fn, asyncio.get_running_loop())
+        self._jobs.put(call)
+        result: T = await call.future
+        return result
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Cancel the jobs in flight (at their next step), refuse the queued ones, release
@@ -552,6 +599,9 @@ class EngineWorker:
                 block = False
             if job is None:
                 return True
+            if isinstance(job, _Call):
+                job.run(engine)
+                continue
             waiting.append(job)
 
     def _release_idle_memory(self, engine: Engine) -> None:

@@ -3,7 +3,9 @@ interface says about it.
 
     TTSError                     internal_error     HTTP 500   a bug: logged with its traceback
     ├── ClientError              invalid_request    HTTP 400   a request or message that cannot be accepted
-    │   └── LimitExceeded        limit_exceeded     HTTP 413   names the limit it broke
+    │   ├── LimitExceeded        limit_exceeded     HTTP 413   names the limit it broke
+    │   ├── NotFound             not_found          HTTP 404   a voice, a model, a route
+    │   └── Conflict             conflict           HTTP 409   a voice name taken, a preset
     ├── Unauthorized             unauthorized       HTTP 401
     ├── Unavailable              unavailable        HTTP 503   not_ready, draining, too_many_connections,
     │                                                          busy (at capacity: retry_after_ms)
@@ -33,7 +35,9 @@ __all__ = [
     "CLOSE_NORMAL",
     "CLOSE_SERVICE_RESTART",
     "ClientError",
+    "Conflict",
     "LimitExceeded",
+    "NotFound",
     "Outcome",
     "SynthesisError",
     "SynthesisTimeout",
@@ -65,8 +69,11 @@ class TTSError(Exception):
         context_id: str | None = None,
         limit: int | None = None,
         retry_after_ms: int | None = None,
+        param: str | None = None,
     ) -> None:
         super().__init__(message)
+        #: The request field at fault, when one is (HTTP bodies: OpenAI's ``param``).
+        self.param = param
         self.message = message
         if code is not None:
             self.code = code
@@ -76,8 +83,15 @@ class TTSError(Exception):
         self.retry_after_ms = retry_after_ms
 
     def to_body(self) -> dict[str, object]:
-        """The JSON body of an HTTP error response."""
-        body: dict[str, object] = {"code": self.code, "message": self.message}
+        """The JSON body of an HTTP error response, the same on every route: OpenAI's
+        error object (``message``, ``type``, ``param``, ``code``) plus what applies of
+        ``limit`` and ``retry_after_ms``."""
+        body: dict[str, object] = {
+            "message": self.message,
+            "type": outcome(self).error_type,
+            "param": self.param,
+            "code": self.code,
+        }
         if self.limit is not None:
             body["limit"] = self.limit
         if self.retry_after_ms is not None:
@@ -95,6 +109,18 @@ class LimitExceeded(ClientError):
     """A configured limit was reached; ``limit`` says which value."""
 
     code = "limit_exceeded"
+
+
+class NotFound(ClientError):
+    """What the request names does not exist (a voice, a model, a route)."""
+
+    code = "not_found"
+
+
+class Conflict(ClientError):
+    """The request contradicts what exists (a voice name taken, a preset)."""
+
+    code = "conflict"
 
 
 class Unauthorized(TTSError):
@@ -126,17 +152,21 @@ class Outcome:
     log_level: int
     #: Whether that line carries the traceback (only for what is a bug).
     traceback: bool
+    #: OpenAI's error ``type`` (its clients branch on the status; people read this).
+    error_type: str = "invalid_request_error"
 
 
 _OUTCOMES: dict[type[TTSError], Outcome] = {
     ClientError: Outcome(400, "client", logging.DEBUG, False),
     LimitExceeded: Outcome(413, "client", logging.DEBUG, False),
-    Unauthorized: Outcome(401, "client", logging.INFO, False),
-    Unavailable: Outcome(503, "server", logging.INFO, False),
+    NotFound: Outcome(404, "client", logging.DEBUG, False, "not_found_error"),
+    Conflict: Outcome(409, "client", logging.DEBUG, False),
+    Unauthorized: Outcome(401, "client", logging.INFO, False, "authentication_error"),
+    Unavailable: Outcome(503, "server", logging.INFO, False, "server_error"),
     # The engine thread logs the failure itself, with its traceback, where it happens.
-    SynthesisError: Outcome(500, "server", logging.WARNING, False),
-    SynthesisTimeout: Outcome(504, "server", logging.WARNING, False),
-    TTSError: Outcome(500, "server", logging.ERROR, True),
+    SynthesisError: Outcome(500, "server", logging.WARNING, False, "server_error"),
+    SynthesisTimeout: Outcome(504, "server", logging.WARNING, False, "server_error"),
+    TTSError: Outcome(500, "server", logging.ERROR, True, "server_error"),
 }
 
 

@@ -20,14 +20,23 @@ class VoiceSpec:
     """Everything that fixes how a context sounds; the same for all of its segments.
 
     ``voice`` is an engine-specific speaker string (for ChatTTS: an encoded speaker
-    embedding as returned by ``Chat.sample_random_speaker()``) or ``None``; ``seed``
-    fixes both the sampled speaker (when ``voice`` is ``None``) and the sampling RNG.
-    ``speed`` is a factor, 1.0 being the engine's normal rate.
+    embedding as returned by ``Chat.sample_random_speaker()``; for espeak: a variant
+    name) or ``None``; ``speaker_seed`` (when set, and ``voice`` is not) names the speaker
+    that seed samples; otherwise ``seed`` fixes both the sampled speaker and the sampling
+    RNG. ``speed`` is a factor, 1.0 being the engine's normal rate. A named voice may add
+    a reference clip (ChatTTS: ``reference``, its encoded audio, and ``transcript``) and
+    sampling settings of its own (None: the engine's).
     """
 
     voice: str | None = None
     seed: int = 0
     speed: float = 1.0
+    speaker_seed: int | None = None
+    reference: str | None = None
+    transcript: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +140,11 @@ class Engine(Protocol):
 
     def release_idle_memory(self) -> None:
         """Free cached memory after an idle period (a no-op where there is none)."""
+
+    def voice_from_clip(self, audio: np.ndarray, sample_rate_hz: int) -> str:
+        """A reference voice from a spoken clip (mono float32): what ``VoiceSpec.reference``
+        holds. Runs on the engine thread; raises ValueError when the engine cannot."""
+        ...
 
     def batcher(self, max_batch: int) -> Batcher | None:
         """Its batching side for up to ``max_batch`` utterances, or None if it does not batch

@@ -281,6 +281,9 @@ class EspeakEngine:
     def release_idle_memory(self) -> None:
         """Nothing to free: the library's buffers are a few hundred KB."""
 
+    def voice_from_clip(self, audio: np.ndarray, sample_rate_hz: int) -> str:
+        raise ValueError("this voice cannot be made from a clip (ChatTTS can)")
+
     def batcher(self, max_batch: int) -> None:
         """It does not batch: its segments interleave a chunk at a time."""
         return None

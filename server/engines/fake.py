@@ -77,6 +77,9 @@ class ScriptedEngine:
     def release_idle_memory(self) -> None:
         self.idle_releases += 1
 
+    def voice_from_clip(self, audio: np.ndarray, sample_rate_hz: int) -> str:
+        raise ValueError("this voice cannot be made from a clip (ChatTTS can)")
+
     def batcher(self, max_batch: int) -> None:
         """It does not batch: its segments interleave a chunk at a time."""
         return None
@@ -166,6 +169,9 @@ class ModelledEngine:
 
     def close(self) -> None:
         pass
+
+    def voice_from_clip(self, audio: np.ndarray, sample_rate_hz: int) -> str:
+        raise ValueError("this voice cannot be made from a clip (ChatTTS can)")
 
     def batcher(self, max_batch: int) -> _ModelledBatcher | None:
         return _ModelledBatcher(self, max_batch) if self.mode == "batched" else None

@@ -146,6 +146,9 @@ class GenerationParams:
     max_new_token: int = 2048
     min_new_token: int = 0
     seed: int | None = None
+    #: A reference clip: its encoded audio (``Chat.sample_audio_speaker``) and transcript.
+    spk_smp: str | None = None
+    txt_smp: str | None = None
 
 
 @dataclass(frozen=True)
@@ -329,9 +332,13 @@ class StreamingDecoder:
         chat = self.chat
         device_gpt = chat.gpt.device_gpt
         input_ids, attention_mask, text_mask = chat.tokenizer.encode(
-            chat.speaker.decorate_code_prompts([text], params.prompt, None, params.spk_emb),
+            chat.speaker.decorate_code_prompts(
+                [text], params.prompt, params.txt_smp, params.spk_emb
+            ),
             int(chat.config.gpt.num_vq),
-            prompt=None,
+            prompt=(
+                chat.speaker.decode_prompt(params.spk_smp) if params.spk_smp is not None else None
+            ),
             device=device_gpt,
         )
         emb = chat.embed(input_ids, text_mask)

@@ -170,15 +170,23 @@ class ChatTTSEngine:
 
     def generation_params(self, request: SynthesisRequest, max_new_token: int) -> GenerationParams:
         voice = request.voice
+        options = self.options
+
+        def own(value: Any, default: Any) -> Any:
+            return default if value is None else value
+
         return GenerationParams(
             prompt=speed_prompt(voice.speed),
-            spk_emb=self.speaker(voice),
-            temperature=self.options.temperature,
-            top_p=self.options.top_p,
-            top_k=self.options.top_k,
+            # A reference clip is the speaker (ChatTTS: [empty_spk] with the clip's codes).
+            spk_emb=None if voice.reference is not None else self.speaker(voice),
+            temperature=own(voice.temperature, options.temperature),
+            top_p=own(voice.top_p, options.top_p),
+            top_k=own(voice.top_k, options.top_k),
             seed=voice.seed,
             max_new_token=max_new_token,
-            min_new_token=min(self.options.min_new_token, max_new_token),
+            min_new_token=min(options.min_new_token, max_new_token),
+            spk_smp=voice.reference,
+            txt_smp=voice.transcript,
         )
 
     def _stream_ours(
@@ -205,15 +213,18 @@ class ChatTTSEngine:
     ) -> Iterator[np.ndarray]:
         voice = request.voice
         # Fresh every call: ChatTTS writes spk_smp / txt_smp onto the params it is given.
+        ours = self.generation_params(request, max_new_token)
         params = chat.InferCodeParams(
-            prompt=speed_prompt(voice.speed),
-            spk_emb=self.speaker(voice),
-            temperature=self.options.temperature,
-            top_P=self.options.top_p,
-            top_K=self.options.top_k,
+            prompt=ours.prompt,
+            spk_emb=ours.spk_emb,
+            spk_smp=ours.spk_smp,
+            txt_smp=ours.txt_smp,
+            temperature=ours.temperature,
+            top_P=ours.top_p,
+            top_K=ours.top_k,
             manual_seed=voice.seed,
             max_new_token=max_new_token,
-            min_new_token=min(self.options.min_new_token, max_new_token),
+            min_new_token=ours.min_new_token,
             stream_batch=self.options.stream_batch,
             pass_first_n_batches=self.options.pass_first_n_batches,
             stream_speed=_UNBOUNDED_STREAM_SPEED,
@@ -252,10 +263,11 @@ class ChatTTSEngine:
         """Return the ChatTTS speaker string ``voice`` speaks with (cached per voice, seed).
 
         That is ``voice.voice`` when given (checked against this model), else the speaker
-        ``voice.seed`` samples: always the same one for a seed, whatever ran before.
+        ``voice.speaker_seed`` (or ``voice.seed``) samples: always the same one for a seed,
+        whatever ran before.
         Raises :class:`ValueError` for a speaker string this model cannot use.
         """
-        key = (voice.voice, voice.seed)
+        key = (voice.voice, voice.seed if voice.speaker_seed is None else voice.speaker_seed)
         speaker = self._speakers.get(key)
         if speaker is not None:
             self._speakers.move_to_end(key)
@@ -263,7 +275,7 @@ class ChatTTSEngine:
         if voice.voice is not None:
             speaker = self._checked_voice(voice.voice)
         else:
-            speaker = self._seeded_speaker(voice.seed)
+            speaker = self._seeded_speaker(key[1])
         self._speakers[key] = speaker
         if len(self._speakers) > _SPEAKER_CACHE_SIZE:
             self._speakers.popitem(last=False)
@@ -280,6 +292,19 @@ class ChatTTSEngine:
             torch.manual_seed(seed)
             speaker: str = self._loaded().sample_random_speaker()
         return speaker
+
+    def voice_from_clip(self, audio: np.ndarray, sample_rate_hz: int) -> str:
+        """ChatTTS's reference-voice encoding of a clip (``Chat.sample_audio_speaker``):
+        the DVAE's codes of the clip at 24 kHz, as the string ``VoiceSpec.reference``
+        holds. On the engine thread."""
+        if sample_rate_hz != self.sample_rate_hz:
+            from streaming.audio import Resampler
+
+            resampler = Resampler(sample_rate_hz, self.sample_rate_hz)
+            audio = np.concatenate((resampler.process(audio), resampler.flush()))
+        with torch.inference_mode():
+            reference: str = self._loaded().sample_audio_speaker(audio.astype(np.float32))
+        return reference
 
     def check_voice(self, voice: str) -> None:
         """Raise ValueError when ``voice`` is not a speaker string this model can use.
