@@ -14,24 +14,34 @@ import math
 import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocketState
+from swagger_ui_bundle import swagger_ui_path
 
+from server import __version__
 from server.admission import Admission
+from server.api_schema import ErrorBody
 from server.auth import TokenAuth, bearer_token, websocket_token
 from server.config import Settings
 from server.engines.select import EngineFactory, engine_factory, fallback_factory
 from server.errors import report
 from server.metrics import Metrics
+from server.openai_api import openai_routes
 from server.session import Session
 from server.speech_api import speech_routes
 from server.textnorm import TextFrontend
 from server.transport import SCOPE_KEY, TransportTap, bound_send_buffer, pending_bytes
+from server.voices import VoiceRegistry, Voices
+from server.voices_api import voice_routes
 from server.worker import EngineWorker
 from streaming import protocol as p
 from streaming.errors import (
@@ -71,6 +81,57 @@ class _DenialLogFilter(logging.Filter):
         return True
 
 
+class _RequestCounter:
+    """ASGI middleware: counts each HTTP request by route template and status.
+
+    Plain ASGI rather than ``@app.middleware``: Starlette's BaseHTTPMiddleware re-streams
+    every body through a queue and hides the server's ``send`` (and so the transport) from
+    the middleware outside it."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500  # what the server answers if the app fails before starting a response
+
+        async def counted(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counted)
+        finally:
+            path = getattr(scope.get("route"), "path", "unmatched")
+            self.metrics.http_requests.labels(route=path, status=str(status)).inc()
+
+
+class Health(BaseModel):
+    status: str
+
+
+class TextFrontendStatus(BaseModel):
+    loaded: bool
+    normalizer: bool
+    load_seconds: float | None
+
+
+class Readiness(BaseModel):
+    ready: bool
+    state: str = Field(description="loading, ready, failed, stopped or draining")
+    text_frontend: TextFrontendStatus
+    engine: str | None
+    degraded: bool
+    detail: str | None
+    load_seconds: float | None
+    sample_rate: int | None
+
+
 class AppState:
     """Everything the routes share, built from the settings."""
 
@@ -100,6 +161,7 @@ class AppState:
         self.frontend = TextFrontend(
             allow_control_tags=settings.allow_control_tags, cache_dir=settings.text_cache_dir
         )
+        self.voices = Voices(VoiceRegistry(settings.voices_dir), self.worker)
         self.connections = 0
         self.draining = False
         self.sessions: set[Session] = set()
@@ -124,6 +186,27 @@ class AppState:
             return True
 
 
+def _validation_error(exc: RequestValidationError) -> ClientError:
+    """One ClientError for FastAPI's list of problems (each named by its field)."""
+    problems, fields = [], []
+    for err in exc.errors():
+        if err["type"] == "json_invalid":
+            reason = (err.get("ctx") or {}).get("error", "invalid JSON")
+            return ClientError(f"the body is not JSON: {reason}", code="invalid_json")
+        field = ".".join(str(part) for part in err["loc"][1:])
+        fields.append(field)
+        problems.append(f"{field or 'body'}: {err['msg']}")
+    return (
+        ClientError(
+            "; ".join(problems) or "invalid request",
+            code="invalid_request",
+            param=fields[0] or None,
+        )
+        if fields
+        else ClientError("invalid request", code="invalid_request")
+    )
+
+
 def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> FastAPI:
     """The app for ``settings``; ``engine`` overrides the engine choice (tests use it)."""
     state = AppState(settings, engine)
@@ -146,8 +229,27 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
             uvicorn_log.removeFilter(state.denial_log_filter)
             await asyncio.to_thread(state.worker.stop)
 
-    app = FastAPI(title="chattts-stream", version="0.1.0", lifespan=lifespan)
-    app.add_middleware(TransportTap)  # first: it must see the server's own send
+    app = FastAPI(
+        title="chattts-stream",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url=None,  # served below from the installed package, not a CDN
+        redoc_url=None,
+        description="Streaming Chinese speech: a WebSocket for text as it arrives "
+        "(docs/protocol.md), OpenAI's speech API, this server's own HTTP routes.",
+    )
+    if settings.cors_origins:
+        origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Authorization", "Content-Type"],
+            expose_headers=["X-TTS-Engine", "X-TTS-Removed", "X-TTS-Removed-Count",
+                            "X-TTS-Degraded", "X-TTS-Sample-Rate", "Retry-After"],
+        )  # fmt: skip
+    app.add_middleware(_RequestCounter, metrics=state.metrics)
+    app.add_middleware(TransportTap)  # last added, so outermost: it must see the server's send
     app.state.tts = state
 
     @app.exception_handler(TTSError)
@@ -160,32 +262,40 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in err['loc'][1:])}: {err['msg']}"
-            for err in exc.errors()
-        )
-        error = ClientError(problems or "invalid request")
+        error = _validation_error(exc)
         report(
             error, metrics=state.metrics, log=logger, where=f"{request.method} {request.url.path}"
         )
         return JSONResponse(error.to_body(), status_code=422)
 
-    @app.middleware("http")
-    async def count_requests(request: Request, call_next: Any) -> Response:
-        response: Response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        state.metrics.http_requests.labels(route=path, status=str(response.status_code)).inc()
-        return response
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        codes = {404: "not_found", 405: "method_not_allowed"}
+        error = ClientError(
+            f"{request.method} {request.url.path}: {exc.detail}",
+            code=codes.get(exc.status_code, "invalid_request"),
+        )
+        body = error.to_body()
+        if exc.status_code == 404:
+            body["error"]["type"] = "not_found_error"  # type: ignore[index]
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
-    @app.get("/health")
+    @app.get(
+        "/health",
+        response_model=Health,
+        responses={503: {"model": Health, "description": "the engine thread has died"}},
+    )
     async def health() -> JSONResponse:
         """Liveness: the process serves HTTP and its engine thread has not died."""
         if not state.worker.alive:
             return JSONResponse({"status": "engine thread stopped"}, status_code=503)
         return JSONResponse({"status": "ok"})
 
-    @app.get("/ready")
+    @app.get(
+        "/ready",
+        response_model=Readiness,
+        responses={503: {"model": Readiness, "description": "loading, failed or draining"}},
+    )
     async def ready() -> JSONResponse:
         """Readiness: the engine is loaded and warmed up."""
         status = state.worker.status
@@ -208,15 +318,45 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
         }
         return JSONResponse(body, status_code=200 if ready else 503)
 
-    @app.get("/metrics")
+    @app.get(
+        "/metrics",
+        response_class=Response,
+        responses={
+            200: {
+                "description": "Prometheus text exposition format",
+                "content": {
+                    state.metrics.content_type.split(";")[0]: {"schema": {"type": "string"}}
+                },
+            },
+            401: {"model": ErrorBody, "description": "--protect-metrics and no valid token"},
+        },
+    )
     async def metrics(request: Request) -> Response:
         if settings.protect_metrics:
             state.require_token(request)
         return Response(state.metrics.render(), media_type=state.metrics.content_type)
 
     app.include_router(speech_routes(state))
+    app.include_router(openai_routes(state))
+    app.include_router(voice_routes(state))
 
-    @app.get("/")
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> Response:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title="chattts-stream API",
+            swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+            swagger_css_url="/docs-assets/swagger-ui.css",
+            swagger_favicon_url="/docs-assets/favicon-32x32.png",
+        )
+
+    app.mount("/docs-assets", StaticFiles(directory=swagger_ui_path), name="docs-assets")
+
+    @app.get(
+        "/",
+        response_class=FileResponse,
+        responses={200: {"description": "the live player page", "content": {"text/html": {}}}},
+    )
     async def index() -> FileResponse:
         return FileResponse(WEB_DIR / "index.html", headers={"Cache-Control": "no-cache"})
 
@@ -266,7 +406,14 @@ async def run_websocket(state: AppState, websocket: WebSocket) -> None:
         bound_send_buffer(websocket.scope.get(SCOPE_KEY), settings.ws_send_buffer_bytes)
         logger.info("[%s] connected from %s", session_id, websocket.client)
         session = Session(
-            websocket, settings, state.worker, metrics, session_id, state.frontend, state.admission
+            websocket,
+            settings,
+            state.worker,
+            metrics,
+            session_id,
+            state.frontend,
+            state.admission,
+            state.voices,
         )
         state.sessions.add(session)
         try:

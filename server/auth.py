@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from fastapi import Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from streaming.protocol import TOKEN_SUBPROTOCOL_PREFIX
+
+
+class _HasTokens(Protocol):
+    def require_token(self, request: Request) -> None: ...
 
 
 class TokenAuth:
@@ -57,3 +65,26 @@ def websocket_token(
         if protocol.startswith(TOKEN_SUBPROTOCOL_PREFIX):
             return protocol[len(TOKEN_SUBPROTOCOL_PREFIX) :]
     return query.get("token") or None
+
+
+#: The OpenAPI security scheme every protected route declares (it checks nothing itself:
+#: ``require_bearer`` does, so a missing token gets this server's 401, not FastAPI's 403).
+BEARER = HTTPBearer(
+    auto_error=False,
+    scheme_name="bearer",
+    description="one of the tokens in --token-file / TTS_TOKENS (open when none are set)",
+)
+
+
+_CREDENTIALS = Security(BEARER)
+
+
+def require_bearer(state: _HasTokens) -> Callable[..., Any]:
+    """A route dependency: refuse a request without one of the configured tokens."""
+
+    def check(
+        request: Request, _credentials: HTTPAuthorizationCredentials | None = _CREDENTIALS
+    ) -> None:
+        state.require_token(request)
+
+    return check

@@ -252,7 +252,9 @@ class StreamClient:
         return result
 
 
-_START_REFUSALS = frozenset({"too_many_contexts", "context_exists", "invalid_field", "busy"})
+_START_REFUSALS = frozenset(
+    {"too_many_contexts", "context_exists", "invalid_field", "voice_not_found", "busy"}
+)
 
 
 def _answers_start(event: Event, context_id: str) -> bool:

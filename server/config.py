@@ -33,6 +33,12 @@ class Settings:
 
     host: str = option("127.0.0.1", "interface to bind", group="server")
     port: int = option(8000, "port to bind (0: any free port)", group="server")
+    cors_origins: str | None = option(
+        None,
+        "browser origins allowed to call the HTTP API from other sites (CORS), comma-separated, "
+        "or * for any (none: same-origin only)",
+        group="server",
+    )
     log_level: str = option("info", "debug, info, warning, error", group="observability")
     protect_metrics: bool = option(False, "require a token on /metrics too", group="observability")
 
@@ -75,6 +81,11 @@ class Settings:
         "closer to running dry (0: every stream steps every time)",
         group="engine",
     )
+    voices_dir: Path | None = option(
+        None,
+        "where named voices are kept (default: ~/.local/share/chattts-stream/voices)",
+        group="engine",
+    )
     fallback_on_load_failure: bool = option(
         True,
         "when ChatTTS fails to load, serve the fallback voice (degraded) instead of exiting",
@@ -102,13 +113,23 @@ class Settings:
     )
     max_text_message_chars: int = option(4000, "largest text delta", group="limits")
     max_buffered_chars: int = option(20000, "unspoken text held per context", group="limits")
-    max_http_text_chars: int = option(2000, "longest text for POST /v1/tts", group="limits")
+    max_http_text_chars: int = option(
+        4096, "longest text for POST /v1/tts and /v1/audio/speech (OpenAI's: 4096)", group="limits"
+    )
+    max_voice_clip_seconds: float = option(
+        30.0, "longest reference clip a voice is made from (POST /v1/voices)", group="limits"
+    )
     segment_timeout_s: float = option(
         60.0,
         "time a segment may wait for its audio (queueing and synthesis, not sending)",
         group="limits",
     )
-    http_timeout_s: float = option(120.0, "synthesis time allowed per POST /v1/tts", group="limits")
+    http_timeout_s: float = option(
+        120.0,
+        "time an HTTP speech request may spend on its text and waiting for the engine "
+        "(not the time the client takes to read a streamed body)",
+        group="limits",
+    )
     max_streams: int = option(
         0,
         "contexts and HTTP requests speaking at once; beyond it new ones are busy "
@@ -324,6 +345,7 @@ def validate(settings: Settings) -> None:
         "prefills_per_step",
         "busy_retry_after_ms",
         "http_timeout_s",
+        "max_voice_clip_seconds",
         "segment_max_chars",
         "frame_ms",
         "first_frame_ms",

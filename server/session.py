@@ -27,11 +27,12 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from server.admission import Admission
 from server.config import Settings
-from server.engines.base import SynthesisRequest, VoiceSpec
+from server.engines.base import SynthesisRequest
 from server.errors import report
 from server.metrics import Metrics
 from server.textnorm import TextFrontend
 from server.transport import SCOPE_KEY, drain_then_abort, unblock_writes
+from server.voices import Voices
 from server.worker import EngineWorker, Job
 from streaming import connection as c
 from streaming import protocol as p
@@ -57,7 +58,9 @@ class Context:
         self.state = state
         self.id = state.id
         voice = state.voice
-        self.voice = VoiceSpec(voice=voice.voice, seed=voice.seed, speed=voice.speed)
+        self.voice = session.voices.spec(
+            voice.voice, seed=voice.seed, speed=voice.speed, fallback=voice.fallback
+        )
         self.sample_rate_hz = voice.sample_rate_hz
         self.pipeline = SpeechPipeline(
             session.settings.speech, session.worker.sample_rate_hz, voice.sample_rate_hz
@@ -242,9 +245,11 @@ class Session:
         session_id: str,
         frontend: TextFrontend,
         admission: Admission,
+        voices: Voices,
     ) -> None:
         self.websocket = websocket
         self.admission = admission
+        self.voices = voices
         #: The connection's asyncio transport, when the server exposes it (server.transport).
         self.transport: asyncio.WriteTransport | None = websocket.scope.get(SCOPE_KEY)
         self.settings = settings
@@ -259,7 +264,7 @@ class Session:
             engine_rate_hz=worker.sample_rate_hz,
             idle_flush_ms=settings.idle_flush_ms,
             sentence_flush_ms=settings.sentence_flush_ms,
-            check_voice=worker.check_voice,
+            check_voice=voices.own_seed,
             choose_seed=lambda: random.randrange(p.MAX_SEED),
             admit=lambda context_id: admission.start("ws", context_id),
         )

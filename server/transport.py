@@ -49,13 +49,14 @@ _TRANSPORT_METHODS = ("get_write_buffer_size", "set_write_buffer_limits", "abort
 
 
 class TransportTap:
-    """ASGI middleware: a WebSocket scope gets its asyncio transport under SCOPE_KEY."""
+    """ASGI middleware: a WebSocket or HTTP scope gets its asyncio transport under
+    SCOPE_KEY (HTTP: a streamed body that fails midway aborts its connection)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "websocket":
+        if scope["type"] in ("websocket", "http"):
             transport = getattr(getattr(send, "__self__", None), "transport", None)
             # uvloop's transports are not asyncio.WriteTransport subclasses: duck-type.
             if all(hasattr(transport, name) for name in _TRANSPORT_METHODS):

@@ -143,8 +143,10 @@ Event = Reply | Refused | Opened | FirstText | Segments | Ended | Cancelled | Id
 class Connection:
     """The sans-I/O core of one connection; see the module docstring.
 
-    ``check_voice`` raises ValueError (saying what is accepted) for a voice the engine
-    cannot use; ``choose_seed`` picks the seed of a context that names none; ``admit``
+    ``check_voice`` returns the seed a named voice fixes (None: it fixes none), and raises
+    :class:`ClientError` (``voice_not_found``, listing the names there are) or ValueError
+    for a voice that does not exist; ``choose_seed`` picks the seed of a context whose
+    message and voice name none; ``admit``
     decides whether a new context may start (admission control, given its id): False
     to speak on the main engine, True on the fallback voice, or it raises ``busy``.
     """
@@ -157,7 +159,7 @@ class Connection:
         engine_rate_hz: int,
         idle_flush_ms: int,
         sentence_flush_ms: int,
-        check_voice: Callable[[str], None],
+        check_voice: Callable[[str], int | None],
         choose_seed: Callable[[], int],
         admit: Callable[[str], bool] = lambda context_id: False,
     ) -> None:
@@ -269,14 +271,21 @@ class Connection:
                 context_id=message.context_id,
                 limit=limit,
             )
+        own_seed = None
         if message.voice is not None:
             try:
-                self._check_voice(message.voice)
+                own_seed = self._check_voice(message.voice)
             except ValueError as exc:
                 raise ClientError(
                     f"field 'voice': {exc}", code="invalid_field", context_id=message.context_id
                 ) from None
-        seed = message.seed if message.seed is not None else self._choose_seed()
+            except ClientError as exc:
+                raise type(exc)(
+                    f"field 'voice': {exc.message}", code=exc.code, context_id=message.context_id
+                ) from None
+        seed = message.seed if message.seed is not None else own_seed
+        if seed is None:
+            seed = self._choose_seed()
         fallback = self._admit(message.context_id)  # last: nothing refused after it
         voice = ContextVoice(
             message.voice,

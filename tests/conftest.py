@@ -15,6 +15,17 @@ if TYPE_CHECKING:
     from server.engines.chattts.engine import ChatTTSEngine
     from server.engines.select import EngineFactory
 
+
+@pytest.fixture(autouse=True, scope="session")
+def _voices_in_a_temporary_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Servers the tests start keep their created voices in a temporary directory, not
+    in the user's ~/.local/share (a test that checks persistence passes its own)."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
+    yield
+    patch.undo()
+
+
 #: GPT steps per synthesis for the shared engine: min = max makes every run the same
 #: length (random weights end at random), 72 steps = 3 chunks of 24 = ~1.5 s of audio.
 CHATTTS_TEST_STEPS = 72

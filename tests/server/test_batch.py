@@ -242,6 +242,8 @@ async def test_http_beyond_capacity_is_503_with_retry_after() -> None:
     assert response.json()["error"] == {
         "code": "busy",
         "message": response.json()["error"]["message"],
+        "type": "server_error",
+        "param": None,
         "retry_after_ms": 1500,
     }
 

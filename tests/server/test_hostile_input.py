@@ -23,6 +23,7 @@ from server.client import AudioFrame, StreamClient
 from server.config import Settings
 from server.engines.espeak import VOICES
 from server.engines.fake import ScriptedEngine
+from server.voices import PRESET_NAMES
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.server.test_protocol_errors import json_events, read_until_done
 
@@ -88,12 +89,13 @@ async def test_a_lone_surrogate_in_another_field_is_invalid_field_and_nothing_el
 async def test_the_fallback_voice_refuses_unknown_voices_listing_its_own(
     espeak_server: LiveServer,
 ) -> None:
-    """Like ChatTTS, the fallback voice refuses a voice it does not have, and says which it has."""
+    """Like ChatTTS, the fallback voice refuses a voice it does not have, and says which it
+    has: its named voices (OpenAI's names among them) and its raw variants."""
     async with StreamClient.connect(espeak_server.ws_url) as client:
         await client.start("a", voice="someone")
         refused = await client.collect("a", timeout_s=TIMEOUT_S)
-        assert [e["code"] for e in refused.errors] == ["invalid_field"]
-        assert all(name in refused.errors[0]["message"] for name in VOICES)
+        assert [e["code"] for e in refused.errors] == ["voice_not_found"]
+        assert all(name in refused.errors[0]["message"] for name in (*VOICES, *PRESET_NAMES))
         await client.start("b", voice="m1")
         await client.send_text("你好。", "b")
         await client.end("b")

@@ -298,10 +298,11 @@ def test_tts_json_has_the_seed_articles_shape(
 
 
 def test_tts_pcm_is_raw_16bit_samples_with_the_rate_in_a_header(http: httpx.Client) -> None:
-    """format pcm gives raw int16 samples, typed audio/L16 with the rate."""
+    """format pcm gives raw int16 samples, typed with the rate and little-endian layout
+    (not audio/L16, which RFC 2586 defines as big-endian)."""
     response = tts(http, text=TEXT, format="pcm")
     assert response.status_code == 200
-    assert response.headers["content-type"] == "audio/L16;rate=24000;channels=1"
+    assert response.headers["content-type"] == "audio/pcm; rate=24000; channels=1; encoding=s16le"
     assert response.headers["x-tts-sample-rate"] == "24000"
     assert len(response.content) % 2 == 0
     assert len(response.content) > 2 * 24000

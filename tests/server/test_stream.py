@@ -379,19 +379,21 @@ async def test_many_contexts_leave_nothing_behind() -> None:
 
 
 async def test_chattts_refuses_a_foreign_voice_at_start(chattts_server: LiveServer) -> None:
-    """A voice string the model cannot use is refused at start (invalid_field), not per segment."""
+    """A voice that is neither a named voice nor a speaker string the model can use is
+    refused at start (voice_not_found, listing the voices), not per segment; the same on
+    /v1/tts."""
     async with StreamClient.connect(chattts_server.ws_url) as client:
         ctx = await client.start(voice="not a speaker", seed=1)
         result = await client.collect(ctx, timeout_s=TIMEOUT_S)
     assert result.done is None and result.started is None
-    assert [e["code"] for e in result.errors] == ["invalid_field"]
-    assert "voice" in result.errors[0]["message"]
+    assert [e["code"] for e in result.errors] == ["voice_not_found"]
+    assert "voice" in result.errors[0]["message"] and "alloy" in result.errors[0]["message"]
     response = httpx.post(
         chattts_server.base_url + "/v1/tts",
         json={"text": "你好。", "speaker": "nope"},
         timeout=TIMEOUT_S,
     )
-    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_voice"
+    assert response.status_code == 400 and response.json()["error"]["code"] == "voice_not_found"
 
 
 async def test_a_failing_segment_reports_internal_error_and_the_context_goes_on() -> None:

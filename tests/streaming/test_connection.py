@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from streaming import connection as c
+from streaming.errors import NotFound
 from streaming.speech import SpeechSettings
 
 LIMITS = c.ConnectionLimits(
@@ -15,9 +16,14 @@ LIMITS = c.ConnectionLimits(
 )
 
 
-def no_foreign_voices(voice: str) -> None:
+def no_foreign_voices(voice: str) -> int | None:
+    if voice == "bass":
+        return 7  # a named voice with a seed of its own
+    if voice == "contralto":
+        raise NotFound("no voice 'contralto'; the voices are: alto, bass", code="voice_not_found")
     if voice != "alto":
         raise ValueError("accepted: alto")
+    return None
 
 
 def core() -> c.Connection:
@@ -69,6 +75,8 @@ CASES: list[tuple[str, list[str], str | bytes, list[tuple[Any, ...]]]] = [
      [("refused", "too_many_contexts", "c", 2)]),
     ("foreign voice", [], frame("start", voice="tenor"), [("refused", "invalid_field", "a", None)]),
     ("known voice", [], frame("start", voice="alto"), [("opened", "a"), ("reply", "started", "a")]),
+    ("unknown named voice", [], frame("start", voice="contralto"),
+     [("refused", "voice_not_found", "a", None)]),
     ("text cuts a sentence", [START], frame("text", text="你好。再见"),
      [("firsttext", "a"), ("segments", "a", ["你好。"]), ("idle", "a", 0.7)]),
     ("complete sentence held", [START], frame("text", text="好的。"),
@@ -200,3 +208,22 @@ def test_cancel_all_cancels_every_context() -> None:
     cancelled = [e.context_id for e in connection.cancel_all() if isinstance(e, c.Cancelled)]
     assert cancelled == ["a", "b"]
     assert all(context.cancelled for context in connection.contexts.values())
+
+
+@pytest.mark.parametrize(
+    ("fields", "seed"),
+    [({"voice": "bass"}, 7), ({"voice": "bass", "seed": 3}, 3), ({"voice": "alto"}, 42), ({}, 42)],
+)
+def test_the_seed_comes_from_the_message_then_the_voice_then_chance(
+    fields: dict[str, Any], seed: int
+) -> None:
+    events = core().receive(frame("start", **fields))
+    started = [e.message for e in events if isinstance(e, c.Reply)]
+    assert [m.seed for m in started if m.type == "started"] == [seed]
+
+
+def test_an_unknown_voice_names_the_field_and_lists_the_voices() -> None:
+    (refused,) = core().receive(frame("start", voice="contralto"))
+    assert isinstance(refused, c.Refused)
+    assert refused.error.message.startswith("field 'voice': no voice 'contralto'")
+    assert "alto, bass" in refused.error.message

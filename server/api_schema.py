@@ -1,0 +1,70 @@
+"""What /openapi.json declares that FastAPI cannot infer: the error body every route
+shares, the statuses each route can answer, and audio bodies by media type."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from server.http_audio import MEDIA_TYPES
+
+__all__ = ["ERROR_RESPONSES", "VOICE_ERROR_RESPONSES", "ErrorBody", "audio_responses"]
+
+
+class ErrorDetail(BaseModel):
+    """OpenAI's error object, plus this server's limit and retry hint where they apply."""
+
+    message: str
+    type: str = Field(description="invalid_request_error, authentication_error, ...")
+    param: str | None = Field(description="the request field at fault, if one is")
+    code: str | None = Field(description="this server's error code (docs/protocol.md)")
+    limit: int | None = Field(None, description="the limit a 413 or 503 ran into")
+    retry_after_ms: int | None = Field(None, description="busy: when to try again")
+
+
+class ErrorBody(BaseModel):
+    """Every error response of every route."""
+
+    error: ErrorDetail
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"model": ErrorBody, "description": description}
+
+
+#: The errors any speaking route can answer.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: _error("a request that cannot be spoken as sent (unknown voice, nothing to speak)"),
+    401: _error("missing or invalid bearer token"),
+    413: _error("the text exceeds --max-http-text-chars"),
+    422: _error("a body that does not decode or does not match the schema"),
+    503: _error("not ready, draining, busy (Retry-After), or a format without ffmpeg"),
+    504: _error("not spoken within --http-timeout-s"),
+}
+#: The errors of the voice routes.
+VOICE_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: _error("a voice that cannot be made as asked"),
+    401: _error("missing or invalid bearer token"),
+    404: _error("no such voice"),
+    409: _error("the name is taken, or names a preset"),
+    413: _error("the reference clip exceeds --max-voice-clip-bytes"),
+    422: _error("a body that does not decode or does not match the schema"),
+    503: _error("the engine is not ready"),
+}
+
+
+def audio_responses(
+    formats: Iterable[str], *, json_model: type[BaseModel] | None = None, sse: bool = False
+) -> dict[int | str, dict[str, Any]]:
+    """A 200 whose body is audio in one of ``formats`` (binary), chosen by the request."""
+    binary = {"schema": {"type": "string", "format": "binary"}}
+    content: dict[str, Any] = {MEDIA_TYPES[fmt].split(";")[0]: binary for fmt in formats}
+    if sse:
+        content["text/event-stream"] = {"schema": {"type": "string"}}
+    response: dict[str, Any] = {"description": "the audio, in the format asked for"}
+    if json_model is not None:
+        response["model"] = json_model
+    response["content"] = content
+    return {200: response}

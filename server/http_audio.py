@@ -1,0 +1,175 @@
+"""Audio as HTTP bodies: each format's media type, and encoders that stream.
+
+An encoder takes float32 mono frames as they are made and gives the bytes of the file
+as soon as there are any, so a response can start after the first segment:
+
+- ``pcm``: 16-bit little-endian samples, no header (``audio/pcm``; ``audio/L16`` would
+  mean big-endian, RFC 2586).
+- ``wav``: a RIFF header whose sizes say "unknown length" (0xFFFFFFFF, as streamed WAV
+  from ffmpeg and most TTS servers carries; decoders read to the end), then the PCM.
+  Whole (not streamed) WAV files get the exact sizes.
+- ``mp3``, ``opus`` (Ogg), ``ogg`` (Opus in Ogg, this server's older name), ``aac``
+  (ADTS), ``flac``: an ``ffmpeg`` process reading PCM on stdin and writing the format on
+  stdout, read as it comes.
+
+A ``tempo`` other than 1 time-stretches the audio without changing its pitch (ffmpeg's
+``atempo``, chained for factors below 0.5), for speeds beyond the engine's own range;
+then even PCM and WAV pass through ffmpeg. Without ffmpeg those requests get a 503
+``format_unavailable`` before any work starts (:func:`require_ffmpeg`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import struct
+from collections.abc import AsyncGenerator, AsyncIterator
+
+import numpy as np
+
+from streaming.audio import float_to_pcm16
+from streaming.errors import Unavailable
+
+__all__ = [
+    "MEDIA_TYPES",
+    "encode",
+    "fill_wav_sizes",
+    "media_type",
+    "needs_ffmpeg",
+    "require_ffmpeg",
+    "streaming_wav_header",
+    "tempo_filters",
+]
+
+MEDIA_TYPES = {
+    "wav": "audio/wav",
+    "pcm": "audio/pcm",
+    "mp3": "audio/mpeg",
+    "opus": "audio/ogg; codecs=opus",
+    "ogg": "audio/ogg",
+    "aac": "audio/aac",
+    "flac": "audio/flac",
+}
+# ffmpeg's muxer and codec for each compressed format.
+_FFMPEG = {
+    "mp3": ("mp3", ["-c:a", "libmp3lame", "-b:a", "64k"]),
+    "opus": ("ogg", ["-c:a", "libopus", "-b:a", "32k", "-page_duration", "20000"]),
+    "ogg": ("ogg", ["-c:a", "libopus", "-b:a", "32k", "-page_duration", "20000"]),
+    "aac": ("adts", ["-c:a", "aac", "-b:a", "64k"]),
+    "flac": ("flac", ["-c:a", "flac"]),
+    "wav": ("s16le", ["-c:a", "pcm_s16le"]),  # stretched: the header is ours
+    "pcm": ("s16le", ["-c:a", "pcm_s16le"]),
+}
+_READ_BYTES = 16 * 1024
+
+
+def media_type(fmt: str, rate_hz: int) -> str:
+    """The Content-Type of ``fmt`` at ``rate_hz`` (raw PCM says its rate and layout)."""
+    if fmt == "pcm":
+        return f"audio/pcm; rate={rate_hz}; channels=1; encoding=s16le"
+    return MEDIA_TYPES[fmt]
+
+
+def needs_ffmpeg(fmt: str, tempo: float) -> bool:
+    return fmt not in ("pcm", "wav") or tempo != 1.0
+
+
+def require_ffmpeg(fmt: str, tempo: float) -> None:
+    """Refuse, before any synthesis, a request this machine cannot encode."""
+    if needs_ffmpeg(fmt, tempo) and shutil.which("ffmpeg") is None:
+        what = f"format {fmt}" if fmt not in ("pcm", "wav") else "a speed beyond the engine's range"
+        raise Unavailable(f"{what} needs ffmpeg, which is not installed", code="format_unavailable")
+
+
+def streaming_wav_header(rate_hz: int, data_bytes: int | None = None) -> bytes:
+    """A 44-byte PCM WAV header; ``data_bytes`` None: a stream of unknown length."""
+    data = 0xFFFFFFFF if data_bytes is None else data_bytes
+    riff = 0xFFFFFFFF if data_bytes is None else 36 + data_bytes
+    return (
+        b"RIFF"
+        + struct.pack("<I", riff)
+        + b"WAVEfmt "
+        + struct.pack("<IHHIIHH", 16, 1, 1, rate_hz, rate_hz * 2, 2, 16)
+        + b"data"
+        + struct.pack("<I", data)
+    )
+
+
+def tempo_filters(tempo: float) -> str:
+    """ffmpeg's filter chain for ``tempo`` (each ``atempo`` takes 0.5-100)."""
+    parts = []
+    while tempo < 0.5:
+        parts.append("atempo=0.5")
+        tempo /= 0.5
+    parts.append(f"atempo={tempo:.6g}")
+    return ",".join(parts)
+
+
+async def encode(
+    frames: AsyncGenerator[np.ndarray], fmt: str, rate_hz: int, *, tempo: float = 1.0
+) -> AsyncGenerator[bytes]:
+    """The bytes of ``fmt`` for ``frames`` (float32 mono at ``rate_hz``), as they come.
+    Closing it closes ``frames`` (which stops their synthesis)."""
+    async with contextlib.aclosing(frames):
+        if fmt == "wav":
+            yield streaming_wav_header(rate_hz)
+        if not needs_ffmpeg(fmt, tempo):
+            async for frame in frames:
+                if frame.size:
+                    yield float_to_pcm16(frame)
+            return
+        async for chunk in _ffmpeg(frames, fmt, rate_hz, tempo):
+            yield chunk
+
+
+def fill_wav_sizes(wav: bytes) -> bytes:
+    """A whole streamed WAV (header of unknown length) with its exact sizes."""
+    return streaming_wav_header(int.from_bytes(wav[24:28], "little"), len(wav) - 44) + wav[44:]
+
+
+async def _ffmpeg(
+    frames: AsyncIterator[np.ndarray], fmt: str, rate_hz: int, tempo: float
+) -> AsyncIterator[bytes]:
+    muxer, codec = _FFMPEG[fmt]
+    filters = ["-filter:a", tempo_filters(tempo)] if tempo != 1.0 else []
+    process = await asyncio.create_subprocess_exec(
+        "ffmpeg", "-hide_banner", "-loglevel", "error", "-nostdin",
+        # Raw input needs no probing: without these ffmpeg reads ~0.3 s of it first.
+        "-probesize", "32", "-analyzeduration", "0", "-fflags", "nobuffer",
+        "-f", "s16le", "-ar", str(rate_hz), "-ac", "1", "-i", "pipe:0",
+        *filters, *codec, "-flush_packets", "1", "-f", muxer, "pipe:1",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdin is not None and process.stdout is not None
+    stdin, stdout = process.stdin, process.stdout
+
+    async def feed() -> None:
+        try:
+            async for frame in frames:
+                if frame.size:
+                    stdin.write(float_to_pcm16(frame))
+                    await stdin.drain()
+        finally:
+            with contextlib.suppress(ConnectionError):
+                stdin.close()
+
+    feeder = asyncio.get_running_loop().create_task(feed(), name=f"encode-{fmt}")
+    try:
+        while chunk := await stdout.read(_READ_BYTES):
+            yield chunk
+        await feeder  # raises what the frames raised (a synthesis error, a timeout)
+        if await process.wait() != 0:
+            assert process.stderr is not None
+            detail = (await process.stderr.read()).decode(errors="replace").strip()
+            raise RuntimeError(f"ffmpeg failed encoding {fmt}: {detail[-500:]}")
+    finally:
+        if not feeder.done():
+            feeder.cancel()
+            with contextlib.suppress(BaseException):
+                await feeder
+        if process.returncode is None:
+            process.kill()
+            await process.wait()

@@ -1,0 +1,277 @@
+"""A whole text spoken for an HTTP route, as a stream of frames: the routes' one core.
+
+``POST /v1/tts`` and ``POST /v1/audio/speech`` both speak through :class:`TextSpeech`,
+which runs the WebSocket's pipeline (:mod:`streaming.speech`) with the whole-text
+segmenter policy:
+
+1. :meth:`TextSpeech.prepare` cuts and normalises every segment before any audio, so
+   what is removed from the text is known (and reported in headers) from the start and
+   a text with nothing to speak is refused before synthesis;
+2. :meth:`TextSpeech.frames` speaks the segments in order, yielding frames as the
+   engine makes them, within the request's time limit (``--http-timeout-s``, counted
+   from the request's arrival);
+3. :func:`respond_streaming` waits for the first frame (so a failure of the first
+   segment still gets its HTTP status), then answers with the rest as a chunked body.
+   A failure after that can only end the body early: the connection is closed without
+   the final chunk, which every HTTP client reports as an incomplete body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from fastapi import Request
+from fastapi.responses import StreamingResponse
+
+from server.engines.base import SynthesisRequest, VoiceSpec
+from server.errors import report
+from server.transport import SCOPE_KEY
+from streaming.errors import ClientError, LimitExceeded, SynthesisTimeout, Unavailable
+from streaming.segment import Segment
+from streaming.speech import SpeechPipeline, removals_in_stream
+from streaming.text import PreparedText
+
+if TYPE_CHECKING:
+    from server.app import AppState
+
+__all__ = [
+    "TextSpeech",
+    "check_can_speak",
+    "check_text_length",
+    "respond_streaming",
+    "start_speech",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Removed runs listed in the X-TTS-Removed header (X-TTS-Removed-Count has the total).
+_MAX_REMOVED_IN_HEADER = 32
+
+
+def check_text_length(state: AppState, text: str) -> None:
+    limit = state.settings.max_http_text_chars
+    if len(text) > limit:
+        raise LimitExceeded(
+            f"text of {len(text)} characters exceeds the limit of {limit}",
+            code="text_too_long",
+            limit=limit,
+        )
+
+
+def check_can_speak(state: AppState) -> None:
+    """Refuse, before any work, a request the server cannot serve now."""
+    if state.draining:
+        raise Unavailable("the server is shutting down", code="draining")
+    if not state.worker.ready:
+        raise Unavailable(f"the engine is {state.worker.status.state}", code="not_ready")
+
+
+@dataclass
+class _Part:
+    segment: Segment
+    prepared: PreparedText
+
+
+@dataclass
+class TextSpeech:
+    """One whole text being spoken; see the module docstring.
+
+    ``fallback``: admitted on the fallback voice (the engine was busy); the admission
+    slot, when it holds one, is given back by :meth:`close`.
+    """
+
+    state: AppState
+    text: str
+    voice: VoiceSpec
+    output_rate_hz: int
+    fallback: bool
+    started: float = field(default_factory=time.perf_counter)
+    removed: list[dict[str, object]] = field(default_factory=list)
+    spoken: list[str] = field(default_factory=list)
+    fallback_segments: int = 0
+    #: Output samples yielded so far.
+    samples: int = 0
+    first_audio_s: float | None = None
+    _parts: list[_Part] = field(default_factory=list)
+    _closed: bool = False
+    _waited_s: float = 0.0
+    _ended: float | None = None
+
+    def _budget_s(self) -> float:
+        """What is left of the time limit: it counts the time spent preparing and waiting
+        for the engine, not the time the client takes to read (a slow reader is not slow
+        synthesis)."""
+        return self.state.settings.http_timeout_s - self._waited_s
+
+    async def prepare(self) -> None:
+        """Cut and normalise every segment (on the front-end thread, all queued at once)."""
+        stream = self.state.frontend.stream()
+        segments = self.state.settings.speech.segments(self.text)
+        futures = [stream.submit(segment.text) for segment in segments]
+        try:
+            prepared = await asyncio.wait_for(asyncio.gather(*futures), self._budget_s())
+        except TimeoutError:
+            raise self._timeout() from None
+        finally:
+            self._waited_s += time.perf_counter() - self.started
+        self._parts = [_Part(s, p) for s, p in zip(segments, prepared, strict=True)]
+        for part in self._parts:
+            self.removed += [asdict(r) for r in removals_in_stream(part.segment, part.prepared)]
+            if part.prepared.spoken:
+                self.spoken.append(part.prepared.spoken)
+        if self.removed:
+            chars = sum(len(str(r["chars"])) for r in self.removed)
+            self.state.metrics.removed_characters.inc(chars)
+        if not self.spoken:
+            raise ClientError(
+                "the text contains nothing that can be spoken", code="nothing_to_speak"
+            )
+
+    def _timeout(self) -> SynthesisTimeout:
+        limit = self.state.settings.http_timeout_s
+        return SynthesisTimeout(
+            f"the request was not spoken within the limit of {limit:g} s (--http-timeout-s)",
+            code="timeout",
+        )
+
+    async def frames(self) -> AsyncGenerator[np.ndarray]:
+        """The utterance's frames at ``output_rate_hz``, as the engine makes them."""
+        state = self.state
+        worker = state.worker
+        engine_rate = worker.sample_rate_hz
+        pipeline = SpeechPipeline(
+            state.settings.speech, engine_rate, self.output_rate_hz, whole_text=True
+        )
+        try:
+            for part in self._parts:
+                if not pipeline.begin(part.segment, part.prepared).speaks:
+                    continue
+                request = SynthesisRequest(part.prepared.spoken, self.voice, fallback=self.fallback)
+                job = worker.submit(request)
+                produced = 0
+                try:
+                    if self._budget_s() <= 0:
+                        raise self._timeout()
+                    resumed = time.perf_counter()
+                    async for chunk in job.chunks(self._budget_s()):
+                        self._waited_s += time.perf_counter() - resumed
+                        self.fallback_segments += job.fell_back and produced == 0
+                        produced += chunk.size
+                        for frame in pipeline.push(chunk):
+                            yield self._count(frame)
+                        resumed = time.perf_counter()
+                    for frame in pipeline.finish():
+                        yield self._count(frame)
+                except SynthesisTimeout:
+                    raise self._timeout() from None
+                finally:
+                    job.cancel()  # a no-op when complete; stops the engine if the client left
+                    pipeline.abandon()
+                state.metrics.observe_segment(
+                    engine_seconds=job.engine_seconds,
+                    audio_seconds=produced / engine_rate,
+                    characters=len(part.prepared.spoken),
+                )
+        finally:
+            self.close()
+
+    def _count(self, frame: np.ndarray) -> np.ndarray:
+        if self.first_audio_s is None:
+            self.first_audio_s = time.perf_counter() - self.started
+            self.state.metrics.ttfa.labels(route="http").observe(self.first_audio_s)
+        self.samples += int(frame.size)
+        return frame
+
+    @property
+    def elapsed_s(self) -> float:
+        """From the request's arrival to its end (to now while it runs)."""
+        return (self._ended or time.perf_counter()) - self.started
+
+    def close(self) -> None:
+        """Give the admission slot back (once), observe the request's latency."""
+        if self._closed:
+            return
+        self._closed = True
+        self._ended = time.perf_counter()
+        if not self.fallback:
+            self.state.admission.finish()
+        self.state.metrics.http_latency.observe(self._ended - self.started)
+
+    def headers(self) -> dict[str, str]:
+        """What the response says of the text and the engine (known before the audio)."""
+        removed = self.removed
+        headers = {
+            "X-TTS-Engine": self.state.worker.status.engine or "",
+            # JSON with \\u escapes: header values must be ASCII. Capped: proxies refuse
+            # responses with headers beyond a few KB; the json format has the full list.
+            "X-TTS-Removed": json.dumps(removed[:_MAX_REMOVED_IN_HEADER]) if removed else "",
+            "X-TTS-Removed-Count": str(len(removed)) if removed else "",
+            "X-TTS-Degraded": "busy" if self.fallback else "",
+        }
+        return {k: v for k, v in headers.items() if v}
+
+
+async def start_speech(
+    state: AppState, text: str, voice: VoiceSpec, output_rate_hz: int
+) -> TextSpeech:
+    """Admit and prepare a text (errors here are the request's HTTP status)."""
+    fallback = state.admission.start("http")
+    speech = TextSpeech(state, text, voice, output_rate_hz, fallback)
+    try:
+        await speech.prepare()
+    except BaseException:
+        speech.close()
+        raise
+    return speech
+
+
+async def _primed(
+    first: bytes, rest: AsyncGenerator[bytes], speech: TextSpeech, transport: Any
+) -> AsyncIterator[bytes]:
+    try:
+        yield first
+        async for chunk in rest:
+            yield chunk
+    except Exception as exc:
+        # The status has gone out: all that is left is to end the body unfinished (no
+        # final chunk), which the client's HTTP library reports as an incomplete read.
+        report(exc, metrics=speech.state.metrics, log=logger, where="streamed response")
+        if transport is None:
+            raise  # no transport to abort: the server's own error path ends the body
+        transport.abort()
+    finally:
+        await rest.aclose()  # now, not at garbage collection: it stops the engine
+
+
+async def respond_streaming(
+    speech: TextSpeech,
+    body: AsyncGenerator[bytes],
+    media_type: str,
+    headers: dict[str, str],
+    request: Request,
+) -> StreamingResponse:
+    """Wait for the body's first bytes after the first audio, then stream the rest.
+
+    Raises what the first segment raised (the caller's error handler gives its status)."""
+    try:
+        first = b""
+        async for chunk in body:
+            first += chunk
+            if speech.first_audio_s is not None and first:
+                break
+        else:
+            raise ClientError("the text gave no audio", code="nothing_to_speak")
+    except BaseException:
+        await body.aclose()
+        speech.close()
+        raise
+    headers = headers | {"X-TTS-First-Audio-Ms": f"{(speech.first_audio_s or 0) * 1000:.1f}"}
+    primed = _primed(first, body, speech, request.scope.get(SCOPE_KEY))
+    return StreamingResponse(primed, media_type=media_type, headers=headers)

@@ -1,0 +1,202 @@
+"""The named voices over HTTP: ``GET/POST /v1/voices``, ``GET/DELETE /v1/voices/{name}``.
+
+A voice is made from a seed (the speaker ChatTTS samples from it), from a speaker
+string a user already has (``Chat.sample_random_speaker()``), or from a short reference
+clip with its transcript (ChatTTS's ``sample_audio_speaker``, run on the engine thread);
+for the fallback voice, from one of its variants. See :mod:`server.voices`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import random
+import shutil
+import subprocess
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from fastapi import APIRouter, Depends, Query, Response
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+from server.api_schema import VOICE_ERROR_RESPONSES
+from server.auth import require_bearer
+from server.engines import espeak
+from server.voices import FALLBACK_ENGINE, Voice
+from streaming import protocol as p
+from streaming.errors import ClientError, LimitExceeded, Unavailable
+
+if TYPE_CHECKING:
+    from server.app import AppState
+
+__all__ = ["voice_routes"]
+
+_CLIP_RATE_HZ = 24000
+
+
+class VoiceCreate(BaseModel):
+    """Body of POST /v1/voices: a name, and at most one of speaker, speaker_seed, clip."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: StrictStr = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    engine: StrictStr | None = Field(
+        None, description="the engine it belongs to: the main engine (default) or espeak"
+    )
+    description: StrictStr = Field("", max_length=500)
+    speaker: StrictStr | None = Field(
+        None, min_length=1, description="ChatTTS: a speaker string; espeak: a variant"
+    )
+    speaker_seed: StrictInt | None = Field(
+        None, ge=0, le=p.MAX_SEED, description="ChatTTS: the speaker this seed samples"
+    )
+    clip: StrictStr | None = Field(
+        None, description="ChatTTS: a reference recording (WAV, FLAC, MP3, ...), base64"
+    )
+    transcript: StrictStr | None = Field(
+        None, min_length=1, max_length=500, description="what the clip says (with clip)"
+    )
+    seed: StrictInt | None = Field(None, ge=0, le=p.MAX_SEED, description="its sampling seed")
+    temperature: float | None = Field(None, gt=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: StrictInt | None = Field(None, ge=1, le=1000)
+
+
+class VoiceOut(BaseModel):
+    name: str
+    engine: str
+    source: str = Field(description="seed, speaker or clip")
+    speaker: str | None = Field(description="the speaker string (long ones shortened)")
+    speaker_seed: int | None
+    seed: int | None
+    transcript: str | None
+    temperature: float | None
+    top_p: float | None
+    top_k: int | None
+    description: str
+    preset: bool
+
+
+class VoiceList(BaseModel):
+    object: str = "list"
+    engine: str
+    data: list[VoiceOut]
+
+
+def voice_routes(state: AppState) -> APIRouter:
+    router = APIRouter(dependencies=[Depends(require_bearer(state))])
+    registry = state.voices.registry
+
+    def engine_of(name: str | None) -> str:
+        main = state.voices.engine()
+        if name is None or name == main:
+            return main
+        if name == FALLBACK_ENGINE:
+            return name
+        raise ClientError(
+            f"no engine {name[:64]!r}: this server's are {main} and {FALLBACK_ENGINE}",
+            code="invalid_field",
+            param="engine",
+        )
+
+    @router.get("/v1/voices", response_model=VoiceList, responses=VOICE_ERROR_RESPONSES)
+    async def list_voices(engine: str | None = Query(None)) -> dict[str, Any]:
+        """The voices of the main engine (or of ``engine``): presets first."""
+        chosen = engine_of(engine)
+        return {"engine": chosen, "data": [v.public() for v in registry.list(chosen)]}
+
+    @router.get("/v1/voices/{name}", response_model=VoiceOut, responses=VOICE_ERROR_RESPONSES)
+    async def get_voice(name: str, engine: str | None = Query(None)) -> dict[str, Any]:
+        return registry.require(engine_of(engine), name).public()
+
+    @router.post(
+        "/v1/voices", response_model=VoiceOut, status_code=201, responses=VOICE_ERROR_RESPONSES
+    )
+    async def create_voice(body: VoiceCreate) -> dict[str, Any]:
+        voice = await _make_voice(state, body, engine_of(body.engine))
+        return registry.add(voice).public()
+
+    @router.delete(
+        "/v1/voices/{name}", status_code=204, response_class=Response,
+        responses=VOICE_ERROR_RESPONSES,
+    )  # fmt: skip
+    async def delete_voice(name: str, engine: str | None = Query(None)) -> Response:
+        registry.delete(engine_of(engine), name)
+        return Response(status_code=204)
+
+    return router
+
+
+async def _make_voice(state: AppState, body: VoiceCreate, engine: str) -> Voice:
+    given = [k for k in ("speaker", "speaker_seed", "clip") if getattr(body, k) is not None]
+    if len(given) > 1:
+        raise ClientError(f"give one of speaker, speaker_seed and clip, not {' and '.join(given)}",
+                          code="invalid_field", param=given[1])  # fmt: skip
+    if (body.clip is None) != (body.transcript is None):
+        raise ClientError("a clip comes with its transcript, and a transcript with its clip",
+                          code="invalid_field", param="transcript")  # fmt: skip
+    fields: dict[str, Any] = {
+        "seed": body.seed,
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "top_k": body.top_k,
+        "description": body.description,
+    }
+    if engine == FALLBACK_ENGINE and state.voices.engine() != FALLBACK_ENGINE:
+        check = espeak.check_voice
+    else:
+        check = state.worker.check_voice
+    if body.speaker is not None:
+        try:
+            check(body.speaker)
+        except ValueError as exc:
+            raise ClientError(f"speaker: {exc}", code="invalid_voice", param="speaker") from None
+        return Voice(body.name, engine, speaker=body.speaker, **fields)
+    if engine == FALLBACK_ENGINE:
+        if body.speaker_seed is not None or body.clip is not None:
+            raise ClientError("the fallback voice's voices are a variant (speaker) and a seed",
+                              code="invalid_field", param=given[0])  # fmt: skip
+        return Voice(body.name, engine, **fields)
+    if body.clip is not None:
+        reference = await _voice_from_clip(state, body.clip)
+        return Voice(body.name, engine, reference=reference, transcript=body.transcript, **fields)
+    seed = body.speaker_seed if body.speaker_seed is not None else random.randrange(p.MAX_SEED)
+    return Voice(body.name, engine, speaker_seed=seed, **fields)
+
+
+async def _voice_from_clip(state: AppState, clip: str) -> str:
+    try:
+        data = base64.b64decode(clip, validate=True)
+    except (binascii.Error, ValueError):
+        raise ClientError("clip is not base64", code="invalid_field", param="clip") from None
+    audio = await asyncio.to_thread(_decode_audio, data)
+    limit = state.settings.max_voice_clip_seconds
+    seconds = audio.size / _CLIP_RATE_HZ
+    if seconds > limit:
+        raise LimitExceeded(f"a clip of {seconds:.1f} s exceeds the limit of {limit:g} s",
+                            code="clip_too_long", param="clip")  # fmt: skip
+    if seconds < 0.5:
+        raise ClientError(f"a clip of {seconds:.2f} s is too short to take a voice from",
+                          code="invalid_field", param="clip")  # fmt: skip
+    try:
+        return await state.worker.call(lambda engine: engine.voice_from_clip(audio, _CLIP_RATE_HZ))
+    except ValueError as exc:
+        raise ClientError(f"clip: {exc}", code="invalid_voice", param="clip") from None
+
+
+def _decode_audio(data: bytes) -> np.ndarray:
+    """Any audio file ffmpeg reads, as float32 mono at 24 kHz."""
+    if shutil.which("ffmpeg") is None:
+        raise Unavailable("a voice from a clip needs ffmpeg, which is not installed",
+                          code="format_unavailable")  # fmt: skip
+    result = subprocess.run(
+        ["ffmpeg", "-hide_banner", "-loglevel", "error", "-nostdin", "-i", "pipe:0",
+         "-f", "f32le", "-ac", "1", "-ar", str(_CLIP_RATE_HZ), "pipe:1"],
+        input=data, capture_output=True, timeout=60, check=False,
+    )  # fmt: skip
+    if result.returncode != 0:
+        detail = result.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["?"]
+        raise ClientError(f"clip is not audio ffmpeg can read ({detail[0][:200]})",
+                          code="invalid_field", param="clip")  # fmt: skip
+    return np.frombuffer(result.stdout, np.float32).copy()
