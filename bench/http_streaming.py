@@ -1,0 +1,149 @@
+"""HTTP streaming: time to first byte against total time, streamed and buffered, one run.
+
+One server (a child process) speaks the same three-segment text through:
+
+- ``POST /v1/tts`` buffered (the baseline: the whole file once the text is spoken),
+- ``POST /v1/tts`` with ``"stream": true`` (wav),
+- ``POST /v1/audio/speech`` (OpenAI's API), pcm and mp3 (always streamed),
+
+one request at a time, ``--repeats`` times each, interleaved. Reported per route: time
+to first body byte and total time (medians, and the TTFB p95), TTFB as a share of the
+total, and each streamed route's TTFB against the buffered one's.
+
+    .venv/bin/python bench/http_streaming.py                    # ChatTTS, tiny checkpoint
+    .venv/bin/python bench/http_streaming.py --engine espeak
+    .venv/bin/python bench/http_streaming.py --checkpoint checkpoints/full --steps 40
+
+ChatTTS runs on the CPU with random weights, so every segment is ``--steps`` GPT steps
+long (random weights end at random). Ends with one JSON line of the headline figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TEXT = "今天天气很好，我们去公园散步吧。公园里有很多花，红的黄的都有。傍晚我们再回家做饭。"
+ROUTES: dict[str, tuple[str, dict[str, Any]]] = {
+    "tts_buffered": ("/v1/tts", {"text": TEXT, "format": "wav"}),
+    "tts_streamed": ("/v1/tts", {"text": TEXT, "format": "wav", "stream": True}),
+    "speech_pcm": ("/v1/audio/speech",
+                   {"model": "tts-1", "voice": "alloy", "input": TEXT, "response_format": "pcm"}),
+    "speech_mp3": ("/v1/audio/speech",
+                   {"model": "tts-1", "voice": "alloy", "input": TEXT, "response_format": "mp3"}),
+}  # fmt: skip
+
+
+def serve(engine: str, checkpoint: Path, steps: int, port: Any) -> None:
+    import uvicorn
+
+    from server.app import create_app
+    from server.config import Settings
+    from server.lifecycle import uvicorn_config
+
+    factory = None
+    if engine == "chattts":
+        from server.engines.chattts.engine import ChatTTSEngine
+        from server.engines.chattts.options import ChatTTSOptions
+
+        def factory() -> Any:
+            options = ChatTTSOptions(device="cpu", max_new_token=steps, min_new_token=steps)
+            return ChatTTSEngine(checkpoint, options), False, None
+
+        settings = Settings(engine="chattts", model_dir=checkpoint, log_level="warning")
+    else:
+        settings = Settings(engine="espeak", log_level="warning")
+    app = create_app(settings, engine=factory)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port.put(sock.getsockname()[1])
+    uvicorn.Server(uvicorn_config(app, settings, log_level="warning")).run(sockets=[sock])
+
+
+def timed(http: Any, path: str, body: dict[str, Any]) -> tuple[float, float, int]:
+    """(seconds to the first body byte, seconds to the last, bytes)."""
+    started = time.perf_counter()
+    first = None
+    size = 0
+    with http.stream("POST", path, json=body) as response:
+        response.raise_for_status()
+        for chunk in response.iter_raw():
+            if first is None and chunk:
+                first = time.perf_counter() - started
+            size += len(chunk)
+    return first or 0.0, time.perf_counter() - started, size
+
+
+def main(argv: list[str] | None = None) -> int:
+    import httpx
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engine", choices=("chattts", "espeak"), default="chattts")
+    parser.add_argument("--checkpoint", type=Path, default=ROOT / "checkpoints" / "tiny")
+    parser.add_argument("--steps", type=int, default=60, help="GPT steps per segment (chattts)")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args(argv)
+    if args.engine == "chattts" and not (args.checkpoint / "asset").is_dir():
+        from server.engines.chattts.checkpoint import write_checkpoint
+
+        print(f"writing a tiny random-weight checkpoint to {args.checkpoint}", file=sys.stderr)
+        write_checkpoint(args.checkpoint, size="tiny", seed=0)
+
+    ctx = multiprocessing.get_context("spawn")
+    port_queue = ctx.Queue()
+    child = ctx.Process(
+        target=serve, args=(args.engine, args.checkpoint, args.steps, port_queue), daemon=True
+    )
+    child.start()
+    port = port_queue.get(timeout=120)
+    base = f"http://127.0.0.1:{port}"
+    results: dict[str, list[tuple[float, float, int]]] = {name: [] for name in ROUTES}
+    try:
+        with httpx.Client(base_url=base, timeout=600) as http:
+            deadline = time.monotonic() + 300
+            while http.get("/ready").status_code != 200:
+                if time.monotonic() > deadline:
+                    raise SystemExit("the server did not become ready")
+                time.sleep(0.2)
+            for path, body in ROUTES.values():  # warm: ffmpeg, caches, the first requests
+                timed(http, path, body)
+            for _ in range(args.repeats):
+                for name, (path, body) in ROUTES.items():
+                    results[name].append(timed(http, path, body))
+    finally:
+        child.terminate()
+        child.join(10)
+
+    headline: dict[str, Any] = {"bench": "http_streaming", "engine": args.engine,
+                                "repeats": args.repeats}  # fmt: skip
+    base_ttfb = statistics.median(r[0] for r in results["tts_buffered"])
+    print(f"engine {args.engine}, three segments ({len(TEXT)} characters), {args.repeats} runs")
+    print(f"{'route':<14} {'TTFB p50':>9} {'TTFB p95':>9} {'total p50':>10} {'TTFB/total':>11}"
+          f" {'TTFB vs buffered':>17}")  # fmt: skip
+    for name, runs in results.items():
+        ttfb = statistics.median(r[0] for r in runs)
+        ttfb95 = sorted(r[0] for r in runs)[max(0, round(0.95 * len(runs)) - 1)]
+        total = statistics.median(r[1] for r in runs)
+        print(f"{name:<14} {ttfb * 1000:>7.0f}ms {ttfb95 * 1000:>7.0f}ms {total * 1000:>8.0f}ms"
+              f" {ttfb / total:>11.2f} {ttfb / base_ttfb:>16.2f}x")  # fmt: skip
+        headline[f"{name}_ttfb_ms"] = round(ttfb * 1000, 1)
+        headline[f"{name}_total_ms"] = round(total * 1000, 1)
+    headline["streamed_ttfb_vs_buffered"] = round(
+        headline["tts_streamed_ttfb_ms"] / headline["tts_buffered_ttfb_ms"], 3
+    )
+    print(json.dumps(headline))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
