@@ -38,7 +38,7 @@ def _error(description: str) -> dict[str, Any]:
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: _error("a request that cannot be spoken as sent (unknown voice, nothing to speak)"),
     401: _error("missing or invalid bearer token"),
-    413: _error("the text exceeds --max-http-text-chars"),
+    413: _error("the text exceeds --max-http-text-chars, or the body --max-http-body-bytes"),
     422: _error("a body that does not decode or does not match the schema"),
     503: _error("not ready, draining, busy (Retry-After), or a format without ffmpeg"),
     504: _error("not spoken within --http-timeout-s"),
@@ -49,7 +49,10 @@ VOICE_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: _error("missing or invalid bearer token"),
     404: _error("no such voice"),
     409: _error("the name is taken, or names a preset"),
-    413: _error("the reference clip exceeds --max-voice-clip-bytes"),
+    413: _error(
+        "a clip over --max-voice-clip-seconds, a body over --max-http-body-bytes, "
+        "or no room for another voice (--max-voices)"
+    ),
     422: _error("a body that does not decode or does not match the schema"),
     503: _error("the engine is not ready"),
 }
@@ -68,3 +71,24 @@ def audio_responses(
         response["model"] = json_model
     response["content"] = content
     return {200: response}
+
+
+class Health(BaseModel):
+    status: str
+
+
+class TextFrontendStatus(BaseModel):
+    loaded: bool
+    normalizer: bool
+    load_seconds: float | None
+
+
+class Readiness(BaseModel):
+    ready: bool
+    state: str = Field(description="loading, ready, failed, stopped or draining")
+    text_frontend: TextFrontendStatus
+    engine: str | None
+    degraded: bool
+    detail: str | None
+    load_seconds: float | None
+    sample_rate: int | None

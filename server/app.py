@@ -21,20 +21,21 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocketState
 from swagger_ui_bundle import swagger_ui_path
 
 from server import __version__
 from server.admission import Admission
-from server.api_schema import ErrorBody
+from server.api_schema import ErrorBody, Health, Readiness
 from server.auth import TokenAuth, bearer_token, websocket_token
 from server.config import Settings
 from server.engines.select import EngineFactory, engine_factory, fallback_factory
 from server.errors import report
+from server.http_audio import Encoders
+from server.http_speech import EXPOSED_HEADERS
 from server.metrics import Metrics
+from server.middleware import BodyLimit, RequestCounter
 from server.openai_api import openai_routes
 from server.session import Session
 from server.speech_api import speech_routes
@@ -81,57 +82,6 @@ class _DenialLogFilter(logging.Filter):
         return True
 
 
-class _RequestCounter:
-    """ASGI middleware: counts each HTTP request by route template and status.
-
-    Plain ASGI rather than ``@app.middleware``: Starlette's BaseHTTPMiddleware re-streams
-    every body through a queue and hides the server's ``send`` (and so the transport) from
-    the middleware outside it."""
-
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        status = 500  # what the server answers if the app fails before starting a response
-
-        async def counted(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, counted)
-        finally:
-            path = getattr(scope.get("route"), "path", "unmatched")
-            self.metrics.http_requests.labels(route=path, status=str(status)).inc()
-
-
-class Health(BaseModel):
-    status: str
-
-
-class TextFrontendStatus(BaseModel):
-    loaded: bool
-    normalizer: bool
-    load_seconds: float | None
-
-
-class Readiness(BaseModel):
-    ready: bool
-    state: str = Field(description="loading, ready, failed, stopped or draining")
-    text_frontend: TextFrontendStatus
-    engine: str | None
-    degraded: bool
-    detail: str | None
-    load_seconds: float | None
-    sample_rate: int | None
-
-
 class AppState:
     """Everything the routes share, built from the settings."""
 
@@ -162,6 +112,7 @@ class AppState:
             allow_control_tags=settings.allow_control_tags, cache_dir=settings.text_cache_dir
         )
         self.voices = Voices(VoiceRegistry(settings.voices_dir), self.worker)
+        self.encoders = Encoders()
         self.connections = 0
         self.draining = False
         self.sessions: set[Session] = set()
@@ -226,6 +177,7 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
             yield
         finally:
             state.frontend.close()
+            await state.encoders.close()
             uvicorn_log.removeFilter(state.denial_log_filter)
             await asyncio.to_thread(state.worker.stop)
 
@@ -245,10 +197,10 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
             allow_origins=origins,
             allow_methods=["GET", "POST", "DELETE"],
             allow_headers=["Authorization", "Content-Type"],
-            expose_headers=["X-TTS-Engine", "X-TTS-Removed", "X-TTS-Removed-Count",
-                            "X-TTS-Degraded", "X-TTS-Sample-Rate", "Retry-After"],
+            expose_headers=[*EXPOSED_HEADERS, "Retry-After"],
         )  # fmt: skip
-    app.add_middleware(_RequestCounter, metrics=state.metrics)
+    app.add_middleware(BodyLimit, limit=settings.max_http_body_bytes, metrics=state.metrics)
+    app.add_middleware(RequestCounter, metrics=state.metrics)
     app.add_middleware(TransportTap)  # last added, so outermost: it must see the server's send
     app.state.tts = state
 
@@ -268,9 +220,17 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
         )
         return JSONResponse(error.to_body(), status_code=422)
 
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        """A bug: logged with its traceback (by the server, after this), answered in the
+        one error shape without its details."""
+        error = TTSError("internal error (logged on the server)")
+        state.metrics.errors.labels(kind=error.code).inc()
+        return JSONResponse(error.to_body(), status_code=500)
+
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        codes = {404: "not_found", 405: "method_not_allowed"}
+        codes = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
         error = ClientError(
             f"{request.method} {request.url.path}: {exc.detail}",
             code=codes.get(exc.status_code, "invalid_request"),

@@ -116,6 +116,18 @@ class Settings:
     max_http_text_chars: int = option(
         4096, "longest text for POST /v1/tts and /v1/audio/speech (OpenAI's: 4096)", group="limits"
     )
+    max_http_body_bytes: int = option(
+        16 * 1024 * 1024,
+        "largest HTTP request body (a reference clip in base64 is the largest there is)",
+        group="limits",
+    )
+    http_stall_timeout_s: float = option(
+        30.0,
+        "a streamed HTTP response whose client reads nothing for this long is cut (its "
+        "engine work stops, its slot is freed)",
+        group="limits",
+    )
+    max_voices: int = option(1000, "voices that can be created per engine", group="limits")
     max_voice_clip_seconds: float = option(
         30.0, "longest reference clip a voice is made from (POST /v1/voices)", group="limits"
     )
@@ -346,6 +358,9 @@ def validate(settings: Settings) -> None:
         "busy_retry_after_ms",
         "http_timeout_s",
         "max_voice_clip_seconds",
+        "max_http_body_bytes",
+        "http_stall_timeout_s",
+        "max_voices",
         "segment_max_chars",
         "frame_ms",
         "first_frame_ms",

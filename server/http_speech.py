@@ -22,13 +22,15 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from fastapi import Request
 from fastapi.responses import StreamingResponse
+from starlette.requests import ClientDisconnect
+from starlette.types import Message, Receive, Scope, Send
 
 from server.engines.base import SynthesisRequest, VoiceSpec
 from server.errors import report
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
     from server.app import AppState
 
 __all__ = [
+    "EXPOSED_HEADERS",
     "TextSpeech",
     "check_can_speak",
     "check_text_length",
@@ -51,8 +54,17 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Removed runs listed in the X-TTS-Removed header (X-TTS-Removed-Count has the total).
-_MAX_REMOVED_IN_HEADER = 32
+#: The headers the speech routes may send (what CORS exposes to pages on other origins).
+EXPOSED_HEADERS = (
+    "X-TTS-Engine", "X-TTS-Removed", "X-TTS-Removed-Count", "X-TTS-Degraded",
+    "X-TTS-Sample-Rate", "X-TTS-First-Audio-Ms", "X-TTS-Inference-Ms",
+    "X-TTS-Fallback-Segments", "X-TTS-Speed", "X-TTS-Instructions",
+)  # fmt: skip
+#: The X-TTS-Removed header lists removed runs up to this many bytes (each run's
+#: characters cut to _MAX_RUN_CHARS); X-TTS-Removed-Count has the total. Proxies and
+#: HTTP libraries refuse headers beyond a few KB (h11: 16 KiB for all of them).
+_MAX_REMOVED_HEADER_BYTES = 4096
+_MAX_RUN_CHARS = 32
 
 
 def check_text_length(state: AppState, text: str) -> None:
@@ -209,22 +221,47 @@ class TextSpeech:
         removed = self.removed
         headers = {
             "X-TTS-Engine": self.state.worker.status.engine or "",
-            # JSON with \\u escapes: header values must be ASCII. Capped: proxies refuse
-            # responses with headers beyond a few KB; the json format has the full list.
-            "X-TTS-Removed": json.dumps(removed[:_MAX_REMOVED_IN_HEADER]) if removed else "",
+            "X-TTS-Removed": removed_header(removed),
             "X-TTS-Removed-Count": str(len(removed)) if removed else "",
             "X-TTS-Degraded": "busy" if self.fallback else "",
         }
         return {k: v for k, v in headers.items() if v}
 
 
+def removed_header(removed: list[dict[str, object]]) -> str:
+    """JSON with \\u escapes (header values must be ASCII) of the first removed runs that
+    fit in the byte cap; the json format and X-TTS-Removed-Count have them all."""
+    shown: list[dict[str, object]] = []
+    size = 2
+    for run in removed:
+        short = run | {"chars": str(run["chars"])[:_MAX_RUN_CHARS]}
+        size += len(json.dumps(short)) + 2
+        if size > _MAX_REMOVED_HEADER_BYTES:
+            break
+        shown.append(short)
+    return json.dumps(shown) if removed else ""
+
+
 async def start_speech(
-    state: AppState, text: str, voice: VoiceSpec, output_rate_hz: int
+    state: AppState,
+    text: str,
+    voice: str | None,
+    output_rate_hz: int,
+    *,
+    seed: int | None = None,
+    speed: float = 1.0,
 ) -> TextSpeech:
-    """Admit and prepare a text (errors here are the request's HTTP status)."""
+    """Admit and prepare a text (errors here are the request's HTTP status).
+
+    ``voice`` is resolved before admission (an unknown name is a 400 whatever the load),
+    then again on the fallback voice when the request is admitted there (busy): its own
+    voice of that name, as for a WebSocket context."""
+    spec = state.voices.spec(voice, seed=seed, speed=speed)
     fallback = state.admission.start("http")
-    speech = TextSpeech(state, text, voice, output_rate_hz, fallback)
+    speech = TextSpeech(state, text, spec, output_rate_hz, fallback)
     try:
+        if fallback:
+            speech.voice = state.voices.spec(voice, seed=seed, speed=speed, fallback=True)
         await speech.prepare()
     except BaseException:
         speech.close()
@@ -232,9 +269,42 @@ async def start_speech(
     return speech
 
 
+class _Streamed(StreamingResponse):
+    """A streamed body that is closed when the response ends, however it ends (Starlette
+    leaves it suspended when the client disconnects mid-send), and cut when the client
+    reads nothing for ``stall_s``: either way its engine work stops and its slot frees."""
+
+    def __init__(
+        self, body: AsyncGenerator[bytes], *, stall_s: float, transport: Any, **kwargs: Any
+    ) -> None:
+        super().__init__(body, **kwargs)
+        self._body = body
+        self._stall_s = stall_s
+        self._transport = transport
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def bounded(message: Message) -> None:
+            try:
+                async with asyncio.timeout(self._stall_s):
+                    await send(message)
+            except TimeoutError:
+                logger.info("a client read nothing for %.0f s: its response is cut", self._stall_s)
+                if self._transport is not None:
+                    self._transport.abort()
+                raise OSError("client stalled") from None
+
+        try:
+            await super().__call__(scope, receive, bounded)
+        except (OSError, ClientDisconnect):
+            if self._transport is None:
+                raise
+        finally:
+            await self._body.aclose()
+
+
 async def _primed(
     first: bytes, rest: AsyncGenerator[bytes], speech: TextSpeech, transport: Any
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes]:
     try:
         yield first
         async for chunk in rest:
@@ -273,5 +343,11 @@ async def respond_streaming(
         speech.close()
         raise
     headers = headers | {"X-TTS-First-Audio-Ms": f"{(speech.first_audio_s or 0) * 1000:.1f}"}
-    primed = _primed(first, body, speech, request.scope.get(SCOPE_KEY))
-    return StreamingResponse(primed, media_type=media_type, headers=headers)
+    transport = request.scope.get(SCOPE_KEY)
+    return _Streamed(
+        _primed(first, body, speech, transport),
+        stall_s=speech.state.settings.http_stall_timeout_s,
+        transport=transport,
+        media_type=media_type,
+        headers=headers,
+    )

@@ -161,12 +161,13 @@ async def _speak(state: AppState, body: SpeechRequest, request: Request) -> Resp
     fmt = body.response_format
     http_audio.require_ffmpeg(fmt, tempo)
     name = body.voice.id if isinstance(body.voice, VoiceId) else body.voice
-    voice = state.voices.spec(name, seed=None, speed=engine_speed)
-    speech = await start_speech(state, body.input, voice, OUTPUT_RATE_HZ)
+    speech = await start_speech(state, body.input, name, OUTPUT_RATE_HZ, speed=engine_speed)
     headers = speech.headers() | {"X-TTS-Speed": f"engine={engine_speed:g}; stretch={tempo:g}"}
     if body.instructions:
         headers["X-TTS-Instructions"] = "ignored: ChatTTS takes no style instructions"
-    encoded = http_audio.encode(speech.frames(), fmt, OUTPUT_RATE_HZ, tempo=tempo)
+    encoded = http_audio.encode(
+        speech.frames(), fmt, OUTPUT_RATE_HZ, tempo=tempo, encoders=state.encoders
+    )
     if body.stream_format == "sse":
         headers["Cache-Control"] = "no-cache"
         return await respond_streaming(

@@ -58,8 +58,11 @@ class Context:
         self.state = state
         self.id = state.id
         voice = state.voice
+        # On the fallback voice, a seed the client did not give is its named voice's own.
+        own = voice.fallback and not voice.seed_given and voice.voice is not None
+        seed = None if own else voice.seed
         self.voice = session.voices.spec(
-            voice.voice, seed=voice.seed, speed=voice.speed, fallback=voice.fallback
+            voice.voice, seed=seed, speed=voice.speed, fallback=voice.fallback
         )
         self.sample_rate_hz = voice.sample_rate_hz
         self.pipeline = SpeechPipeline(

@@ -160,19 +160,27 @@ async def synthesize_http(state: AppState, body: TTSRequest, request: Request) -
         raise ClientError("format json cannot be streamed: use wav, pcm, mp3, ...",
                           code="invalid_field")  # fmt: skip
     http_audio.require_ffmpeg(fmt if fmt != "json" else "pcm", 1.0)
-    voice = state.voices.spec(body.voice_name, seed=body.seed, speed=body.speed)
     rate = body.sample_rate or state.worker.sample_rate_hz
-    speech = await start_speech(state, body.text, voice, rate)
+    speech = await start_speech(
+        state, body.text, body.voice_name, rate, seed=body.seed, speed=body.speed
+    )
     headers = speech.headers()
     if fmt == "pcm":
         headers["X-TTS-Sample-Rate"] = str(rate)
     if body.stream:
-        encoded = http_audio.encode(speech.frames(), fmt, rate)
+        encoded = http_audio.encode(speech.frames(), fmt, rate, encoders=state.encoders)
         media_type = http_audio.media_type(fmt, rate)
         return await respond_streaming(speech, encoded, media_type, headers, request)
     if fmt == "json":
         return await _json_response(speech, headers)
-    data = b"".join([chunk async for chunk in http_audio.encode(speech.frames(), fmt, rate)])
+    data = b"".join(
+        [
+            chunk
+            async for chunk in http_audio.encode(
+                speech.frames(), fmt, rate, encoders=state.encoders
+            )
+        ]
+    )
     if fmt == "wav":
         data = http_audio.fill_wav_sizes(data)
     headers |= _done_headers(speech)

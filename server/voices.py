@@ -23,12 +23,12 @@ import re
 import tempfile
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from server.engines.base import VoiceSpec
-from streaming.errors import ClientError, Conflict, NotFound, Unavailable
+from streaming.errors import ClientError, Conflict, LimitExceeded, NotFound, Unavailable
 
 if TYPE_CHECKING:
     from server.worker import EngineWorker
@@ -133,6 +133,32 @@ def presets(engine: str) -> list[Voice]:
     return voices
 
 
+_TEXT, _INT, _NUMBER = (str,), (int,), (int, float)
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "name": _TEXT, "engine": _TEXT, "speaker": _TEXT, "reference": _TEXT,
+    "transcript": _TEXT, "description": _TEXT, "speaker_seed": _INT, "seed": _INT,
+    "top_k": _INT, "temperature": _NUMBER, "top_p": _NUMBER,
+}  # fmt: skip
+
+
+def _voice_from_file(path: Path, engine: str) -> Voice:
+    """The voice a file holds; ValueError when it holds none for ``engine``."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    values = {k: v for k, v in data.items() if k in _FIELD_TYPES}
+    voice = Voice(**values)
+    for key, allowed in _FIELD_TYPES.items():
+        value = getattr(voice, key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, allowed)):
+            raise ValueError(f"{key} is {type(value).__name__}")
+    if voice.name != path.stem or not _NAME.fullmatch(voice.name):
+        raise ValueError(f"its name {voice.name!r} is not its file's")
+    if voice.engine != engine:
+        raise ValueError(f"engine {voice.engine!r} in the {engine} folder")
+    return voice
+
+
 class VoiceRegistry:
     """The named voices of every engine: presets, and those created, on disk."""
 
@@ -140,6 +166,11 @@ class VoiceRegistry:
         self.directory = directory or default_voices_dir()
         self._lock = threading.Lock()
         self._voices: dict[str, dict[str, Voice]] = {}
+        # Read at start: a broken file is reported in the log now, not at first use.
+        if self.directory.is_dir():
+            for folder in sorted(self.directory.iterdir()):
+                if folder.is_dir():
+                    self._engine(folder.name)
 
     def _engine(self, engine: str) -> dict[str, Voice]:
         voices = self._voices.get(engine)
@@ -154,16 +185,13 @@ class VoiceRegistry:
         folder = self.directory / engine
         if not folder.is_dir():
             return found
-        known = {f.name for f in fields(Voice)}
         for path in sorted(folder.glob("*.json")):
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-                voice = Voice(**{k: v for k, v in data.items() if k in known})
-            except (OSError, ValueError, TypeError) as exc:
-                logger.warning("voice file %s cannot be read (%s): skipped", path, exc)
+                voice = _voice_from_file(path, engine)
+            except Exception as exc:  # one bad file must not take the others down
+                logger.warning("voice file %s is not a voice (%s): skipped", path, exc)
                 continue
-            if voice.engine == engine and _NAME.fullmatch(voice.name):
-                found[voice.name] = replace(voice, preset=False)
+            found[voice.name] = voice
         return found
 
     def names(self, engine: str) -> list[str]:
@@ -206,18 +234,34 @@ class VoiceRegistry:
             )
         return voice
 
-    def add(self, voice: Voice) -> Voice:
-        """Keep a new voice (written to disk first); an existing name is refused."""
-        if not _NAME.fullmatch(voice.name):
+    def check_room(self, engine: str, name: str, limit: int | None = None) -> None:
+        """Refuse a name that cannot be added (bad, taken, or no room left)."""
+        if not _NAME.fullmatch(name):
             raise ClientError(
                 "a voice name is 1-64 letters, digits, '.', '_' or '-', starting with a "
                 "letter or digit",
                 code="invalid_field",
+                param="name",
             )
         with self._lock:
+            voices = self._engine(engine)
+            if name in voices:
+                raise Conflict(f"voice {name!r} exists", code="voice_exists", param="name")
+            created = sum(not v.preset for v in voices.values())
+        if limit is not None and created >= limit:
+            raise LimitExceeded(
+                f"the {engine} engine already has {created} created voices (--max-voices)",
+                code="too_many_voices",
+                limit=limit,
+            )
+
+    def add(self, voice: Voice, *, limit: int | None = None) -> Voice:
+        """Keep a new voice (written to disk first); an existing name is refused."""
+        self.check_room(voice.engine, voice.name, limit)
+        with self._lock:
             voices = self._engine(voice.engine)
-            if voice.name in voices:
-                raise Conflict(f"voice {voice.name!r} exists", code="voice_exists")
+            if voice.name in voices:  # taken while this one was being made
+                raise Conflict(f"voice {voice.name!r} exists", code="voice_exists", param="name")
             self._write(voice)
             voices[voice.name] = voice
         return voice

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 __all__ = ["voice_routes"]
 
 _CLIP_RATE_HZ = 24000
+_DECODE_TIMEOUT_S = 30
+_ONE_CLIP_AT_A_TIME = asyncio.Semaphore(1)
 
 
 class VoiceCreate(BaseModel):
@@ -46,7 +48,10 @@ class VoiceCreate(BaseModel):
     )
     description: StrictStr = Field("", max_length=500)
     speaker: StrictStr | None = Field(
-        None, min_length=1, description="ChatTTS: a speaker string; espeak: a variant"
+        None,
+        min_length=1,
+        max_length=16384,
+        description="ChatTTS: a speaker string; espeak: a variant",
     )
     speaker_seed: StrictInt | None = Field(
         None, ge=0, le=p.MAX_SEED, description="ChatTTS: the speaker this seed samples"
@@ -114,8 +119,10 @@ def voice_routes(state: AppState) -> APIRouter:
         "/v1/voices", response_model=VoiceOut, status_code=201, responses=VOICE_ERROR_RESPONSES
     )
     async def create_voice(body: VoiceCreate) -> dict[str, Any]:
-        voice = await _make_voice(state, body, engine_of(body.engine))
-        return registry.add(voice).public()
+        engine = engine_of(body.engine)
+        registry.check_room(engine, body.name, state.settings.max_voices)  # before any work
+        voice = await _make_voice(state, body, engine)
+        return registry.add(voice, limit=state.settings.max_voices).public()
 
     @router.delete(
         "/v1/voices/{name}", status_code=204, response_class=Response,
@@ -170,31 +177,40 @@ async def _voice_from_clip(state: AppState, clip: str) -> str:
         data = base64.b64decode(clip, validate=True)
     except (binascii.Error, ValueError):
         raise ClientError("clip is not base64", code="invalid_field", param="clip") from None
-    audio = await asyncio.to_thread(_decode_audio, data)
     limit = state.settings.max_voice_clip_seconds
+    # Decoded no further than just past the limit: a small compressed file can hold hours.
+    audio = await asyncio.to_thread(_decode_audio, data, limit + 1)
     seconds = audio.size / _CLIP_RATE_HZ
     if seconds > limit:
-        raise LimitExceeded(f"a clip of {seconds:.1f} s exceeds the limit of {limit:g} s",
-                            code="clip_too_long", param="clip")  # fmt: skip
+        raise LimitExceeded(f"a clip longer than {limit:g} s (--max-voice-clip-seconds)",
+                            code="clip_too_long", param="clip", limit=round(limit))  # fmt: skip
     if seconds < 0.5:
         raise ClientError(f"a clip of {seconds:.2f} s is too short to take a voice from",
                           code="invalid_field", param="clip")  # fmt: skip
     try:
-        return await state.worker.call(lambda engine: engine.voice_from_clip(audio, _CLIP_RATE_HZ))
+        async with _ONE_CLIP_AT_A_TIME:  # each pauses synthesis on the engine thread
+            return await state.worker.call(
+                lambda engine: engine.voice_from_clip(audio, _CLIP_RATE_HZ)
+            )
     except ValueError as exc:
         raise ClientError(f"clip: {exc}", code="invalid_voice", param="clip") from None
 
 
-def _decode_audio(data: bytes) -> np.ndarray:
-    """Any audio file ffmpeg reads, as float32 mono at 24 kHz."""
+def _decode_audio(data: bytes, max_seconds: float) -> np.ndarray:
+    """Any audio file ffmpeg reads, as float32 mono at 24 kHz, up to ``max_seconds``."""
     if shutil.which("ffmpeg") is None:
         raise Unavailable("a voice from a clip needs ffmpeg, which is not installed",
                           code="format_unavailable")  # fmt: skip
-    result = subprocess.run(
-        ["ffmpeg", "-hide_banner", "-loglevel", "error", "-nostdin", "-i", "pipe:0",
-         "-f", "f32le", "-ac", "1", "-ar", str(_CLIP_RATE_HZ), "pipe:1"],
-        input=data, capture_output=True, timeout=60, check=False,
-    )  # fmt: skip
+    try:
+        result = subprocess.run(
+            ["ffmpeg", "-hide_banner", "-loglevel", "error", "-nostdin", "-i", "pipe:0",
+             "-t", f"{max_seconds:g}", "-f", "f32le", "-ac", "1", "-ar", str(_CLIP_RATE_HZ),
+             "pipe:1"],
+            input=data, capture_output=True, timeout=_DECODE_TIMEOUT_S, check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise ClientError(f"clip: not decoded within {_DECODE_TIMEOUT_S} s",
+                          code="invalid_field", param="clip") from None  # fmt: skip
     if result.returncode != 0:
         detail = result.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["?"]
         raise ClientError(f"clip is not audio ffmpeg can read ({detail[0][:200]})",

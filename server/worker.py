@@ -326,15 +326,23 @@ class EngineWorker:
         self._jobs.put(job)
         return job
 
-    async def call(self, fn: Callable[[Engine], T]) -> T:
+    async def call(self, fn: Callable[[Engine], T], *, timeout_s: float = 120.0) -> T:
         """Run ``fn(engine)`` on the engine thread, between two steps, and return its
         result (or raise what it raised). For work that needs the model but is not a
-        segment: a voice made from a reference clip."""
-        if not self.ready:
+        segment: a voice made from a reference clip. Unavailable when the engine is not
+        running or stops first; SynthesisTimeout after ``timeout_s``."""
+        if not self.ready or self._stopping:
             raise Unavailable(f"the engine is {self.status.state}", code="not_ready")
         call = _Call(fn, asyncio.get_running_loop())
         self._jobs.put(call)
-        result: T = await call.future
+        if self._stopping:  # stop() may have drained the queue just before the put
+            self._drain_failed()
+        try:
+            result: T = await asyncio.wait_for(call.future, timeout_s)
+        except TimeoutError:
+            raise SynthesisTimeout(
+                f"the engine did not get to it within {timeout_s:g} s", code="timeout"
+            ) from None
         return result
 
     def stop(self, timeout_s: float = 10.0) -> None:

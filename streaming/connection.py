@@ -73,6 +73,8 @@ class ContextVoice:
     sample_rate_hz: int
     #: Spoken by the fallback voice: admitted while the engine was at capacity.
     fallback: bool = False
+    #: The client's own seed (False: the voice's, or one picked for it).
+    seed_given: bool = True
 
 
 class ContextState:
@@ -293,6 +295,7 @@ class Connection:
             message.speed,
             message.sample_rate or self.engine_rate_hz,
             fallback,
+            message.seed is not None,
         )
         context = ContextState(
             message.context_id,

@@ -26,7 +26,11 @@ def test_flags_win_over_environment_over_defaults() -> None:
     env = {"TTS_FIRST_CHUNK_STEPS": "8", "TTS_TOP_K": "5"}
     settings = parse(["--first-chunk-steps", "16"], env)
     chattts = settings.chattts
-    assert (chattts.first_chunk_steps, chattts.top_k, chattts.top_p) == (16, 5, Settings().chattts.top_p)
+    assert (chattts.first_chunk_steps, chattts.top_k, chattts.top_p) == (
+        16,
+        5,
+        Settings().chattts.top_p,
+    )
 
 
 def test_chattts_flags_reach_the_engine_options() -> None:

@@ -257,3 +257,63 @@ def test_schemathesis_finds_no_server_errors_and_conforming_responses(server: Li
         except Unsatisfiable:  # negative data for a route that takes nothing: none exists
             assert mode is schemathesis.GenerationMode.NEGATIVE
     assert {"POST /v1/audio/speech", "POST /v1/tts", "POST /v1/voices"} <= set(tested)
+
+
+# --- limits a hostile client meets ---------------------------------------------------
+
+
+def test_the_removed_header_stays_small_whatever_the_text(server: LiveServer) -> None:
+    settings = Settings(engine="espeak")
+    with run_live_server(settings) as live, httpx.Client(base_url=live.base_url) as http:
+        response = http.post("/v1/tts", json={"text": "你好" + "😀" * 1500 + "。" + "☃" * 900})
+    assert response.status_code == 200
+    assert len(response.headers["x-tts-removed"]) <= 4096
+    assert int(response.headers["x-tts-removed-count"]) >= 1
+
+
+def test_a_body_over_the_limit_is_413_declared_or_chunked() -> None:
+    settings = Settings(engine="espeak", max_http_body_bytes=1000)
+    with run_live_server(settings) as live, httpx.Client(base_url=live.base_url) as http:
+        declared = http.post("/v1/tts", json={"text": "好" * 600})
+        assert assert_error_shape(declared, 413, "body_too_large")["limit"] == 1000
+
+        def chunks() -> Iterator[bytes]:
+            yield b'{"text": "'
+            for _ in range(10):
+                yield b"a" * 200
+            yield b'"}'
+
+        chunked = http.post(
+            "/v1/tts", content=chunks(), headers={"content-type": "application/json"}
+        )
+        assert_error_shape(chunked, 413, "body_too_large")
+
+
+def test_a_client_that_stops_reading_is_cut_and_its_slot_freed() -> None:
+    """The time a client takes to read does not count against --http-timeout-s, but a
+    client that reads nothing for --http-stall-timeout-s loses the response."""
+    import socket
+
+    engine = ScriptedEngine(chunk_ms=500, chunk_delay_s=0.0, ms_per_char=400)
+    settings = Settings(
+        engine="chattts", model_dir=Path("unused-by-the-scripted-engine"), http_stall_timeout_s=1.0
+    )
+    with run_live_server(settings, engine=lambda: (engine, False, None)) as live:
+        admission = live.state.admission  # type: ignore[attr-defined]
+        body = ('{"text": "' + "长" * 3000 + '。", "format": "pcm", "stream": true}').encode()
+        host, port = live.base_url.removeprefix("http://").split(":")
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect((host, int(port)))
+        sock.sendall(
+            b"POST /v1/tts HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode() + body
+        )  # fmt: skip
+        deadline = time.monotonic() + TIMEOUT_S
+        while admission.streams == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert admission.streams == 1  # speaking, and nobody reads
+        while admission.streams and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert admission.streams == 0, "the stalled response still holds its slot"
+        sock.close()

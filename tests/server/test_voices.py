@@ -218,6 +218,58 @@ def test_a_reference_clip_voice_end_to_end_on_chattts(
         refused = http.post("/v1/voices", json={"name": "long", "clip": too_long,
                                                 "transcript": "好"})  # fmt: skip
         assert refused.status_code == 413 and refused.json()["error"]["code"] == "clip_too_long"
+        assert refused.json()["error"]["limit"] == 30
         not_audio = http.post("/v1/voices", json={"name": "junk", "clip": "AAAA",
                                                   "transcript": "好"})  # fmt: skip
         assert not_audio.status_code == 400 and not_audio.json()["error"]["param"] == "clip"
+
+
+def test_files_that_are_not_voices_are_skipped_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = tmp_path / "espeak"
+    folder.mkdir()
+    (folder / "list.json").write_text("[1, 2]")
+    (folder / "number.json").write_text('{"name": 5, "engine": "espeak"}')
+    (folder / "other.json").write_text('{"name": "renamed", "engine": "espeak"}')
+    (folder / "seed.json").write_text('{"name": "seed", "engine": "espeak", "seed": "7"}')
+    (folder / "good.json").write_text('{"name": "good", "engine": "espeak", "seed": 7}')
+    with caplog.at_level("WARNING", logger="server.voices"):
+        registry = VoiceRegistry(tmp_path)
+    assert len([r for r in caplog.records if "skipped" in r.getMessage()]) == 4
+    created = [v.name for v in registry.list("espeak") if not v.preset]
+    assert created == ["good"]
+
+
+def test_a_busy_context_on_the_fallback_voice_takes_its_own_voice_of_that_name(
+    tmp_path: Path,
+) -> None:
+    from server.voices import Voices
+
+    class Worker:
+        engine = ScriptedEngine()
+        status = None
+
+        def check_voice(self, voice: str) -> None:
+            pass
+
+    voices = Voices(VoiceRegistry(tmp_path), Worker())  # type: ignore[arg-type]
+    main = voices.spec("echo", seed=None, speed=1.0)
+    fallback = voices.spec("echo", seed=None, speed=1.0, fallback=True)
+    echo = VoiceRegistry(tmp_path).require("espeak", "echo")
+    assert main.speaker_seed is not None and main.voice is None
+    assert (fallback.voice, fallback.seed) == (echo.speaker, echo.seed)
+    # A name the fallback voice does not have: its default, with the seed given.
+    assert voices.spec("a-chattts-speaker", seed=3, speed=1.0, fallback=True).seed == 3
+
+
+def test_voice_limits(tmp_path: Path) -> None:
+    settings = Settings(engine="espeak", voices_dir=tmp_path, max_voices=2)
+    with run_live_server(settings) as live, httpx.Client(base_url=live.base_url) as http:
+        for name in ("one", "two"):
+            assert http.post("/v1/voices", json={"name": name}).status_code == 201
+        full = http.post("/v1/voices", json={"name": "three"})
+        assert full.status_code == 413 and full.json()["error"]["code"] == "too_many_voices"
+        assert full.json()["error"]["limit"] == 2
+        long_speaker = http.post("/v1/voices", json={"name": "x", "speaker": "s" * 20000})
+        assert long_speaker.status_code == 422

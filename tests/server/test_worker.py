@@ -179,3 +179,29 @@ async def test_segment_timeout_does_not_count_time_spent_between_chunks() -> Non
                 pass
     finally:
         await asyncio.to_thread(worker.stop)
+
+
+async def test_call_runs_on_the_engine_thread_between_segments_and_ends_at_stop() -> None:
+    """EngineWorker.call: the engine's own thread, while segments are in flight; its
+    errors reach the caller; after stop() it is refused instead of hanging."""
+    import threading
+
+    from streaming.errors import Unavailable
+
+    worker, engine = scripted_worker(interleaves=True)
+    try:
+        assert await asyncio.to_thread(worker.wait_ready, TIMEOUT_S)
+        speaking = asyncio.ensure_future(speak_once(worker))
+        thread = await worker.call(lambda e: (e is engine, threading.current_thread().name))
+        assert thread == (True, "engine")
+
+        def fails(_: object) -> None:
+            raise ValueError("no clips")
+
+        with pytest.raises(ValueError, match="no clips"):
+            await worker.call(fails)
+        assert await speaking > 0
+    finally:
+        await asyncio.to_thread(worker.stop)
+    with pytest.raises(Unavailable):
+        await worker.call(lambda e: None)

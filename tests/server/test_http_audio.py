@@ -1,0 +1,86 @@
+"""The HTTP audio encoders: headers, the tempo chain, ffmpeg processes started ahead."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import wave
+from collections.abc import AsyncGenerator
+
+import numpy as np
+import pytest
+
+from server import http_audio
+
+
+def test_a_streamed_wav_header_says_unknown_length_and_filling_it_gives_exact_sizes() -> None:
+    pcm = np.arange(100, dtype="<i2").tobytes()
+    streamed = http_audio.streaming_wav_header(16000) + pcm
+    assert streamed[4:8] == streamed[40:44] == b"\xff\xff\xff\xff"
+    whole = http_audio.fill_wav_sizes(streamed)
+    with wave.open(io.BytesIO(whole)) as w:
+        assert (w.getframerate(), w.getnframes(), w.getsampwidth()) == (16000, 100, 2)
+        assert w.readframes(100) == pcm
+
+
+@pytest.mark.parametrize(
+    ("tempo", "chain"),
+    [(2.0, "atempo=2"), (0.5, "atempo=0.5"), (0.25, "atempo=0.5,atempo=0.5"),
+     (0.3, "atempo=0.5,atempo=0.6")],
+)  # fmt: skip
+def test_tempo_below_half_is_a_chain_of_atempo_filters(tempo: float, chain: str) -> None:
+    assert http_audio.tempo_filters(tempo) == chain
+
+
+async def tone(seconds: float, rate: int = 24000) -> AsyncGenerator[np.ndarray]:
+    t = np.arange(int(seconds * rate)) / rate
+    audio = (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    for start in range(0, audio.size, 2400):
+        yield audio[start : start + 2400]
+
+
+async def test_an_encoder_process_is_started_ahead_and_killed_at_close() -> None:
+    encoders = http_audio.Encoders()
+    first = b"".join(
+        [c async for c in http_audio.encode(tone(0.5), "mp3", 24000, encoders=encoders)]
+    )
+    assert first[:3] == b"ID3" and len(first) > 1000
+    (spare_task,) = encoders._spares.values()
+    spare = await spare_task
+    assert spare.returncode is None  # started, waiting for the next request
+    second = await encoders.process("mp3", 24000, 1.0)
+    assert second.pid == spare.pid
+    second.kill()
+    await second.wait()
+    (next_spare,) = [await task for task in encoders._spares.values()]
+    await encoders.close()
+    assert next_spare.returncode is not None and encoders._spares == {}
+
+
+async def test_closing_the_stream_midway_kills_ffmpeg_and_closes_the_frames(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    closed = asyncio.Event()
+    started: list[asyncio.subprocess.Process] = []
+    spawn = http_audio._spawn
+
+    async def recorded(args: tuple[str, ...]) -> asyncio.subprocess.Process:
+        started.append(await spawn(args))
+        return started[-1]
+
+    monkeypatch.setattr(http_audio, "_spawn", recorded)
+
+    async def endless() -> AsyncGenerator[np.ndarray]:
+        try:
+            while True:
+                yield np.zeros(2400, np.float32)
+                await asyncio.sleep(0)
+        finally:
+            closed.set()
+
+    stream = http_audio.encode(endless(), "flac", 24000)
+    assert (await anext(stream))[:4] == b"fLaC"
+    await stream.aclose()
+    assert closed.is_set()
+    (process,) = started
+    assert process.returncode is not None  # killed and reaped, not left running
