@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from server.engines.base import SynthesisRequest, VoiceSpec  # noqa: E402
+from server.engines.base import SynthesisRequest, VoiceSpec, audio_only  # noqa: E402
 from server.engines.chattts.options import ChatTTSOptions  # noqa: E402
 from streaming.joins import SegmentJoiner, pause_ms_for  # noqa: E402
 from streaming.seams import measure_seams  # noqa: E402
@@ -64,7 +64,7 @@ def _espeak() -> tuple[Synth, int, Callable[[], None]]:
     voice = VoiceSpec(seed=7)
 
     def synth(text: str) -> Iterator[np.ndarray]:
-        return iter(engine.synthesize(SynthesisRequest(text, voice), lambda: False))
+        return audio_only(engine.synthesize(SynthesisRequest(text, voice), lambda: False))
 
     return synth, engine.sample_rate_hz, engine.close
 
@@ -80,7 +80,7 @@ def _chattts(tmp: Path) -> tuple[Synth, int, Callable[[], None]]:
     voice = VoiceSpec(seed=7)
 
     def synth(text: str) -> Iterator[np.ndarray]:
-        return iter(engine.synthesize(SynthesisRequest(text, voice), lambda: False))
+        return audio_only(engine.synthesize(SynthesisRequest(text, voice), lambda: False))
 
     return synth, engine.sample_rate_hz, engine.close
 

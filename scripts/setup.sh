@@ -37,9 +37,11 @@ fi
 extras=""
 [[ $want_test == 1 ]] && extras="[test]"
 stamp="$VENV/.setup-stamp$extras"
-fingerprint=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+fingerprint=$(cat pyproject.toml client/pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$fingerprint" ]]; then
-    log "installing the project${extras}"
+    # The light client first: the project depends on it and it is not on the index.
+    log "installing the client (client/) and the project${extras}"
+    "${pip[@]}" -e ./client
     "${pip[@]}" -e ".${extras}"
     echo "$fingerprint" > "$stamp"
 fi

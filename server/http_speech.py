@@ -35,9 +35,11 @@ from starlette.types import Message, Receive, Scope, Send
 from server.engines.base import SynthesisRequest, VoiceSpec
 from server.errors import report
 from server.transport import SCOPE_KEY
+from server.worker import Job
+from streaming import timestamps
 from streaming.errors import ClientError, LimitExceeded, SynthesisTimeout, Unavailable
 from streaming.segment import Segment
-from streaming.speech import SpeechPipeline, removals_in_stream
+from streaming.speech import SegmentSpan, SpeechPipeline, removals_in_stream
 from streaming.text import PreparedText
 
 if TYPE_CHECKING:
@@ -114,6 +116,9 @@ class TextSpeech:
     _parts: list[_Part] = field(default_factory=list)
     _closed: bool = False
     _waited_s: float = 0.0
+    #: Each finished segment's ``timestamps`` (as the WebSocket event's fields) when
+    #: asked for (a list), else None.
+    timestamps: list[dict[str, object]] | None = None
     _ended: float | None = None
 
     def _budget_s(self) -> float:
@@ -179,7 +184,10 @@ class TextSpeech:
                         for frame in pipeline.push(chunk):
                             yield self._count(frame)
                         resumed = time.perf_counter()
-                    for frame in pipeline.finish():
+                    finished = pipeline.finish()
+                    if self.timestamps is not None and pipeline.last_span is not None:
+                        self._time_segment(part, pipeline.last_span, job)
+                    for frame in finished:
                         yield self._count(frame)
                 except SynthesisTimeout:
                     raise self._timeout() from None
@@ -193,6 +201,23 @@ class TextSpeech:
                 )
         finally:
             self.close()
+
+    def _time_segment(self, part: _Part, span: SegmentSpan, job: Job) -> None:
+        assert self.timestamps is not None
+        rate = self.output_rate_hz
+        marks = job.marks.marks if job.marks is not None else None
+        timed, estimated = timestamps.for_segment(
+            part.segment.text, part.segment.start, part.prepared.pieces, span, rate, marks
+        )
+        self.timestamps.append(
+            {
+                "index": part.segment.index,
+                "start_ms": round(span.start_sample * 1000 / rate, 1),
+                "end_ms": round(span.end_sample * 1000 / rate, 1),
+                "estimated": estimated,
+                "items": [item.to_json() for item in timed],
+            }
+        )
 
     def _count(self, frame: np.ndarray) -> np.ndarray:
         if self.first_audio_s is None:

@@ -27,9 +27,9 @@ import json
 import logging
 import time
 from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
@@ -134,11 +134,18 @@ def openai_routes(state: AppState) -> APIRouter:
         | ERROR_RESPONSES,
         summary="OpenAI's speech API: the audio, streamed from the first segment on",
     )
-    async def speech(body: SpeechRequest, request: Request) -> Response:
+    async def speech(
+        body: SpeechRequest,
+        request: Request,
+        x_tts_timestamps: Annotated[
+            bool,
+            Header(description="with stream_format sse: speech.audio.timestamps events too"),
+        ] = False,
+    ) -> Response:
         if body.model not in {model.id for model in models()}:
             raise ClientError(_unknown_model(body.model, models()), code="model_not_found",
                               param="model")  # fmt: skip
-        return await _speak(state, body, request)
+        return await _speak(state, body, request, timestamps=x_tts_timestamps)
 
     return router
 
@@ -154,7 +161,9 @@ def speed_split(speed: float) -> tuple[float, float]:
     return engine, speed / engine
 
 
-async def _speak(state: AppState, body: SpeechRequest, request: Request) -> Response:
+async def _speak(
+    state: AppState, body: SpeechRequest, request: Request, *, timestamps: bool
+) -> Response:
     check_text_length(state, body.input)
     check_can_speak(state)
     engine_speed, tempo = speed_split(body.speed)
@@ -162,6 +171,8 @@ async def _speak(state: AppState, body: SpeechRequest, request: Request) -> Resp
     http_audio.require_ffmpeg(fmt, tempo)
     name = body.voice.id if isinstance(body.voice, VoiceId) else body.voice
     speech = await start_speech(state, body.input, name, OUTPUT_RATE_HZ, speed=engine_speed)
+    if timestamps and body.stream_format == "sse":
+        speech.timestamps = []
     headers = speech.headers() | {"X-TTS-Speed": f"engine={engine_speed:g}; stretch={tempo:g}"}
     if body.instructions:
         headers["X-TTS-Instructions"] = "ignored: ChatTTS takes no style instructions"
@@ -171,19 +182,27 @@ async def _speak(state: AppState, body: SpeechRequest, request: Request) -> Resp
     if body.stream_format == "sse":
         headers["Cache-Control"] = "no-cache"
         return await respond_streaming(
-            speech, _sse(speech, encoded), "text/event-stream", headers, request
+            speech, _sse(speech, encoded, tempo), "text/event-stream", headers, request
         )
     media_type = http_audio.media_type(fmt, OUTPUT_RATE_HZ)
     return await respond_streaming(speech, encoded, media_type, headers, request)
 
 
-async def _sse(speech: TextSpeech, audio: AsyncGenerator[bytes]) -> AsyncGenerator[bytes]:
+async def _sse(
+    speech: TextSpeech, audio: AsyncGenerator[bytes], tempo: float
+) -> AsyncGenerator[bytes]:
     """OpenAI's speech events, one ``data:`` line each; a failure mid-stream is an
-    ``error`` event (the status was sent with the first event)."""
+    ``error`` event (the status was sent with the first event). Asked for with the
+    ``X-TTS-Timestamps`` header, each segment's ``speech.audio.timestamps`` follows its
+    audio (times on the response's own audio clock: stretched audio, stretched times)."""
+    sent = 0
     try:
         async for chunk in audio:
             event = {"type": "speech.audio.delta", "audio": base64.b64encode(chunk).decode()}
             yield _event(event)
+            for segment in (speech.timestamps or [])[sent:]:
+                sent += 1
+                yield _event({"type": "speech.audio.timestamps", **_stretched(segment, tempo)})
     except TTSError as exc:
         report(exc, metrics=speech.state.metrics, log=logger, where="speech events")
         yield _event({"type": "error", "error": exc.to_body()["error"]})
@@ -195,10 +214,27 @@ async def _sse(speech: TextSpeech, audio: AsyncGenerator[bytes]) -> AsyncGenerat
         raise
     finally:
         await audio.aclose()
+    for segment in (speech.timestamps or [])[sent:]:
+        yield _event({"type": "speech.audio.timestamps", **_stretched(segment, tempo)})
     tokens = round(speech.samples / OUTPUT_RATE_HZ * _TOKENS_PER_SECOND)
     usage = {"input_tokens": len(speech.text), "output_tokens": tokens,
              "total_tokens": len(speech.text) + tokens}  # fmt: skip
     yield _event({"type": "speech.audio.done", "usage": usage})
+
+
+def _stretched(segment: dict[str, Any], tempo: float) -> dict[str, Any]:
+    if tempo == 1.0:
+        return segment
+
+    def at(ms: float) -> float:
+        return round(ms / tempo, 1)
+
+    items = [
+        item | {"start_ms": at(item["start_ms"]), "end_ms": at(item["end_ms"])}
+        for item in segment["items"]
+    ]
+    return segment | {"start_ms": at(segment["start_ms"]), "end_ms": at(segment["end_ms"]),
+                      "items": items}  # fmt: skip
 
 
 def _event(body: dict[str, Any]) -> bytes:

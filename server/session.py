@@ -36,6 +36,7 @@ from server.voices import Voices
 from server.worker import EngineWorker, Job
 from streaming import connection as c
 from streaming import protocol as p
+from streaming import timestamps
 from streaming.audio import float_to_pcm16
 from streaming.errors import CLOSE_GOING_AWAY
 from streaming.schedule import playback_deadline
@@ -105,6 +106,24 @@ class Context:
             future.cancel()
         self._prepared.clear()
         self.segments.put_nowait(None)
+
+    def _timestamps(self, segment: Segment, prepared: PreparedText, job: Job) -> p.TimestampsEvent:
+        span = self.pipeline.last_span
+        assert span is not None
+        marks = job.marks.marks if job.marks is not None else None
+        timed, estimated = timestamps.for_segment(
+            segment.text, segment.start, prepared.pieces, span, self.sample_rate_hz, marks
+        )
+        rate = self.sample_rate_hz
+        return p.TimestampsEvent(
+            context_id=self.id,
+            stream=self.state.stream,
+            index=segment.index,
+            start_ms=round(span.start_sample * 1000 / rate, 1),
+            end_ms=round(span.end_sample * 1000 / rate, 1),
+            estimated=estimated,
+            items=[item.to_json() for item in timed],
+        )
 
     def arm_idle_timer(self, delay_s: float | None) -> None:
         if self._idle is not None:
@@ -176,10 +195,11 @@ class Context:
         )
         self.segments_spoken += 1
         if start.speaks and not self.cancelled:
-            await self._speak_audio(segment, prepared.spoken)
+            await self._speak_audio(segment, prepared)
 
-    async def _speak_audio(self, segment: Segment, spoken: str) -> None:
+    async def _speak_audio(self, segment: Segment, prepared: PreparedText) -> None:
         session = self.session
+        spoken = prepared.spoken
         request = SynthesisRequest(spoken, self.voice, fallback=self.state.voice.fallback)
         job = session.worker.submit(request, deadline=self._playback_deadline())
         self.job = job
@@ -201,6 +221,8 @@ class Context:
                 await self._send_frames(segment.index, self.pipeline.push(chunk))
             if not self.cancelled:
                 await self._send_frames(segment.index, self.pipeline.finish())
+                if self.state.timestamps and self.pipeline.last_span is not None:
+                    await session.send_json(self._timestamps(segment, prepared, job))
         finally:
             # Leaving early (cancel, disconnect, timeout, error) must not leave the engine
             # synthesising for nobody; after a complete segment this is a no-op.

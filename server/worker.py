@@ -27,7 +27,14 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from server.engines.base import Batcher, Cancelled, Engine, SynthesisRequest, Utterance
+from server.engines.base import (
+    Batcher,
+    Cancelled,
+    Engine,
+    SynthesisRequest,
+    Utterance,
+    WordMarks,
+)
 from server.metrics import Metrics
 from streaming.errors import SynthesisError, SynthesisTimeout, Unavailable
 from streaming.schedule import (
@@ -83,6 +90,8 @@ class Job:
         self.engine_seconds = 0.0
         self.samples = 0
         self.fell_back = False  # spoken by the fallback engine after the main one failed
+        #: Where the engine said the segment's words start, if it did (espeak-ng).
+        self.marks: WordMarks | None = None
         #: The deadline came from a stream already playing (not "now, nothing buffered"):
         #: audio later than it is an underrun at the listener.
         self.playing = False
@@ -560,7 +569,10 @@ class EngineWorker:
             self._pending -= len(waiting)
         waiting.clear()
 
-    def _deliver_chunk(self, job: Job, chunk: np.ndarray, rate: int) -> None:
+    def _deliver_chunk(self, job: Job, chunk: np.ndarray | WordMarks, rate: int) -> None:
+        if isinstance(chunk, WordMarks):
+            job.marks = chunk  # read by the loop once the job has ended
+            return
         if not chunk.size or job.cancelled:
             return
         if job.playing and time.monotonic() > job.deadline + job.samples / rate:
@@ -663,7 +675,9 @@ class EngineWorker:
             for chunk in chunks:
                 if job.cancelled:
                     break
-                if chunk.size:
+                if isinstance(chunk, WordMarks):
+                    job.marks = chunk
+                elif chunk.size:
                     job.samples += int(chunk.size)
                     job._deliver(np.ascontiguousarray(chunk, dtype=np.float32))
         finally:
@@ -729,7 +743,7 @@ class _Running:
     def __init__(
         self,
         job: Job,
-        chunks: Iterator[np.ndarray],
+        chunks: Iterator[np.ndarray | WordMarks],
         utterance: Utterance | None = None,
         batcher: Batcher | None = None,
     ) -> None:

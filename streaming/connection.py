@@ -80,8 +80,18 @@ class ContextVoice:
 class ContextState:
     """One context's text and rules: its segmenter and what it may still receive."""
 
-    def __init__(self, context_id: str, stream: int, voice: ContextVoice, segmenter: Segmenter):
+    def __init__(
+        self,
+        context_id: str,
+        stream: int,
+        voice: ContextVoice,
+        segmenter: Segmenter,
+        *,
+        timestamps: bool = False,
+    ):
         self.id = context_id
+        #: Send a ``timestamps`` event after each segment (``start`` asked for them).
+        self.timestamps = timestamps
         self.stream = stream
         self.voice = voice
         self.segmenter = segmenter
@@ -302,6 +312,7 @@ class Connection:
             self._next_stream,
             voice,
             self.speech.segmenter(whole_text=False),
+            timestamps=message.timestamps,
         )
         self._next_stream += 1
         self.contexts[context.id] = context

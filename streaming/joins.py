@@ -178,6 +178,7 @@ class SegmentJoiner:
         self._ref_samples = 0
         #: Pause (samples) appended by the last :meth:`finish`.
         self.last_pause_samples = 0
+        self.last_lead_dropped = 0
         #: Gain applied to the last segment (1.0 until one is measured).
         self.last_gain = 1.0
         self._pause_ms = 0.0
@@ -264,6 +265,9 @@ class SegmentJoiner:
             body[-n:] *= ramp.astype(np.float32)
             body[-1] = 0.0
         had_audio = self._received > 0
+        #: Silence cut from the head of the segment just finished (samples): its audio
+        #: starts that much later in the engine's output than in what was sent.
+        self.last_lead_dropped = self._lead_dropped
         self._reset_segment()
         self.last_pause_samples = (
             _samples(self._pause_ms, self.sample_rate_hz) if pause and had_audio else 0

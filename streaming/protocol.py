@@ -54,6 +54,8 @@ class Start:
     seed: int | None = None
     speed: float = 1.0
     sample_rate: int | None = None
+    #: Send a ``timestamps`` event after each segment's audio.
+    timestamps: bool = False
 
 
 @dataclass(frozen=True)
@@ -139,8 +141,18 @@ def parse_client_message(raw: str | bytes) -> ClientMessage:
             seed=_optional_seed(obj, context_id),
             speed=_speed(obj, context_id),
             sample_rate=_optional_sample_rate(obj, context_id),
+            timestamps=_optional_bool(obj, "timestamps", context_id),
         )
     return cls(context_id)  # type: ignore[call-arg]
+
+
+def _optional_bool(obj: dict[str, Any], name: str, context_id: str) -> bool:
+    value = obj.get(name, False)
+    if not isinstance(value, bool):
+        raise ClientError(
+            f"field {name!r} must be true or false", code="invalid_field", context_id=context_id
+        )
+    return value
 
 
 def _context_id(obj: dict[str, Any]) -> str:
@@ -281,6 +293,25 @@ class SegmentEvent(ServerMessage):
     audio_start_sample: int
     audio_start_ms: float
     type: str = field(init=False, default="segment")
+
+
+@dataclass(frozen=True)
+class TimestampsEvent(ServerMessage):
+    """When each character (Latin: word) of a segment is heard, on the context's audio
+    clock (ms from its first sample); sent after the segment's last audio frame, for
+    contexts started with ``timestamps: true``. See :mod:`streaming.timestamps`."""
+
+    context_id: str
+    stream: int
+    index: int
+    #: The segment's own audio span (its pause excluded).
+    start_ms: float
+    end_ms: float
+    #: True when the times are shared out by rule (ChatTTS); False when the engine
+    #: reported where its words start (the fallback voice).
+    estimated: bool
+    items: list[dict[str, object]]
+    type: str = field(init=False, default="timestamps")
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,13 @@ from streaming.joins import JoinSettings, SegmentJoiner, pause_ms_for
 from streaming.segment import Segment, Segmenter, SegmenterConfig
 from streaming.text import PreparedText, Removal
 
-__all__ = ["SegmentStart", "SpeechPipeline", "SpeechSettings", "removals_in_stream"]
+__all__ = [
+    "SegmentSpan",
+    "SegmentStart",
+    "SpeechPipeline",
+    "SpeechSettings",
+    "removals_in_stream",
+]
 
 _NOTHING = np.zeros(0, np.float32)
 
@@ -64,6 +70,24 @@ class SpeechSettings:
 def removals_in_stream(segment: Segment, prepared: PreparedText) -> tuple[Removal, ...]:
     """The segment's removals with offsets in the whole stream's text."""
     return tuple(Removal(segment.start + r.start, r.chars, r.reason) for r in prepared.removed)
+
+
+@dataclass(frozen=True)
+class SegmentSpan:
+    """Where a finished segment's audio lies in the utterance's output (its pause not
+    included), and how the engine's own samples map onto it."""
+
+    start_sample: int
+    end_sample: int
+    #: Engine samples cut from the segment's head (silence), before the first sent.
+    lead_trim: int
+    #: Output samples per engine sample.
+    ratio: float
+
+    def output_sample(self, engine_sample: float) -> float:
+        """Where engine sample ``engine_sample`` of the segment was sent (clamped to it)."""
+        at = self.start_sample + (engine_sample - self.lead_trim) * self.ratio
+        return min(max(at, self.start_sample), self.end_sample)
 
 
 @dataclass(frozen=True)
@@ -116,6 +140,10 @@ class SpeechPipeline:
         self._segment: Segment | None = None
         self._segment_samples = 0  # engine samples received for the current segment
         self._held_pause = 0  # whole_text: the last segment's pause, until more audio
+        self._segment_start = 0  # output sample where the current segment's audio starts
+        self._segment_out = 0  # output samples of the current segment's audio so far
+        #: The span of the last segment finished (None before the first).
+        self.last_span: SegmentSpan | None = None
 
     def begin(self, segment: Segment, prepared: PreparedText) -> SegmentStart:
         """Start ``segment`` (prepared for the engine as ``prepared``)."""
@@ -127,6 +155,8 @@ class SpeechPipeline:
         if start.speaks:
             self._segment = segment
             self._segment_samples = 0
+            self._segment_start = self.samples + self._held_pause
+            self._segment_out = 0
             if self._joiner is not None:
                 self._joiner.begin(segment.text)
         return start
@@ -137,7 +167,9 @@ class SpeechPipeline:
             raise RuntimeError("push() outside a segment: call begin() first")
         self._segment_samples += int(chunk.size)
         shaped = self._joiner.process(chunk) if self._joiner is not None else chunk
-        return self._frames(self._resample(shaped))
+        body = self._resample(shaped)
+        self._segment_out += int(body.size)
+        return self._frames(body)
 
     def finish(self) -> list[np.ndarray]:
         """End the segment: its held audio, faded to zero, then its pause (or held)."""
@@ -149,6 +181,14 @@ class SpeechPipeline:
         body = self._resample(rest)
         if self._resampler is not None:
             body = np.concatenate((body, self._resampler.flush()))
+        self._segment_out += int(body.size)
+        lead_trim = self._joiner.last_lead_dropped if self._joiner is not None else 0
+        self.last_span = SegmentSpan(
+            self._segment_start,
+            self._segment_start + self._segment_out,
+            lead_trim,
+            self.output_rate_hz / self.engine_rate_hz,
+        )
         pause = self._pause_samples(segment) if self._segment_samples else 0
         if self.whole_text:
             frames = self._frames(body)

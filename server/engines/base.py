@@ -6,7 +6,7 @@ from one dedicated thread, one synthesis at a time. Nothing here may touch the e
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -47,6 +47,21 @@ class SynthesisRequest:
     voice: VoiceSpec
     #: Spoken by the fallback voice from the start (a context the server degraded).
     fallback: bool = False
+
+
+@dataclass(frozen=True)
+class WordMarks:
+    """Where the engine says words start: ``(offset in SynthesisRequest.text, sample in
+    the segment's audio)`` pairs. An engine that knows (espeak-ng) may yield one before
+    the segment's chunks; the server then times the segment's words by them instead of
+    estimating (streaming.timestamps)."""
+
+    marks: tuple[tuple[int, int], ...]
+
+
+def audio_only(chunks: Iterable[np.ndarray | WordMarks]) -> Iterator[np.ndarray]:
+    """The audio chunks of a ``synthesize`` generator, without its word marks."""
+    return (chunk for chunk in chunks if not isinstance(chunk, WordMarks))
 
 
 @dataclass(eq=False)
@@ -117,8 +132,9 @@ class Engine(Protocol):
 
     def synthesize(
         self, request: SynthesisRequest, should_stop: Callable[[], bool]
-    ) -> Iterator[np.ndarray]:
-        """Yield float32 mono chunks (values nominally in [-1, 1]) as they are produced.
+    ) -> Iterator[np.ndarray | WordMarks]:
+        """Yield float32 mono chunks (values nominally in [-1, 1]) as they are produced
+        (and, from an engine that knows, one :class:`WordMarks` before them).
 
         ``should_stop`` is polled between units of work; when it returns true the
         generator stops early (returning, or raising :class:`Cancelled`). Chunks may be

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from server.engines.base import SynthesisRequest, VoiceSpec
+from server.engines.base import SynthesisRequest, VoiceSpec, WordMarks
 from streaming.audio import Resampler
 from streaming.errors import TTSError
 from streaming.text import strip_tags
@@ -56,8 +56,26 @@ _RATE = 1
 _PITCH = 3
 _EE_OK = 0
 
+
+class _Event(ctypes.Structure):
+    """speak_lib.h's espeak_EVENT (the union at its end is 8 bytes: a pointer or char[8])."""
+
+    _fields_ = [
+        ("type", ctypes.c_int),
+        ("unique_identifier", ctypes.c_uint),
+        ("text_position", ctypes.c_int),  # 1-based, in characters (espeakCHARS_UTF8)
+        ("length", ctypes.c_int),
+        ("audio_position", ctypes.c_int),  # milliseconds into the utterance's audio
+        ("sample", ctypes.c_int),
+        ("user_data", ctypes.c_void_p),
+        ("id", ctypes.c_char * 8),
+    ]
+
+
+_EVENT_LIST_TERMINATED = 0
+_EVENT_WORD = 1
 _SynthCallback = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p
+    ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.POINTER(_Event)
 )
 
 
@@ -148,17 +166,27 @@ class _Library:
         self.sample_rate_hz: int = sample_rate_hz
         self._lib: Any = lib
         self._pieces: list[bytes] = []
+        self._words: list[tuple[int, int]] = []  # (0-based character, ms) per word event
         # Kept on self: the C library holds only a raw pointer to the thunk.
         self._callback = _SynthCallback(self._collect)
         lib.espeak_SetSynthCallback(self._callback)
 
-    def _collect(self, wav: Any, num_samples: int, _events: Any) -> int:
+    def _collect(self, wav: Any, num_samples: int, events: Any) -> int:
         if num_samples > 0 and wav:
             self._pieces.append(ctypes.string_at(wav, num_samples * 2))
+        if events:
+            k = 0
+            while (event := events[k]).type != _EVENT_LIST_TERMINATED:
+                if event.type == _EVENT_WORD:
+                    self._words.append((event.text_position - 1, event.audio_position))
+                k += 1
         return 0  # 0: continue synthesis
 
-    def synthesize(self, text: str, voice_name: str, rate_wpm: int, pitch: int) -> np.ndarray:
-        """Return the whole utterance as int16 samples at ``sample_rate_hz``."""
+    def synthesize(
+        self, text: str, voice_name: str, rate_wpm: int, pitch: int
+    ) -> tuple[np.ndarray, list[tuple[int, int]]]:
+        """The whole utterance as int16 samples at ``sample_rate_hz``, and where its words
+        start: (0-based character in ``text``, milliseconds)."""
         # The voice first, so rate and pitch apply to the voice just loaded.
         self._check("espeak_SetVoiceByName", self._lib.espeak_SetVoiceByName(voice_name.encode()))
         self._check("espeak_SetParameter", self._lib.espeak_SetParameter(_RATE, rate_wpm, 0))
@@ -166,14 +194,16 @@ class _Library:
         # NUL would end the C string early; no espeakSSML flag, so markup is read as text.
         data = text.replace("\0", "").encode("utf-8")
         self._pieces = []
+        self._words = []
         try:
             status = self._lib.espeak_Synth(
                 data, len(data) + 1, 0, _POS_CHARACTER, 0, _CHARS_UTF8 | _ENDPAUSE, None, None
             )
             self._check("espeak_Synth", status)
-            return np.frombuffer(b"".join(self._pieces), dtype=np.int16)
+            return np.frombuffer(b"".join(self._pieces), dtype=np.int16), self._words
         finally:
             self._pieces = []
+            self._words = []
 
     @staticmethod
     def _check(call: str, status: int) -> None:
@@ -249,8 +279,9 @@ class EspeakEngine:
 
     def synthesize(
         self, request: SynthesisRequest, should_stop: Callable[[], bool]
-    ) -> Iterator[np.ndarray]:
-        """Yield the segment as float32 chunks of ``chunk_samples`` (the last may be shorter).
+    ) -> Iterator[np.ndarray | WordMarks]:
+        """Yield where its words start (:class:`WordMarks`, from espeak-ng's word events),
+        then the segment as float32 chunks of ``chunk_samples`` (the last may be shorter).
 
         Returns early, without raising, once ``should_stop()`` is true.
         """
@@ -266,9 +297,12 @@ class EspeakEngine:
         # The lock covers only the C call, never a yield: a consumer that pauses this
         # generator must not block other engines' synthesis.
         with _lock:
-            pcm = _shared_library().synthesize(text, voice_name, rate_wpm, pitch)
+            pcm, words = _shared_library().synthesize(text, voice_name, rate_wpm, pitch)
         native = pcm.astype(np.float32) / np.float32(32768.0)
         audio = np.concatenate((self._resampler.process(native), self._resampler.flush()))
+        if text == request.text and words:  # offsets in what was asked (no tags stripped)
+            rate = self.sample_rate_hz
+            yield WordMarks(tuple((char, ms * rate // 1000) for char, ms in words))
         for start in range(0, len(audio), self.chunk_samples):
             if should_stop():
                 return

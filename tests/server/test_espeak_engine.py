@@ -6,7 +6,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from server.engines.base import SynthesisRequest, VoiceSpec
+from server.engines.base import SynthesisRequest, VoiceSpec, audio_only
 from server.engines.espeak import EspeakEngine, EspeakError, rate_for_speed, voice_for_seed
 
 # 22 Hanzi and two punctuation marks.
@@ -27,7 +27,7 @@ def speak(
     should_stop: Callable[[], bool] = never,
 ) -> np.ndarray:
     request = SynthesisRequest(text, VoiceSpec(seed=seed, speed=speed))
-    chunks = list(engine.synthesize(request, should_stop))
+    chunks = list(audio_only(engine.synthesize(request, should_stop)))
     return np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
 
 
@@ -46,7 +46,7 @@ def test_available() -> None:
 def test_chunks_are_float32_100ms_at_24khz(engine: EspeakEngine) -> None:
     """Chunks are 1-D float32 at 24 kHz, 100 ms each but the last."""
     assert (engine.name, engine.sample_rate_hz) == ("espeak", 24_000)
-    chunks = list(engine.synthesize(SynthesisRequest(SENTENCE, VoiceSpec()), never))
+    chunks = list(audio_only(engine.synthesize(SynthesisRequest(SENTENCE, VoiceSpec()), never)))
     assert len(chunks) > 1
     assert all(c.dtype == np.float32 and c.ndim == 1 for c in chunks)
     assert all(len(c) == 2_400 for c in chunks[:-1])
@@ -114,7 +114,9 @@ def test_should_stop_ends_synthesis_between_chunks(engine: EspeakEngine) -> None
     """Once should_stop turns true, no further chunk is yielded."""
     stop = threading.Event()
     chunks = []
-    for chunk in engine.synthesize(SynthesisRequest(SENTENCE, VoiceSpec()), stop.is_set):
+    for chunk in audio_only(
+        engine.synthesize(SynthesisRequest(SENTENCE, VoiceSpec()), stop.is_set)
+    ):
         chunks.append(chunk)
         stop.set()
     assert len(chunks) == 1
@@ -214,11 +216,12 @@ def test_control_tags_are_not_read_aloud() -> None:
     voice = VoiceSpec(seed=0)
     tagged = b"".join(
         c.tobytes()
-        for c in engine.synthesize(
-            SynthesisRequest("你好[uv_break]世界[laugh]。", voice), lambda: False
+        for c in audio_only(
+            engine.synthesize(SynthesisRequest("你好[uv_break]世界[laugh]。", voice), lambda: False)
         )
     )
     bare = b"".join(
-        c.tobytes() for c in engine.synthesize(SynthesisRequest("你好世界。", voice), lambda: False)
+        c.tobytes()
+        for c in audio_only(engine.synthesize(SynthesisRequest("你好世界。", voice), lambda: False))
     )
     assert abs(len(tagged) - len(bare)) < 0.05 * len(bare)

@@ -12,7 +12,7 @@ import pytest
 
 from server.client import ContextResult
 from server.config import Settings
-from server.engines.base import SynthesisRequest
+from server.engines.base import SynthesisRequest, WordMarks
 from server.engines.espeak import EspeakEngine
 from streaming.audio import pcm16_to_float
 from streaming.joins import JoinSettings, pause_ms_for
@@ -33,10 +33,10 @@ class DriftingEspeak(EspeakEngine):
 
     def synthesize(
         self, request: SynthesisRequest, should_stop: Callable[[], bool]
-    ) -> Iterator[np.ndarray]:
+    ) -> Iterator[np.ndarray | WordMarks]:
         gain = next((g for key, g in GAINS.items() if key in request.text), 1.0)
         for chunk in super().synthesize(request, should_stop):
-            yield (chunk * gain).astype(np.float32)
+            yield chunk if isinstance(chunk, WordMarks) else (chunk * gain).astype(np.float32)
 
 
 def _server(shape_joins: bool) -> Iterator[LiveServer]:
