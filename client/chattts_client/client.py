@@ -22,12 +22,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import struct
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
-
-import struct
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
