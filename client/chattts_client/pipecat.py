@@ -82,7 +82,7 @@ class ChatTTSStreamTTSService(WebsocketTTSService):
 
     # --- the connection ---------------------------------------------------------------
 
-    async def setup(self, setup: FrameProcessorSetup) -> None:
+    async def setup(self, setup: FrameProcessorSetup) -> None:  # type: ignore[override]
         await super().setup(setup)
         await self._connect()
 

@@ -1,0 +1,85 @@
+"""The LiveKit Agents plugin with livekit-agents' own stream classes, against the real
+server on a socket: streamed tokens, aligned transcripts, synthesize, interruption."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("livekit.agents")
+
+from chattts_client.livekit import TTS
+
+from server.config import Settings
+from server.engines.fake import ScriptedEngine
+from tests.live import LiveServer, run_live_server
+
+TOKENS = ["你好，", "世界。", "今天", "天气", "很好！"]
+
+
+@pytest.fixture(scope="module")
+def espeak() -> Iterator[LiveServer]:
+    with run_live_server(Settings(engine="espeak")) as live:
+        yield live
+
+
+async def test_streamed_tokens_come_back_as_audio_with_an_aligned_transcript(
+    espeak: LiveServer,
+) -> None:
+    tts = TTS(url=espeak.ws_url, voice="nova", sample_rate=16000)
+    assert tts.capabilities.streaming and tts.capabilities.aligned_transcript
+    async with tts.stream() as stream:
+        for token in TOKENS:
+            stream.push_text(token)
+        stream.end_input()
+        events = [event async for event in stream]
+    assert events and events[-1].is_final and not any(e.is_final for e in events[:-1])
+    frames = [event.frame for event in events]
+    assert all(f.sample_rate == 16000 and f.num_channels == 1 for f in frames)
+    assert sum(f.samples_per_channel for f in frames) / 16000 > 2.0
+    timed = [t for f in frames for t in (f.userdata.get("lk.timed_transcripts") or [])]
+    assert "".join(timed) == "".join(TOKENS)
+    starts = [t.start_time for t in timed]
+    assert starts == sorted(starts) and starts[0] == 0.0
+    assert all(t.end_time >= t.start_time for t in timed)
+
+
+async def test_synthesize_speaks_one_text(espeak: LiveServer) -> None:
+    tts = TTS(url=espeak.ws_url, voice="alloy")
+    async with tts.synthesize("再见，明天见。") as stream:
+        frames = [event.frame async for event in stream]
+    assert sum(f.samples_per_channel for f in frames) / 24000 > 0.8
+
+
+async def test_closing_the_stream_cancels_the_context_on_the_server() -> None:
+    engine = ScriptedEngine(chunk_ms=100, chunk_delay_s=0.05, ms_per_char=100)
+    settings = Settings(engine="chattts", model_dir=Path("unused-by-the-scripted-engine"))
+    with run_live_server(settings, engine=lambda: (engine, False, None)) as live:
+        tts = TTS(url=live.ws_url)
+        stream = tts.stream()
+        stream.push_text("".join(f"这是第{n}句话。" for n in "一二三四五六七八九十"))
+        stream.end_input()
+        first = await anext(stream)  # the first audio: it is speaking
+        assert first.frame.samples_per_channel > 0
+        await stream.aclose()  # what an interruption does (Agent.tts_node)
+        admission = live.state.admission  # type: ignore[attr-defined]
+        for _ in range(100):
+            if admission.streams == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert admission.streams == 0
+        assert len(engine.requests) < 10
+
+
+async def test_a_refused_voice_is_a_client_error_not_retried(espeak: LiveServer) -> None:
+    from livekit.agents import APIStatusError
+
+    tts = TTS(url=espeak.ws_url, voice="nobody")
+    with pytest.raises(APIStatusError) as raised:
+        async with tts.synthesize("你好。") as stream:
+            [event async for event in stream]
+    assert raised.value.status_code == 400 and not raised.value.retryable
+    assert "voice_not_found" in str(raised.value)
