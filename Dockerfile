@@ -22,6 +22,7 @@ COPY pyproject.toml README.md ./
 COPY scripts ./scripts
 COPY server ./server
 COPY streaming ./streaming
+COPY client ./client
 COPY web ./web
 # The CUDA 12.8 torch wheel; override with --build-arg TORCH_SPEC=... for another CUDA.
 ARG TORCH_SPEC="torch==2.11.0 --index-url https://download.pytorch.org/whl/cu128"
