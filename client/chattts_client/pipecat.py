@@ -169,12 +169,25 @@ class ChatTTSStreamTTSService(WebsocketTTSService):
     # --- what the server sends ------------------------------------------------------
 
     async def _receive_messages(self) -> None:
-        assert self._websocket is not None
-        async for message in self._websocket:
-            if isinstance(message, bytes):
-                await self._on_audio(message)
-            else:
-                await self._on_event(json.loads(message))
+        while self._websocket is not None:
+            async for message in self._websocket:
+                if isinstance(message, bytes):
+                    await self._on_audio(message)
+                else:
+                    await self._on_event(json.loads(message))
+            # The server closed the socket (a restart, a drain): the turns it held are
+            # over; end them here, then connect again for the next ones.
+            for context_id in list(self._opened):
+                await self._end_context(context_id)
+            self._websocket = None
+            await self._connect_websocket()
+
+    async def _end_context(self, context_id: str) -> None:
+        self._opened.discard(context_id)
+        self._contexts = {s: c for s, c in self._contexts.items() if c != context_id}
+        if self.audio_context_available(context_id):
+            await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
+            await self.remove_audio_context(context_id)
 
     async def _on_audio(self, message: bytes) -> None:
         stream, _segment, _sequence = AUDIO_HEADER.unpack_from(message)
