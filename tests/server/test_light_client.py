@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import venv
 from pathlib import Path
@@ -37,10 +38,12 @@ asyncio.run(main(sys.argv[1]))
 def test_the_client_installs_without_the_server_and_streams(tmp_path: Path) -> None:
     env = tmp_path / "venv"
     venv.create(env, with_pip=True)
+    source = tmp_path / "client"  # a copy: pip builds in the source tree (build/, egg-info)
+    shutil.copytree(ROOT / "client", source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
     python = env / "bin" / "python"
     install = subprocess.run(
         [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         str(ROOT / "client")],
+         str(source)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert install.returncode == 0, install.stderr[-2000:]
