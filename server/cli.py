@@ -9,6 +9,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from server import __version__
 from server.config import Settings, add_arguments, build_settings
 
 if TYPE_CHECKING:
@@ -20,16 +21,28 @@ logger = logging.getLogger(__name__)
 WEIGHTS_REPO = "2Noise/ChatTTS"
 
 
+class _Compact(argparse.HelpFormatter):
+    """One line per flag where it fits: flags in a 34-column margin, 110 columns wide."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=34, width=110)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="chattts-stream",
         description="Streaming Chinese TTS server on ChatTTS: text deltas in over a WebSocket, PCM audio out.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser(
         "serve",
         help="run the server",
-        description="Run the HTTP + WebSocket server. Every flag also reads a TTS_* environment variable.",
+        usage="%(prog)s [flags]",
+        formatter_class=_Compact,
+        description="Run the HTTP + WebSocket server. Each flag's default is in brackets; "
+        "each also reads an environment variable, TTS_ and its name in capitals (--max-batch: "
+        "TTS_MAX_BATCH). All of them: docs/settings.md.",
     )
     add_arguments(serve)
     preview = commands.add_parser(
@@ -122,14 +135,32 @@ def preview(settings: Settings, text: str, mode: str) -> int:
 
 
 def download_weights(path: str) -> int:
-    """Fetch exactly the nine files ``Chat.load(source="custom")`` checks (~1 GB)."""
+    """Fetch exactly the nine files ``Chat.load(source="custom")`` checks (~1 GB).
+
+    A failure (no network, no such repository, a full disk) is one line on stderr and
+    exit status 1, not the library's tracebacks."""
+    import os
+
+    # Their progress bars and retry warnings would bury the one line that matters.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    logging.getLogger("huggingface_hub").setLevel(logging.CRITICAL)
     from huggingface_hub import snapshot_download
 
     from server.engines.chattts.checkpoint import ASSET_FILES
 
-    target = snapshot_download(
-        repo_id=WEIGHTS_REPO, local_dir=path, allow_patterns=list(ASSET_FILES)
-    )
+    try:
+        target = snapshot_download(
+            repo_id=WEIGHTS_REPO, local_dir=path, allow_patterns=list(ASSET_FILES)
+        )
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(
+            f"chattts-stream download-weights: cannot download {WEIGHTS_REPO} from Hugging Face "
+            f"({type(exc).__name__}: {reason[:200]}); check the network, or copy the weights "
+            "into the directory by hand (docs/operations.md)",
+            file=sys.stderr,
+        )
+        return 1
     print(f"ChatTTS weights in {target}; run: chattts-stream serve --model-dir {target}")
     return 0
 

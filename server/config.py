@@ -39,7 +39,19 @@ class Settings:
         "or * for any (none: same-origin only)",
         group="server",
     )
-    log_level: str = option("info", "debug, info, warning, error", group="observability")
+    log_level: str = option(
+        "info",
+        "the server log's threshold",
+        group="observability",
+        choices=("debug", "info", "warning", "error", "critical"),
+    )
+    log_format: str = option(
+        "text",
+        "text: one line per record for people; json: one JSON object per line, for a log "
+        "pipeline (python-json-logger's fields plus request_id/session_id)",
+        group="observability",
+        choices=("text", "json"),
+    )
     protect_metrics: bool = option(False, "require a token on /metrics too", group="observability")
 
     # Engine
@@ -281,7 +293,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             type=spec.parse,
             default=None,
             metavar=spec.metavar,
-            help=f"{spec.help} [default {spec.default_text}; env {spec.env}]",
+            help=f"{spec.help} [{spec.default_text}]",
         )
     parser.add_argument(
         "--token-file",

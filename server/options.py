@@ -114,7 +114,7 @@ class OptionSpec:
             return "BOOL"
         if self.choices:
             return "{" + ",".join(self.choices) + "}"
-        return None
+        return {int: "N", float: "X", Path: "PATH"}.get(self.parse, "TEXT")  # type: ignore[call-overload]
 
 
 def _parser(annotation: Any) -> Callable[[str], Any]:
