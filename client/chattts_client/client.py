@@ -254,21 +254,28 @@ class StreamClient:
         return event.get("context_id")
 
     async def collect(
-        self, context_id: str = DEFAULT_CONTEXT_ID, timeout_s: float = 60.0
+        self,
+        context_id: str = DEFAULT_CONTEXT_ID,
+        timeout_s: float = 60.0,
+        *,
+        total_timeout_s: float | None = None,
     ) -> ContextResult:
         """Read until ``done`` for ``context_id`` (or the refusal of its ``start``).
 
-        Other contexts' events are kept for their own ``collect``; connection-level
-        errors and warnings (no context) are recorded in this result.
+        ``timeout_s`` is an idle timeout: TimeoutError when no message at all arrives
+        for that long (a long utterance keeps arriving, so it never trips);
+        ``total_timeout_s``, when given, bounds the whole collection. Other contexts'
+        events are kept for their own ``collect``; connection-level errors and warnings
+        (no context) are recorded in this result.
         """
         result = ContextResult(context_id)
         kept: list[Event] = []
         pending = self._backlog
         self._backlog = []
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout(total_timeout_s):
                 while result.done is None:
-                    event = pending.pop(0) if pending else await self.recv()
+                    event = pending.pop(0) if pending else await self.recv(timeout_s)
                     owner = self.context_of(event)
                     if owner is None and isinstance(event, dict):
                         _record(result, event)  # a connection-level error or warning

@@ -153,3 +153,30 @@ def test_the_client_constants_are_the_protocol_s() -> None:
         p.SUBPROTOCOL, p.TOKEN_SUBPROTOCOL_PREFIX, p.DEFAULT_CONTEXT_ID
     )  # fmt: skip
     assert client.AUDIO_HEADER.format == p.AUDIO_HEADER.format
+
+
+async def test_collect_waits_as_long_as_audio_keeps_coming() -> None:
+    """collect's timeout is an idle one: an utterance that takes three times as long to
+    arrive is still collected whole."""
+    import time
+
+    from server.engines.fake import ScriptedEngine
+
+    engine = ScriptedEngine(chunk_ms=100, chunk_delay_s=0.1, ms_per_char=100)
+    settings = Settings(engine="chattts", model_dir=Path("unused-by-the-scripted-engine"))
+    with run_live_server(settings, engine=lambda: (engine, False, None)) as live:
+        async with StreamClient.connect(live.ws_url) as client:
+            ctx = await client.open(seed=1)
+            await client.send_text("一二三四五六七八九十。" * 3, ctx)
+            await client.end(ctx)
+            started = time.monotonic()
+            result = await client.collect(ctx, timeout_s=1.0)
+            took = time.monotonic() - started
+    assert result.done is not None and not result.done["cancelled"] and took > 2.0
+
+
+async def test_collect_total_timeout_bounds_the_whole(espeak: LiveServer) -> None:
+    async with StreamClient.connect(espeak.ws_url) as client:
+        ctx = await client.open(seed=1)
+        with pytest.raises(TimeoutError):
+            await client.collect(ctx, timeout_s=5.0, total_timeout_s=0.3)  # no text: no done
