@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.websockets import WebSocketState
 from swagger_ui_bundle import swagger_ui_path
 
-from server import __version__
+from server import __version__, logs
 from server.admission import Admission
 from server.api_schema import ErrorBody, Health, Readiness
 from server.auth import TokenAuth, bearer_token, websocket_token
@@ -35,7 +34,7 @@ from server.errors import report
 from server.http_audio import Encoders
 from server.http_speech import EXPOSED_HEADERS
 from server.metrics import Metrics
-from server.middleware import BodyLimit, RequestCounter
+from server.middleware import SUMMARY_KEY, BodyLimit, RequestCounter, RequestLog
 from server.openai_api import openai_routes
 from server.session import Session
 from server.speech_api import speech_routes
@@ -201,12 +200,14 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
         )  # fmt: skip
     app.add_middleware(BodyLimit, limit=settings.max_http_body_bytes, metrics=state.metrics)
     app.add_middleware(RequestCounter, metrics=state.metrics)
+    app.add_middleware(RequestLog)
     app.add_middleware(TransportTap)  # last added, so outermost: it must see the server's send
     app.state.tts = state
 
     @app.exception_handler(TTSError)
     async def tts_error(request: Request, exc: TTSError) -> JSONResponse:
         report(exc, metrics=state.metrics, log=logger, where=f"{request.method} {request.url.path}")
+        request.scope.get(SUMMARY_KEY, {})["error"] = exc.code
         headers = {}
         if exc.retry_after_ms is not None:
             headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_ms / 1000)))
@@ -360,11 +361,13 @@ async def run_websocket(state: AppState, websocket: WebSocket) -> None:
     state.connections += 1
     metrics.sessions.inc()
     metrics.active_sessions.inc()
-    session_id = secrets.token_hex(4)
+    # The client's X-Request-ID names the session when it sends one (echoed in ready).
+    session_id = logs.new_request_id(websocket.headers.get("x-request-id"))
+    logs.SESSION_ID.set(session_id)  # this task and the context tasks it starts
     try:
         await websocket.accept(subprotocol=subprotocol)
         bound_send_buffer(websocket.scope.get(SCOPE_KEY), settings.ws_send_buffer_bytes)
-        logger.info("[%s] connected from %s", session_id, websocket.client)
+        logger.info("connected from %s", websocket.client)
         session = Session(
             websocket,
             settings,
@@ -381,11 +384,11 @@ async def run_websocket(state: AppState, websocket: WebSocket) -> None:
         finally:
             state.sessions.discard(session)
     except Exception as exc:
-        report(exc, metrics=metrics, log=logger, where=f"[{session_id}] session")
+        report(exc, metrics=metrics, log=logger, where="session")
         if websocket.application_state == WebSocketState.CONNECTED:
             with contextlib.suppress(Exception):
                 await websocket.close(code=CLOSE_INTERNAL_ERROR, reason="internal error")
     finally:
         state.connections -= 1
         metrics.active_sessions.dec()
-        logger.info("[%s] disconnected", session_id)
+        logger.info("disconnected")

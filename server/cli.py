@@ -9,7 +9,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from server import __version__
+from server import __version__, logs
 from server.config import Settings, add_arguments, build_settings
 
 if TYPE_CHECKING:
@@ -76,19 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-
-
 def serve(settings: Settings) -> int:
 
     from server.app import create_app
     from server.lifecycle import DrainingServer, uvicorn_config
 
-    configure_logging(settings.log_level)
+    logs.configure(settings.log_level, settings.log_format)
     app = create_app(settings)
     config = uvicorn_config(app, settings)
     state = app.state.tts

@@ -34,6 +34,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from server.engines.base import SynthesisRequest, VoiceSpec
 from server.errors import report
+from server.middleware import SUMMARY_KEY
 from server.transport import SCOPE_KEY
 from server.worker import Job
 from streaming import timestamps
@@ -116,6 +117,10 @@ class TextSpeech:
     _parts: list[_Part] = field(default_factory=list)
     _closed: bool = False
     _waited_s: float = 0.0
+    #: The request's summary line's fields (server.logs), filled at close.
+    summary: dict[str, object] | None = None
+    voice_name: str | None = None
+    _completed: bool = False
     #: Each finished segment's ``timestamps`` (as the WebSocket event's fields) when
     #: asked for (a list), else None.
     timestamps: list[dict[str, object]] | None = None
@@ -199,6 +204,7 @@ class TextSpeech:
                     audio_seconds=produced / engine_rate,
                     characters=len(part.prepared.spoken),
                 )
+            self._completed = True
         finally:
             self.close()
 
@@ -237,6 +243,18 @@ class TextSpeech:
             return
         self._closed = True
         self._ended = time.perf_counter()
+        if self.summary is not None:
+            self.summary.update(
+                engine=self.state.worker.status.engine,
+                voice=self.voice_name,
+                characters=len(self.text),
+                removed=sum(len(str(r["chars"])) for r in self.removed),
+                segments=len(self.spoken),
+                ttfa_ms=round(self.first_audio_s * 1000, 1) if self.first_audio_s else None,
+                audio_s=round(self.samples / self.output_rate_hz, 3),
+                degraded="busy" if self.fallback else None,
+                outcome="complete" if self._completed else "incomplete",
+            )
         if not self.fallback:
             self.state.admission.finish()
         self.state.metrics.http_latency.observe(self._ended - self.started)
@@ -275,6 +293,7 @@ async def start_speech(
     *,
     seed: int | None = None,
     speed: float = 1.0,
+    request: Request | None = None,
 ) -> TextSpeech:
     """Admit and prepare a text (errors here are the request's HTTP status).
 
@@ -284,6 +303,9 @@ async def start_speech(
     spec = state.voices.spec(voice, seed=seed, speed=speed)
     fallback = state.admission.start("http")
     speech = TextSpeech(state, text, spec, output_rate_hz, fallback)
+    speech.voice_name = voice
+    if request is not None:
+        speech.summary = request.scope.get(SUMMARY_KEY)
     try:
         if fallback:
             speech.voice = state.voices.spec(voice, seed=seed, speed=speed, fallback=True)

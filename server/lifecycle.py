@@ -35,6 +35,8 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Co
         "log_level": settings.log_level,
         "timeout_graceful_shutdown": 10,
         "log_config": None,
+        # Each request's one summary line (server.logs) replaces uvicorn's access line.
+        "access_log": False,
         "backlog": 4096,
     }
     return uvicorn.Config(app, **{**options, **overrides})

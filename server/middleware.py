@@ -1,4 +1,4 @@
-"""The app's own ASGI middleware: a request body limit and the request counter.
+"""The app's own ASGI middleware: a request body limit, the request counter and log.
 
 Plain ASGI rather than ``@app.middleware``: Starlette's BaseHTTPMiddleware re-streams
 every body through a queue and hides the server's ``send`` (and so the transport, see
@@ -7,14 +7,19 @@ every body through a queue and hides the server's ``send`` (and so the transport
 
 from __future__ import annotations
 
+import logging
+import time
+from typing import Any
+
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from server import logs
 from server.metrics import Metrics
 from streaming.errors import LimitExceeded
 
-__all__ = ["BodyLimit", "BodyTooLarge", "RequestCounter"]
+__all__ = ["SUMMARY_KEY", "BodyLimit", "BodyTooLarge", "RequestCounter", "RequestLog"]
 
 
 class BodyLimit:
@@ -95,3 +100,52 @@ class RequestCounter:
         finally:
             path = getattr(scope.get("route"), "path", "unmatched")
             self.metrics.http_requests.labels(route=path, status=str(status)).inc()
+
+
+#: Routes whose summary line is logged at DEBUG: probes and scrapes, every few seconds.
+_QUIET_ROUTES = frozenset({"/health", "/ready", "/metrics"})
+#: Where a route leaves the fields of its request's summary line (a dict).
+SUMMARY_KEY = "chattts_stream.summary"
+
+
+class RequestLog:
+    """ASGI middleware: every HTTP request gets an id (the client's ``X-Request-ID`` when
+    sane, else a new one), echoed in the response and put on every log line written
+    while serving it, and exactly one summary line when it ends (see server.logs)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        offered = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
+        request_id = logs.new_request_id(offered)
+        token = logs.REQUEST_ID.set(request_id)
+        fields: dict[str, Any] = {}
+        scope[SUMMARY_KEY] = fields
+        status = 500
+        started = time.perf_counter()
+
+        async def tagged(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tagged)
+        finally:
+            path = getattr(scope.get("route"), "path", "unmatched")
+            elapsed_ms = round((time.perf_counter() - started) * 1000, 1)
+            line = f"{scope['method']} {scope['path']} {status}"
+            fields = {"method": scope["method"], "route": path, "status": status,
+                      "ms": elapsed_ms, **fields}  # fmt: skip
+            if path in _QUIET_ROUTES and status < 400:
+                logs.summary("http", line, level=logging.DEBUG, **fields)
+            else:
+                logs.summary("http", line, **fields)
+            logs.REQUEST_ID.reset(token)

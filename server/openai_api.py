@@ -170,7 +170,9 @@ async def _speak(
     fmt = body.response_format
     http_audio.require_ffmpeg(fmt, tempo)
     name = body.voice.id if isinstance(body.voice, VoiceId) else body.voice
-    speech = await start_speech(state, body.input, name, OUTPUT_RATE_HZ, speed=engine_speed)
+    speech = await start_speech(
+        state, body.input, name, OUTPUT_RATE_HZ, speed=engine_speed, request=request
+    )
     if timestamps and body.stream_format == "sse":
         speech.timestamps = []
     headers = speech.headers() | {"X-TTS-Speed": f"engine={engine_speed:g}; stretch={tempo:g}"}

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from server import logs
 from server.admission import Admission
 from server.config import Settings
 from server.engines.base import SynthesisRequest
@@ -77,6 +78,11 @@ class Context:
         self.samples_sent = 0
         self.sequence = 0
         self.segments_spoken = 0
+        self.chars_in = 0  # characters of text cut into segments
+        self.removed_chars = 0
+        self.failures = 0  # segments that failed (reported as errors)
+        self.outcome = "disconnected"  # until done is sent
+        self.first_audio_s: float | None = None  # first text -> first frame sent
         self.first_text_at: float | None = None
         # monotonic, at the first frame sent (None: no audio sent yet)
         self.playback_started_at: float | None = None
@@ -91,6 +97,7 @@ class Context:
 
     def queue(self, segments: tuple[Segment, ...]) -> None:
         for segment in segments:
+            self.chars_in += len(segment.text)
             self._prepared[segment.index] = self._text.submit(segment.text)
             self.segments.put_nowait(segment)
 
@@ -149,6 +156,7 @@ class Context:
                     raise
                 except Exception as exc:
                     # A failure must not end the context silently: report it, go on.
+                    self.failures += 1
                     await session.send_failure(exc, self.id, f"segment {segment.index}")
                 finally:
                     session.core.spoken(self.id, segment)
@@ -162,12 +170,36 @@ class Context:
                     cancelled=self.cancelled,
                 )
             )
+            self.outcome = "cancelled" if self.cancelled else "done"
+            if self.failures and not self.cancelled:
+                self.outcome = "done_with_errors"
         except _Closed:
             pass
         finally:
             self.arm_idle_timer(None)
             session.metrics.active_streams.dec()
             session.forget(self)
+            self._log_summary()
+
+    def _log_summary(self) -> None:
+        """The context's one summary line (server.logs)."""
+        first_audio = None if self.first_audio_s is None else round(self.first_audio_s * 1000, 1)
+        voice = self.state.voice
+        logs.summary(
+            "context",
+            f"{self.id} {self.outcome}",
+            context_id=self.id,
+            engine="espeak" if voice.fallback else self.session.worker.status.engine,
+            voice=voice.voice,
+            seed=voice.seed,
+            characters=self.chars_in,
+            removed=self.removed_chars,
+            segments=self.segments_spoken,
+            failed_segments=self.failures or None,
+            ttfa_ms=first_audio,
+            audio_s=round(self.samples_sent / self.sample_rate_hz, 3),
+            outcome=self.outcome,
+        )
 
     async def _speak_segment(self, segment: Segment) -> None:
         session = self.session
@@ -178,7 +210,9 @@ class Context:
             return
         start = self.pipeline.begin(segment, prepared)
         if start.removed:
-            session.metrics.removed_characters.inc(sum(len(r.chars) for r in start.removed))
+            removed = sum(len(r.chars) for r in start.removed)
+            self.removed_chars += removed
+            session.metrics.removed_characters.inc(removed)
             await session.send_json(p.removed_warning(self.id, start.removed))
         await session.send_json(
             p.SegmentEvent(
@@ -253,9 +287,8 @@ class Context:
             if self.playback_started_at is None:
                 self.playback_started_at = time.monotonic()
                 if self.first_text_at is not None:
-                    self.session.metrics.ttfa.labels(route="ws").observe(
-                        time.perf_counter() - self.first_text_at
-                    )
+                    self.first_audio_s = time.perf_counter() - self.first_text_at
+                    self.session.metrics.ttfa.labels(route="ws").observe(self.first_audio_s)
 
 
 class Session:

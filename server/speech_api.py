@@ -162,7 +162,7 @@ async def synthesize_http(state: AppState, body: TTSRequest, request: Request) -
     http_audio.require_ffmpeg(fmt if fmt != "json" else "pcm", 1.0)
     rate = body.sample_rate or state.worker.sample_rate_hz
     speech = await start_speech(
-        state, body.text, body.voice_name, rate, seed=body.seed, speed=body.speed
+        state, body.text, body.voice_name, rate, seed=body.seed, speed=body.speed, request=request
     )
     headers = speech.headers()
     if fmt == "pcm":
