@@ -87,6 +87,8 @@ if command -v dpkg >/dev/null; then
     apt_install ffmpeg || log "compressed formats (mp3/ogg/flac) will be unavailable"
     if [[ $want_test == 1 ]]; then
         apt_install chromium || { log "the browser tests need chromium"; exit 1; }
+        # promtool (in Debian's prometheus) checks and unit-tests deploy/prometheus's rules.
+        apt_install prometheus || log "promtool unavailable: the alert rule tests will skip"
     fi
 fi
 log "ready"

@@ -226,7 +226,7 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
         """A bug: logged with its traceback (by the server, after this), answered in the
         one error shape without its details."""
         error = TTSError("internal error (logged on the server)")
-        state.metrics.errors.labels(kind=error.code).inc()
+        state.metrics.errors.labels(kind=error.code, fault="server").inc()
         return JSONResponse(error.to_body(), status_code=500)
 
     @app.exception_handler(StarletteHTTPException)

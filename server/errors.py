@@ -26,7 +26,7 @@ def report(
     """Count and log ``exc`` (handled at ``where``); return its ``(code, message)``."""
     row = outcome(exc)
     code, message = public_message(exc)
-    metrics.errors.labels(kind=code).inc()
+    metrics.errors.labels(kind=code, fault=row.fault).inc()
     if log.isEnabledFor(row.log_level):
         detail = message if code != "internal_error" else f"{type(exc).__name__}: {exc}"
         log.log(

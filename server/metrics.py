@@ -79,7 +79,12 @@ class Metrics:
             "characters that could not be spoken (reported)",
             registry=r,
         )
-        self.errors = Counter("tts_errors_total", "errors by kind", ["kind"], registry=r)
+        self.errors = Counter(
+            "tts_errors_total",
+            "errors by kind, and by fault: client (a bad request) or server (ours)",
+            ["kind", "fault"],
+            registry=r,
+        )
         self.engine_state = Gauge(
             "tts_engine_state",
             "1 for the engine's current state, 0 for the others",

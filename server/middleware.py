@@ -37,7 +37,7 @@ class BodyLimit:
             code="body_too_large",
             limit=self.limit,
         )
-        self.metrics.errors.labels(kind=error.code).inc()
+        self.metrics.errors.labels(kind=error.code, fault="client").inc()
         return JSONResponse(error.to_body(), status_code=413)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

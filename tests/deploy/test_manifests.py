@@ -9,6 +9,8 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import shutil
+import subprocess
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -414,3 +416,30 @@ def test_operations_doc_covers_every_metric_and_alert() -> None:
     missing = [name for name in sorted(registry_families()) if name not in text]
     missing += [r["alert"] for r in all_rules() if "alert" in r and r["alert"] not in text]
     assert not missing, f"undocumented: {missing}"
+
+
+PROMTOOL = shutil.which("promtool")
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian: prometheus)")
+def test_promtool_checks_the_rules_and_runs_their_unit_tests() -> None:
+    """`promtool check rules` accepts alerts.yml; alerts.test.yml's cases pass: degraded
+    fires on the flag (not on an intended fallback voice), server errors on fault="server"
+    only."""
+    assert PROMTOOL is not None
+    check = subprocess.run(
+        [PROMTOOL, "check", "rules", str(ALERTS)], capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    tests = subprocess.run(
+        [PROMTOOL, "test", "rules", "alerts.test.yml"],
+        capture_output=True, text=True, cwd=ALERTS.parent,
+    )  # fmt: skip
+    assert tests.returncode == 0, tests.stdout + tests.stderr
+
+
+def test_the_degraded_alert_reads_the_flag_and_errors_alert_on_server_faults() -> None:
+    alerts = {r["alert"]: r["expr"] for r in all_rules() if "alert" in r}
+    assert "tts_engine_degraded" in alerts["ChatTTSStreamDegraded"]
+    exprs = {r["record"]: r["expr"] for r in all_rules() if "record" in r}
+    assert 'fault="server"' in exprs["namespace:tts_server_errors:ratio_rate5m"]

@@ -240,7 +240,8 @@ def test_metrics_counters_move_after_an_http_request(http: httpx.Client) -> None
 
 
 async def test_metrics_count_errors_by_code(server: LiveServer, http: httpx.Client) -> None:
-    """tts_errors_total counts a refused WebSocket message and an HTTP refusal by code."""
+    """tts_errors_total counts a refused WebSocket message and an HTTP refusal by code,
+    both as the client's fault."""
     before = scrape(http)
     async with StreamClient.connect(server.ws_url, open_timeout_s=TIMEOUT_S) as client:
         await client.send_raw("{")
@@ -248,8 +249,8 @@ async def test_metrics_count_errors_by_code(server: LiveServer, http: httpx.Clie
         assert isinstance(error, dict) and error["code"] == "bad_json"
     assert tts(http, text="😀").status_code == 400
     after = scrape(http)
-    assert moved(before, after, "tts_errors_total", kind="bad_json") == 1
-    assert moved(before, after, "tts_errors_total", kind="nothing_to_speak") == 1
+    assert moved(before, after, "tts_errors_total", kind="bad_json", fault="client") == 1
+    assert moved(before, after, "tts_errors_total", kind="nothing_to_speak", fault="client") == 1
     assert moved(before, after, "tts_http_requests_total", route="/v1/tts", status="400") == 1
 
 
