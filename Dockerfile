@@ -1,39 +1,56 @@
-# CUDA runtime image: the same scripts/setup.sh as the README, with the CUDA torch build.
-FROM nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
+# syntax=docker/dockerfile:1
+# CUDA image of the server, in two stages: the build stage has the compiler and the
+# Python headers and builds the venv with the README's scripts/setup.sh (the same pinned
+# versions as the tests: constraints.txt); the runtime stage has neither, and runs the
+# server as an unprivileged user.
 
-ENV DEBIAN_FRONTEND=noninteractive \
-    PYTHONUNBUFFERED=1 \
-    TTS_HOST=0.0.0.0 \
-    TTS_PORT=8000 \
-    TTS_PYTHON=python3.11
+ARG CUDA_BASE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
 
-# libsndfile1: the seed article's classic OSError when it is missing; ffmpeg: pydub's
-# encoder for mp3/ogg/flac responses.
+FROM ${CUDA_BASE} AS build
+ENV DEBIAN_FRONTEND=noninteractive TTS_PYTHON=python3.11
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends software-properties-common curl ca-certificates \
+    && apt-get install -y --no-install-recommends software-properties-common ca-certificates \
     && add-apt-repository -y ppa:deadsnakes/ppa \
     && apt-get update \
-    && apt-get install -y --no-install-recommends \
-        python3.11 python3.11-venv python3.11-dev libsndfile1 ffmpeg build-essential \
+    && apt-get install -y --no-install-recommends python3.11 python3.11-venv python3.11-dev build-essential \
     && rm -rf /var/lib/apt/lists/*
-
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml constraints.txt README.md ./
 COPY scripts ./scripts
 COPY server ./server
 COPY streaming ./streaming
 COPY client ./client
 COPY web ./web
-# The CUDA 12.8 torch wheel; override with --build-arg TORCH_SPEC=... for another CUDA.
-ARG TORCH_SPEC="torch==2.11.0 --index-url https://download.pytorch.org/whl/cu128"
-RUN TTS_TORCH_SPEC="$TORCH_SPEC" scripts/setup.sh && rm -rf /root/.cache/pip
+# torch as the tests pin it (constraints.txt), the CUDA 12.8 build of that version.
+ARG TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
+RUN TTS_TORCH_SPEC="$TORCH_SPEC" TTS_SKIP_APT=1 scripts/setup.sh && rm -rf /root/.cache/pip
 # Build the text normaliser's transducers into the image (~4 s once), so pods with a
 # read-only root filesystem start without rebuilding them.
 ENV TTS_TEXT_CACHE_DIR=/app/text-cache
-RUN .venv/bin/chattts-stream preview "预热：2024年10月1日，12.5元。" > /dev/null \
-    && chmod -R a+rX /app/text-cache
+RUN .venv/bin/chattts-stream preview "预热：2024年10月1日，12.5元。" > /dev/null
 
+FROM ${CUDA_BASE} AS runtime
+ENV DEBIAN_FRONTEND=noninteractive \
+    PYTHONUNBUFFERED=1 \
+    TTS_HOST=0.0.0.0 \
+    TTS_PORT=8000 \
+    TTS_TEXT_CACHE_DIR=/app/text-cache \
+    HOME=/home/tts
+# libsndfile1: the seed article's classic OSError when it is missing; ffmpeg: the
+# compressed formats and reference clips. No compiler, no headers.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends software-properties-common ca-certificates \
+    && add-apt-repository -y ppa:deadsnakes/ppa \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends python3.11 libsndfile1 ffmpeg \
+    && apt-get purge -y software-properties-common && apt-get autoremove -y \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --create-home --home-dir /home/tts tts
+WORKDIR /app
+COPY --from=build --chown=tts:tts /app /app
+USER tts
 EXPOSE 8000
-HEALTHCHECK --interval=15s --timeout=3s --start-period=120s --retries=3 \
-    CMD curl -fsS http://127.0.0.1:8000/health || exit 1
+# Port-agnostic: the check reads TTS_PORT, as the server does.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=120s --retries=3 \
+    CMD ["/app/.venv/bin/chattts-stream", "healthcheck"]
 ENTRYPOINT ["/app/.venv/bin/chattts-stream", "serve"]

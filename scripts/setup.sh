@@ -23,7 +23,8 @@ if [[ ! -x "$VENV/bin/python" ]]; then
     "$PYTHON" -m venv "$VENV"
     "$VENV/bin/pip" install --quiet --upgrade pip
 fi
-pip=("$VENV/bin/pip" install --quiet --disable-pip-version-check)
+# constraints.txt: the one pinned set of versions, shared by the tests and the image.
+pip=("$VENV/bin/pip" install --quiet --disable-pip-version-check -c constraints.txt)
 
 # torch first: any unpinned torch requirement resolved by pip later would otherwise pull
 # a multi-GB CUDA build on a machine that has none.
@@ -37,7 +38,7 @@ fi
 extras=""
 [[ $want_test == 1 ]] && extras="[test]"
 stamp="$VENV/.setup-stamp$extras"
-fingerprint=$(cat pyproject.toml client/pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+fingerprint=$(cat pyproject.toml client/pyproject.toml constraints.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$fingerprint" ]]; then
     # The light client first: the project depends on it and it is not on the index.
     log "installing the client (client/) and the project${extras}"
@@ -46,16 +47,23 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$fingerprint" ]]; then
     echo "$fingerprint" > "$stamp"
 fi
 
-# PyPI's torchaudio wheels ship a compiled extension built against CUDA torch; beside a
-# CPU torch it fails to load and takes `import torchaudio` down with it. ChatTTS and
-# vocos only use torchaudio's pure-Python MelSpectrogram, which does not need it, and
-# torchaudio skips the extension when its library files are absent. So on a CPU torch we
-# move those files into lib/cuda-only/ (undo by moving them back).
+# PyPI's torchaudio wheels ship a compiled extension built against a CUDA torch of their
+# own version; beside a CPU torch, or a torch of another version (constraints.txt pins
+# torchaudio 2.11 beside torch 2.13), it fails to load and takes `import torchaudio`
+# down with it. ChatTTS and vocos only use torchaudio's pure-Python MelSpectrogram, which
+# does not need it, and torchaudio skips the extension when its library files are
+# absent. So in either case we move those files into lib/cuda-only/ (undo: move back).
 "$VENV/bin/python" - <<'PY'
-import importlib.util, pathlib, sys
+import importlib.metadata, importlib.util, pathlib, sys
 import torch
 spec = importlib.util.find_spec("torchaudio")
-if spec is None or torch.version.cuda is not None:
+if spec is None:
+    sys.exit(0)
+same_version = (
+    torch.__version__.split("+")[0].split(".")[:2]
+    == importlib.metadata.version("torchaudio").split("+")[0].split(".")[:2]
+)
+if torch.version.cuda is not None and same_version:
     sys.exit(0)
 lib = pathlib.Path(spec.origin).parent / "lib"
 libs = sorted(lib.glob("*.so"))
@@ -82,13 +90,16 @@ apt_install() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-if command -v dpkg >/dev/null; then
+# TTS_SKIP_APT=1: no system packages (the image's build stage installs its own).
+if [[ -z "${TTS_SKIP_APT:-}" ]] && command -v dpkg >/dev/null; then
     # ffmpeg: pydub's encoder for mp3/ogg/flac responses; libsndfile1: soundfile users.
     apt_install ffmpeg || log "compressed formats (mp3/ogg/flac) will be unavailable"
     if [[ $want_test == 1 ]]; then
         apt_install chromium || { log "the browser tests need chromium"; exit 1; }
         # promtool (in Debian's prometheus) checks and unit-tests deploy/prometheus's rules.
         apt_install prometheus || log "promtool unavailable: the alert rule tests will skip"
+        # docker-compose (1.x, Python): validates deploy/docker-compose.yml without a daemon.
+        apt_install docker-compose || log "docker-compose unavailable: the compose check will skip"
     fi
 fi
 log "ready"

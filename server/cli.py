@@ -1,4 +1,5 @@
-"""Command line: ``chattts-stream serve | preview | make-checkpoint | download-weights``."""
+"""Command line: ``chattts-stream serve | preview | make-checkpoint | download-weights |
+healthcheck``."""
 
 from __future__ import annotations
 
@@ -68,6 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--full", action="store_true", help="ChatTTS's real dimensions (~1.1 GB) instead of tiny"
     )
     checkpoint.add_argument("--seed", type=int, default=0)
+    health = commands.add_parser(
+        "healthcheck",
+        help="exit 0 when the server on this host answers /health (the image's HEALTHCHECK)",
+        description="GET /health on this host at the port the settings give (--port or "
+        "TTS_PORT), so a container's health check follows the port it was started with.",
+    )
+    health.add_argument("--port", type=int, default=None, help="default: TTS_PORT, else 8000")
+    health.add_argument("--timeout-s", type=float, default=3.0)
     download = commands.add_parser(
         "download-weights",
         help=f"download the real ChatTTS weights from Hugging Face ({WEIGHTS_REPO}); needs internet access",
@@ -158,6 +167,20 @@ def download_weights(path: str) -> int:
     return 0
 
 
+def healthcheck(port: int | None, timeout_s: float) -> int:
+    import os
+    import urllib.request
+
+    port = port or build_settings(None, os.environ).port
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=timeout_s) as answer:
+            ok = answer.status == 200
+    except OSError as exc:
+        print(f"unhealthy: http://127.0.0.1:{port}/health: {exc}", file=sys.stderr)
+        return 1
+    return 0 if ok else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
@@ -171,6 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return checkpoint_main(forwarded)
     if args.command == "download-weights":
         return download_weights(args.path)
+    if args.command == "healthcheck":
+        return healthcheck(args.port, args.timeout_s)
     return 2
 
 

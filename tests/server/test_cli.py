@@ -51,3 +51,15 @@ def test_download_weights_without_network_is_one_clear_line() -> None:
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot download 2Noise/ChatTTS" in lines[0], result.stderr
+
+
+def test_healthcheck_follows_the_port_the_settings_give() -> None:
+    from server.config import Settings
+    from tests.live import run_live_server
+
+    with run_live_server(Settings(engine="espeak")) as live:
+        port = live.base_url.rsplit(":", 1)[1]
+        assert run("healthcheck", env={"TTS_PORT": port}).returncode == 0
+        assert run("healthcheck", "--port", port).returncode == 0
+    refused = run("healthcheck", env={"TTS_PORT": "9"})
+    assert refused.returncode == 1 and refused.stderr.startswith("unhealthy:")
