@@ -13,6 +13,8 @@ than reading them as pinyin.
 
 from __future__ import annotations
 
+import _ctypes
+import contextlib
 import ctypes
 import logging
 import math
@@ -134,7 +136,8 @@ class _Library:
         import espeakng_loader
 
         try:
-            lib = ctypes.CDLL(espeakng_loader.get_library_path())
+            # RTLD_LOCAL, and no other handle on it anywhere: close() must really unload it.
+            lib = ctypes.CDLL(espeakng_loader.get_library_path(), mode=ctypes.RTLD_LOCAL)
             data_path = espeakng_loader.get_data_path()
         except (OSError, RuntimeError) as exc:
             raise EspeakError(f"cannot load libespeak-ng: {exc}") from exc
@@ -164,6 +167,7 @@ class _Library:
         if sample_rate_hz <= 0:
             raise EspeakError(f"espeak_Initialize failed ({sample_rate_hz}) with data {data_path}")
         self.sample_rate_hz: int = sample_rate_hz
+        lib.espeak_Terminate.restype = ctypes.c_int
         self._lib: Any = lib
         self._pieces: list[bytes] = []
         self._words: list[tuple[int, int]] = []  # (0-based character, ms) per word event
@@ -210,21 +214,43 @@ class _Library:
         if status != _EE_OK:
             raise EspeakError(f"{call} failed with status {status}")
 
+    def close(self) -> None:
+        """Terminate and unload the library, so the next load starts from its initial state."""
+        lib, self._lib = self._lib, None
+        if lib is None:
+            return
+        lib.espeak_Terminate()
+        _ctypes.dlclose(lib._handle)
 
-# libespeak-ng keeps one synthesiser per process in C globals (voice, parameters, output
-# callback) and is not reentrant. So the process holds exactly one handle, created on
-# first use, and every call into it goes through this lock, whichever engine instance or
-# thread makes it. This is the one module-level state here: it mirrors the library's.
+
+# libespeak-ng keeps its synthesiser in C globals (voice, parameters, output callback,
+# and state that carries from one utterance into the next: its pitch-flutter phase and
+# more, which made repeats of one request differ). It is not reentrant, so every use
+# holds this lock; and every synthesis loads the library afresh and unloads it after
+# (~6 ms here), so the same request gives the same samples, whatever ran before.
 _lock = threading.Lock()
-_library: _Library | None = None
+_native_rate_hz: int | None = None
 
 
-def _shared_library() -> _Library:
-    """Return the process's libespeak-ng handle, initialising it once. Hold ``_lock``."""
-    global _library
-    if _library is None:
-        _library = _Library()
-    return _library
+@contextlib.contextmanager
+def _fresh_library() -> Iterator[_Library]:
+    """libespeak-ng in its initial state, unloaded on exit. Hold ``_lock``."""
+    global _native_rate_hz
+    library = _Library()
+    try:
+        _native_rate_hz = library.sample_rate_hz
+        yield library
+    finally:
+        library.close()
+
+
+def _native_rate() -> int:
+    """libespeak-ng's output rate (loading it once to ask). Hold ``_lock``."""
+    if _native_rate_hz is None:
+        with _fresh_library():
+            pass
+    assert _native_rate_hz is not None
+    return _native_rate_hz
 
 
 class EspeakEngine:
@@ -237,12 +263,11 @@ class EspeakEngine:
     takes a few milliseconds, so a segment is synthesised whole and ``should_stop`` is
     polled between chunks.
 
-    Not bit-exact: the same request always gives the same voice, words and duration (to
-    within ~0.5%), but not the same samples. libespeak-ng 1.52 keeps its pitch-flutter
-    phase (``static int Flutter_ix`` in wavegen.c's ``AdvanceParameters``) and some gain
-    state in C statics that carry over from one utterance to the next and that neither
-    a voice change nor ``espeak_Initialize`` resets; measured, repeats differ by a few
-    pitch periods' timing, which is inaudible.
+    Deterministic: the same request gives the same samples. libespeak-ng keeps its
+    pitch-flutter phase (``static int Flutter_ix`` in wavegen.c) and other state in C
+    statics that carry over from one utterance to the next and that neither a voice
+    change nor ``espeak_Initialize`` resets, so each synthesis loads the library afresh
+    and unloads it after (see ``_fresh_library``).
     """
 
     name: str = "espeak"
@@ -256,7 +281,7 @@ class EspeakEngine:
             raise ValueError(f"chunk_ms must be positive, got {chunk_ms}")
         self.chunk_samples = self.sample_rate_hz * chunk_ms // 1000
         with _lock:
-            native_rate_hz = _shared_library().sample_rate_hz
+            native_rate_hz = _native_rate()
         # One per engine: the engine runs on one thread, and flush() resets it per segment.
         self._resampler = Resampler(native_rate_hz, self.sample_rate_hz)
         self._closed = False
@@ -266,7 +291,7 @@ class EspeakEngine:
         """Return whether libespeak-ng and its data load and initialise in this process."""
         try:
             with _lock:
-                _shared_library()
+                _native_rate()
         except (ImportError, EspeakError) as exc:
             logger.warning("espeak voice unavailable: %s", exc)
             return False
@@ -296,8 +321,8 @@ class EspeakEngine:
             return
         # The lock covers only the C call, never a yield: a consumer that pauses this
         # generator must not block other engines' synthesis.
-        with _lock:
-            pcm, words = _shared_library().synthesize(text, voice_name, rate_wpm, pitch)
+        with _lock, _fresh_library() as library:
+            pcm, words = library.synthesize(text, voice_name, rate_wpm, pitch)
         native = pcm.astype(np.float32) / np.float32(32768.0)
         audio = np.concatenate((self._resampler.process(native), self._resampler.flush()))
         if text == request.text and words:  # offsets in what was asked (no tags stripped)
