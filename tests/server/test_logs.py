@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from server.client import StreamClient
 from tests.live import TIMEOUT_S
@@ -36,11 +37,17 @@ async def one_context(port: int) -> None:
         await client.collect(ctx, timeout_s=TIMEOUT_S)
 
 
-def test_json_logs_carry_ids_and_one_summary_per_request_and_context() -> None:
+@pytest.mark.parametrize("engine", ["espeak", "chattts"])
+def test_json_logs_carry_ids_and_one_summary_per_request_and_context(
+    engine: str, tiny_checkpoint: Path
+) -> None:
+    """With ChatTTS too: its load (transformers, vocos, tqdm) must not leak a line that is
+    not JSON, a progress bar or a deprecation warning into the log."""
     port = free_port()
+    model = ["--model-dir", str(tiny_checkpoint)] if engine == "chattts" else []
     server = subprocess.Popen(
-        [sys.executable, "-m", "server.cli", "serve", "--engine", "espeak", "--port", str(port),
-         "--log-format", "json"],
+        [sys.executable, "-m", "server.cli", "serve", "--engine", engine, *model,
+         "--port", str(port), "--log-format", "json"],
         stderr=subprocess.PIPE, text=True, cwd=ROOT,
     )  # fmt: skip
     try:
@@ -71,7 +78,7 @@ def test_json_logs_carry_ids_and_one_summary_per_request_and_context() -> None:
     http = [r for r in records if r.get("summary") == "http" and r["request_id"] == "req-42"]
     assert len(http) == 1
     assert http[0] | {"ms": 0, "ttfa_ms": 0} == http[0] | {
-        "route": "/v1/tts", "status": 200, "engine": "espeak", "voice": "alloy", "characters": 4,
+        "route": "/v1/tts", "status": 200, "engine": engine, "voice": "alloy", "characters": 4,
         "removed": 1, "segments": 1, "outcome": "complete", "ms": 0, "ttfa_ms": 0,
     }  # fmt: skip
     assert http[0]["audio_s"] > 0
