@@ -1,8 +1,8 @@
 """When each character (or Latin word) of a segment is heard: timestamps for its audio.
 
-A segment's text is cut into **units**: each Chinese (CJK) character is one, each run
-of Latin letters, digits and apostrophes is one (a word), and whatever else (blanks,
-punctuation, symbols) is glued to the unit before it (to the first unit when it leads),
+A segment's text is cut into **units**: each Chinese (CJK) character is one, each
+symbol (%, @, €, π) is one, each run of letters (any script), digits and apostrophes is
+one (a word), and whatever else (blanks, punctuation) is glued to the unit before it (to the first unit when it leads),
 so the units cover the text and their texts joined give it back.
 
 Each unit gets ``[start_ms, end_ms)`` on the context's audio clock (0 = the context's
@@ -12,7 +12,8 @@ first sample), inside the segment's own audio span (its pause excluded):
   audio): a unit starts at the first mark that falls inside it; units without a mark
   share the time between their neighbours by weight;
 - **estimated** (ChatTTS, which reports nothing of the kind): the span is shared out
-  in proportion to each unit's **weight**: 1 for a CJK character, the number of digits
+  in proportion to each unit's **weight**: 1 for a CJK character or a symbol read as a
+  word (%, @, €), the number of digits
   for a digit run (each is read as a syllable), the number of vowel groups (at least 1)
   for a Latin word; glued punctuation adds nothing.
 
@@ -32,7 +33,6 @@ from streaming.text import Piece
 
 __all__ = ["Timed", "Unit", "estimate", "for_segment", "from_marks", "source_offset", "units"]
 
-_WORD = re.compile(r"[A-Za-z0-9'’]+")
 _VOWELS = re.compile(r"[aeiouyAEIOUY]+")
 
 
@@ -74,6 +74,21 @@ def _is_cjk(ch: str) -> bool:
     )
 
 
+def _word_at(text: str, i: int) -> str:
+    """The word starting at ``i``: letters (any script but CJK), digits, apostrophes."""
+    j = i
+    while j < len(text) and (
+        (text[j].isalnum() and not _is_cjk(text[j])) or (j > i and text[j] in "'’")
+    ):
+        j += 1
+    return text[i:j]
+
+
+def _is_symbol(ch: str) -> bool:
+    """A symbol read as a word: Unicode's S* categories (€, +, ©) and % @ # &."""
+    return ch in "%@#&" or unicodedata.category(ch).startswith("S")
+
+
 def _weight(word: str) -> float:
     if word.isdigit():
         return float(len(word))
@@ -87,14 +102,13 @@ def units(text: str) -> list[Unit]:
     i = 0
     while i < len(text):
         ch = text[i]
-        match = _WORD.match(text, i)
-        if _is_cjk(ch):
+        match = _word_at(text, i)
+        if _is_cjk(ch) or _is_symbol(ch):
             found.append(Unit(lead + ch, i - len(lead), i + 1, 1.0))
             lead, i = "", i + 1
-        elif match is not None:
-            word = match.group()
-            found.append(Unit(lead + word, i - len(lead), match.end(), _weight(word)))
-            lead, i = "", match.end()
+        elif match:
+            found.append(Unit(lead + match, i - len(lead), i + len(match), _weight(match)))
+            lead, i = "", i + len(match)
         elif found:
             last = found[-1]
             found[-1] = Unit(last.text + ch, last.start, i + 1, last.weight)
@@ -131,6 +145,8 @@ def from_marks(
 ) -> list[Timed]:
     """``found`` timed by ``marks``: (offset in the segment's text, ms on the audio clock)
     where the engine says a word starts; units without one are interpolated by weight."""
+    if not found:
+        return []
     starts: list[float | None] = [None] * len(found)
     for char, ms in sorted(marks):
         for k, unit in enumerate(found):
@@ -204,6 +220,8 @@ def for_segment(
     ``marks`` the engine's word starts ``(offset in the spoken text, engine sample)``, if
     it gave any."""
     found = units(text)
+    if not found:  # nothing in it reads as a unit (only punctuation): no items
+        return [], not marks
     start_ms = span.start_sample * 1000 / rate_hz
     end_ms = span.end_sample * 1000 / rate_hz
     if marks:

@@ -20,6 +20,8 @@ from streaming.timestamps import estimate, from_marks, source_offset, units
         ("花了2024元", ["花", "了", "2024", "元"]),
         ("it's OK。", ["it's ", "OK。"]),
         ("……", []),
+        ("Éé! 50% @", ["Éé! ", "50", "% ", "@"]),
+        ("π。", ["π。"]),
     ],
 )
 def test_units_cover_the_text(text: str, expected: list[str]) -> None:
@@ -71,3 +73,11 @@ def test_a_span_maps_engine_samples_past_the_trimmed_head_and_clamps() -> None:
     assert span.output_sample(480) == 1000
     assert span.output_sample(1480) == 1500
     assert span.output_sample(0) == 1000 and span.output_sample(10**6) == 3000
+
+
+def test_a_segment_with_no_units_gets_no_items_even_with_marks() -> None:
+    from streaming.timestamps import for_segment
+
+    span = SegmentSpan(0, 2400, 0, 1.0)
+    assert for_segment("……", 0, (), span, 24000, [(0, 0)]) == ([], False)
+    assert from_marks([], [(0, 0.0)], offset=0, start_ms=0.0, end_ms=1.0) == []
