@@ -13,9 +13,8 @@ than reading them as pinyin.
 
 from __future__ import annotations
 
-import _ctypes
+import atexit
 import contextlib
-import ctypes
 import logging
 import math
 import threading
@@ -24,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from server.engines import espeak_lib
 from server.engines.base import SynthesisRequest, VoiceSpec, WordMarks
 from streaming.audio import Resampler
 from streaming.errors import TTSError
@@ -47,38 +47,6 @@ _DEFAULT_PITCH = 50
 _NORMAL_RATE_WPM = 175
 _MIN_RATE_WPM = 80
 _MAX_RATE_WPM = 450
-
-# From speak_lib.h.
-_AUDIO_OUTPUT_SYNCHRONOUS = 2
-_INITIALIZE_DONT_EXIT = 0x8000  # report a bad data path instead of calling exit()
-_POS_CHARACTER = 1
-_CHARS_UTF8 = 1
-_ENDPAUSE = 0x1000  # keep the pause espeak puts after a clause-final punctuation mark
-_RATE = 1
-_PITCH = 3
-_EE_OK = 0
-
-
-class _Event(ctypes.Structure):
-    """speak_lib.h's espeak_EVENT (the union at its end is 8 bytes: a pointer or char[8])."""
-
-    _fields_ = [
-        ("type", ctypes.c_int),
-        ("unique_identifier", ctypes.c_uint),
-        ("text_position", ctypes.c_int),  # 1-based, in characters (espeakCHARS_UTF8)
-        ("length", ctypes.c_int),
-        ("audio_position", ctypes.c_int),  # milliseconds into the utterance's audio
-        ("sample", ctypes.c_int),
-        ("user_data", ctypes.c_void_p),
-        ("id", ctypes.c_char * 8),
-    ]
-
-
-_EVENT_LIST_TERMINATED = 0
-_EVENT_WORD = 1
-_SynthCallback = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.POINTER(_Event)
-)
 
 
 class EspeakError(TTSError):
@@ -129,128 +97,90 @@ def rate_for_speed(speed: float) -> int:
     return min(max(round(_NORMAL_RATE_WPM * speed), _MIN_RATE_WPM), _MAX_RATE_WPM)
 
 
-class _Library:
-    """The process's one libespeak-ng synthesiser. Use only while holding ``_lock``."""
+# libespeak-ng keeps its synthesiser in C globals (voice, parameters, output callback,
+# and state that carries from one utterance into the next: its pitch-flutter phase and
+# more, which made repeats of one request differ). Neither a voice change nor
+# espeak_Initialize resets that state, and unloading the library to reset it leaks
+# ~15-180 KB of heap per cycle. So the library lives in a small helper process that
+# loads it once and never synthesises itself: each synthesis runs in a fork of that
+# helper, which starts from the same untouched state, answers, and exits (~2 ms). The
+# helper is single-threaded, so forking it is safe; this lock serialises its pipe.
+_lock = threading.Lock()
+_helper: _ForkServer | None = None
+
+
+class _ForkServer:
+    """The helper process (``python -m server.engines.espeak_lib``), over its stdin/stdout."""
 
     def __init__(self) -> None:
-        import espeakng_loader
+        import subprocess
+        import sys
 
-        try:
-            # RTLD_LOCAL, and no other handle on it anywhere: close() must really unload it.
-            lib = ctypes.CDLL(espeakng_loader.get_library_path(), mode=ctypes.RTLD_LOCAL)
-            data_path = espeakng_loader.get_data_path()
-        except (OSError, RuntimeError) as exc:
-            raise EspeakError(f"cannot load libespeak-ng: {exc}") from exc
-        lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
-        lib.espeak_Initialize.restype = ctypes.c_int
-        lib.espeak_SetSynthCallback.argtypes = [_SynthCallback]
-        lib.espeak_SetSynthCallback.restype = None
-        lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
-        lib.espeak_SetVoiceByName.restype = ctypes.c_int
-        lib.espeak_SetParameter.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
-        lib.espeak_SetParameter.restype = ctypes.c_int
-        lib.espeak_Synth.argtypes = [
-            ctypes.c_char_p,
-            ctypes.c_size_t,
-            ctypes.c_uint,
-            ctypes.c_int,
-            ctypes.c_uint,
-            ctypes.c_uint,
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-        ]
-        lib.espeak_Synth.restype = ctypes.c_int
-        # buflength 0: the library's default 200 ms callback buffer.
-        sample_rate_hz = lib.espeak_Initialize(
-            _AUDIO_OUTPUT_SYNCHRONOUS, 0, data_path.encode(), _INITIALIZE_DONT_EXIT
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "server.engines.espeak_lib"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
         )
-        if sample_rate_hz <= 0:
-            raise EspeakError(f"espeak_Initialize failed ({sample_rate_hz}) with data {data_path}")
-        self.sample_rate_hz: int = sample_rate_hz
-        lib.espeak_Terminate.restype = ctypes.c_int
-        self._lib: Any = lib
-        self._pieces: list[bytes] = []
-        self._words: list[tuple[int, int]] = []  # (0-based character, ms) per word event
-        # Kept on self: the C library holds only a raw pointer to the thunk.
-        self._callback = _SynthCallback(self._collect)
-        lib.espeak_SetSynthCallback(self._callback)
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._in, self._out = self._process.stdin, self._process.stdout
+        answer = self._answer()
+        if isinstance(answer, str):
+            self.close()
+            raise EspeakError(answer)
+        self.sample_rate_hz: int = answer
 
-    def _collect(self, wav: Any, num_samples: int, events: Any) -> int:
-        if num_samples > 0 and wav:
-            self._pieces.append(ctypes.string_at(wav, num_samples * 2))
-        if events:
-            k = 0
-            while (event := events[k]).type != _EVENT_LIST_TERMINATED:
-                if event.type == _EVENT_WORD:
-                    self._words.append((event.text_position - 1, event.audio_position))
-                k += 1
-        return 0  # 0: continue synthesis
+    @property
+    def alive(self) -> bool:
+        return self._process.poll() is None
+
+    def _answer(self) -> Any:
+        try:
+            return espeak_lib.read_message(self._out)
+        except EOFError as exc:
+            raise EspeakError(str(exc)) from None
 
     def synthesize(
         self, text: str, voice_name: str, rate_wpm: int, pitch: int
     ) -> tuple[np.ndarray, list[tuple[int, int]]]:
-        """The whole utterance as int16 samples at ``sample_rate_hz``, and where its words
-        start: (0-based character in ``text``, milliseconds)."""
-        # The voice first, so rate and pitch apply to the voice just loaded.
-        self._check("espeak_SetVoiceByName", self._lib.espeak_SetVoiceByName(voice_name.encode()))
-        self._check("espeak_SetParameter", self._lib.espeak_SetParameter(_RATE, rate_wpm, 0))
-        self._check("espeak_SetParameter", self._lib.espeak_SetParameter(_PITCH, pitch, 0))
-        # NUL would end the C string early; no espeakSSML flag, so markup is read as text.
-        data = text.replace("\0", "").encode("utf-8")
-        self._pieces = []
-        self._words = []
-        try:
-            status = self._lib.espeak_Synth(
-                data, len(data) + 1, 0, _POS_CHARACTER, 0, _CHARS_UTF8 | _ENDPAUSE, None, None
-            )
-            self._check("espeak_Synth", status)
-            return np.frombuffer(b"".join(self._pieces), dtype=np.int16), self._words
-        finally:
-            self._pieces = []
-            self._words = []
-
-    @staticmethod
-    def _check(call: str, status: int) -> None:
-        if status != _EE_OK:
-            raise EspeakError(f"{call} failed with status {status}")
+        espeak_lib.write_message(self._in, (text, voice_name, rate_wpm, pitch))
+        answer = self._answer()
+        if isinstance(answer, str):
+            raise EspeakError(answer)
+        pcm, words = answer
+        return np.frombuffer(pcm, dtype=np.int16), words
 
     def close(self) -> None:
-        """Terminate and unload the library, so the next load starts from its initial state."""
-        lib, self._lib = self._lib, None
-        if lib is None:
-            return
-        lib.espeak_Terminate()
-        _ctypes.dlclose(lib._handle)
+        with contextlib.suppress(OSError, ValueError):
+            espeak_lib.write_message(self._in, None)
+            self._in.close()
+        try:
+            self._process.wait(5)
+        except Exception:
+            self._process.kill()
+            self._process.wait()
+        with contextlib.suppress(OSError):
+            self._out.close()
 
 
-# libespeak-ng keeps its synthesiser in C globals (voice, parameters, output callback,
-# and state that carries from one utterance into the next: its pitch-flutter phase and
-# more, which made repeats of one request differ). It is not reentrant, so every use
-# holds this lock; and every synthesis loads the library afresh and unloads it after
-# (~6 ms here), so the same request gives the same samples, whatever ran before.
-_lock = threading.Lock()
-_native_rate_hz: int | None = None
+def _fork_server() -> _ForkServer:
+    """The helper, started on first use (again if it died). Hold ``_lock``."""
+    global _helper
+    if _helper is None or not _helper.alive:
+        if _helper is None:
+            atexit.register(_stop_helper)
+        _helper = _ForkServer()
+    return _helper
 
 
-@contextlib.contextmanager
-def _fresh_library() -> Iterator[_Library]:
-    """libespeak-ng in its initial state, unloaded on exit. Hold ``_lock``."""
-    global _native_rate_hz
-    library = _Library()
-    try:
-        _native_rate_hz = library.sample_rate_hz
-        yield library
-    finally:
-        library.close()
+def _stop_helper() -> None:
+    with _lock:
+        if _helper is not None:
+            _helper.close()
 
 
 def _native_rate() -> int:
-    """libespeak-ng's output rate (loading it once to ask). Hold ``_lock``."""
-    if _native_rate_hz is None:
-        with _fresh_library():
-            pass
-    assert _native_rate_hz is not None
-    return _native_rate_hz
+    """libespeak-ng's output rate. Hold ``_lock``."""
+    return _fork_server().sample_rate_hz
 
 
 class EspeakEngine:
@@ -265,9 +195,8 @@ class EspeakEngine:
 
     Deterministic: the same request gives the same samples. libespeak-ng keeps its
     pitch-flutter phase (``static int Flutter_ix`` in wavegen.c) and other state in C
-    statics that carry over from one utterance to the next and that neither a voice
-    change nor ``espeak_Initialize`` resets, so each synthesis loads the library afresh
-    and unloads it after (see ``_fresh_library``).
+    statics that carry over from one utterance to the next, so each synthesis runs in a
+    fork of a helper process that holds the library untouched (see ``_ForkServer``).
     """
 
     name: str = "espeak"
@@ -298,7 +227,8 @@ class EspeakEngine:
         return True
 
     def warm_up(self) -> None:
-        """Synthesise a short phrase so the voice data is loaded and paged in."""
+        """Synthesise a short phrase: the helper process starts, and the voice data it
+        loads is paged in before the first real segment."""
         for _ in self.synthesize(SynthesisRequest("你好。", VoiceSpec()), lambda: False):
             pass
 
@@ -321,8 +251,8 @@ class EspeakEngine:
             return
         # The lock covers only the C call, never a yield: a consumer that pauses this
         # generator must not block other engines' synthesis.
-        with _lock, _fresh_library() as library:
-            pcm, words = library.synthesize(text, voice_name, rate_wpm, pitch)
+        with _lock:
+            pcm, words = _fork_server().synthesize(text, voice_name, rate_wpm, pitch)
         native = pcm.astype(np.float32) / np.float32(32768.0)
         audio = np.concatenate((self._resampler.process(native), self._resampler.flush()))
         if text == request.text and words:  # offsets in what was asked (no tags stripped)
@@ -348,5 +278,6 @@ class EspeakEngine:
         return None
 
     def close(self) -> None:
-        """Mark this engine unusable; the shared library stays loaded for other engines."""
+        """Mark this engine unusable; the helper process stays for other engines (it ends
+        with this process: its input closes)."""
         self._closed = True

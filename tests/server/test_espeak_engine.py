@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -229,3 +230,25 @@ def test_control_tags_are_not_read_aloud() -> None:
         for c in audio_only(engine.synthesize(SynthesisRequest("你好世界。", voice), lambda: False))
     )
     assert abs(len(tagged) - len(bare)) < 0.05 * len(bare)
+
+
+def test_the_library_helper_does_not_grow_with_each_synthesis(engine: EspeakEngine) -> None:
+    """Each synthesis runs in a fork of the helper, which itself never synthesises: its
+    memory stays flat (loading and unloading the library per synthesis leaked 15-180 KB
+    a time)."""
+    from server.engines import espeak
+
+    speak(engine, seed=1)
+    helper = espeak._helper
+    assert helper is not None and helper.alive
+
+    def rss_kb() -> int:
+        status = Path(f"/proc/{helper._process.pid}/status").read_text()
+        return int(
+            next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS"))
+        )
+
+    before = rss_kb()
+    for _ in range(60):
+        speak(engine, seed=5)
+    assert rss_kb() - before < 1024
