@@ -16,6 +16,7 @@ timestamps, so pipecat's transcript of an interrupted turn stops at what was hea
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -26,8 +27,9 @@ from pipecat.processors.frame_processor import FrameProcessorSetup
 from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TextAggregationMode, WebsocketTTSService
 from pipecat.transcriptions.language import Language
+from websockets.exceptions import ConnectionClosed
 
-from chattts_client.client import AUDIO_HEADER, SUBPROTOCOL
+from chattts_client.client import _START_REFUSALS, AUDIO_HEADER, SUBPROTOCOL
 
 __all__ = ["ChatTTSStreamTTSService"]
 
@@ -160,9 +162,11 @@ class ChatTTSStreamTTSService(WebsocketTTSService):
             await self._send({"type": "end", "context_id": context_id})
 
     async def on_audio_context_interrupted(self, context_id: str) -> None:
-        """The user spoke over the bot: drop the turn's text and audio on the server."""
+        """The user spoke over the bot: drop the turn's text and audio on the server (and
+        ignore whatever of it is still on its way)."""
         await self.stop_all_metrics()
         if context_id in self._opened and self._websocket is not None:
+            self._opened.discard(context_id)
             await self._send({"type": "cancel", "context_id": context_id})
         await super().on_audio_context_interrupted(context_id)
 
@@ -170,11 +174,12 @@ class ChatTTSStreamTTSService(WebsocketTTSService):
 
     async def _receive_messages(self) -> None:
         while self._websocket is not None:
-            async for message in self._websocket:
-                if isinstance(message, bytes):
-                    await self._on_audio(message)
-                else:
-                    await self._on_event(json.loads(message))
+            with contextlib.suppress(ConnectionClosed):  # an abnormal close ends turns too
+                async for message in self._websocket:
+                    if isinstance(message, bytes):
+                        await self._on_audio(message)
+                    else:
+                        await self._on_event(json.loads(message))
             # The server closed the socket (a restart, a drain): the turns it held are
             # over; end them here, then connect again for the next ones.
             for context_id in list(self._opened):
@@ -192,8 +197,12 @@ class ChatTTSStreamTTSService(WebsocketTTSService):
     async def _on_audio(self, message: bytes) -> None:
         stream, _segment, _sequence = AUDIO_HEADER.unpack_from(message)
         context_id = self._contexts.get(stream)
-        if context_id is None or not self.audio_context_available(context_id):
-            return  # a context pipecat has dropped (interrupted): its late audio is ignored
+        if context_id is None or context_id not in self._opened:
+            return  # an interrupted turn: its late audio is ignored
+        if not self.audio_context_available(context_id):
+            # pipecat closes a context that received nothing for a few seconds (a slow
+            # first segment, a busy engine); the turn is still speaking: reopen it.
+            await self.create_audio_context(context_id)
         await self.stop_ttfb_metrics()
         frame = TTSAudioRawFrame(
             audio=message[AUDIO_HEADER.size :],
@@ -208,7 +217,9 @@ class ChatTTSStreamTTSService(WebsocketTTSService):
         context_id = event.get("context_id")
         if kind == "started":
             self._contexts[event["stream"]] = context_id  # type: ignore[assignment]
-        elif kind == "timestamps" and context_id and self.audio_context_available(context_id):
+        elif kind == "timestamps" and context_id in self._opened:
+            if not self.audio_context_available(context_id):
+                await self.create_audio_context(context_id)
             words = [(item["text"], item["start_ms"] / 1000) for item in event["items"]]
             # Each unit carries its own punctuation and spaces (streaming/timestamps.py).
             await self.add_word_timestamps(words, context_id, includes_inter_frame_spaces=True)
@@ -221,8 +232,9 @@ class ChatTTSStreamTTSService(WebsocketTTSService):
                 )
                 await self.remove_audio_context(context_id)
         elif kind == "error":
-            await self.push_error(
-                error_msg=f"chattts-stream {event.get('code')}: {event.get('message')}"
-            )
+            message = f"chattts-stream {event.get('code')}: {event.get('message')}"
+            if context_id in self._opened and event.get("code") in _START_REFUSALS:
+                await self._end_context(context_id)  # refused: no done will come for it
+            await self.push_error(error_msg=message)
         elif kind == "warning":
             logger.debug(f"{self}: {event.get('code')}: {event.get('message')}")

@@ -95,3 +95,14 @@ async def test_an_interruption_cancels_the_turn_on_the_server() -> None:
         assert (0, 1) in seen[spoke:]
         assert 1 <= len(engine.requests) < 10  # the rest of the turn was never synthesised
         assert any(isinstance(f, TTSAudioRawFrame) for f in down)
+
+
+async def test_a_refused_turn_ends_with_an_error_instead_of_hanging(espeak: LiveServer) -> None:
+    from pipecat.frames.frames import ErrorFrame
+
+    tts = ChatTTSStreamTTSService(url=espeak.ws_url, voice="nobody", sample_rate=24000)
+    down, up = await run_test(tts, frames_to_send=[TTSSpeakFrame("你好。"), SleepFrame(0.5)])
+    errors = [f for f in up if isinstance(f, ErrorFrame)]
+    assert any("voice_not_found" in f.error for f in errors)
+    assert [type(f) for f in down].count(TTSStoppedFrame) == 1
+    assert not tts._opened  # the refused context is forgotten
