@@ -21,7 +21,7 @@ COPY server ./server
 COPY streaming ./streaming
 COPY client ./client
 COPY web ./web
-# torch as the tests pin it (constraints.txt), the CUDA 12.8 build of that version.
+# torch at the tests' version (setup.sh's default), the CUDA 12.8 build of it.
 ARG TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
 RUN TTS_TORCH_SPEC="$TORCH_SPEC" TTS_SKIP_APT=1 scripts/setup.sh && rm -rf /root/.cache/pip
 # Build the text normaliser's transducers into the image (~4 s once), so pods with a
@@ -37,7 +37,9 @@ ENV DEBIAN_FRONTEND=noninteractive \
     TTS_TEXT_CACHE_DIR=/app/text-cache \
     HOME=/home/tts
 # libsndfile1: the seed article's classic OSError when it is missing; ffmpeg: the
-# compressed formats and reference clips. No compiler, no headers.
+# compressed formats and reference clips. No compiler, no headers: so the torch.compile
+# options (--compile, --compile-vocoder), whose Triton kernels build a C launcher at
+# first use, need an image built with gcc and the Python headers added here.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends software-properties-common ca-certificates \
     && add-apt-repository -y ppa:deadsnakes/ppa \
@@ -48,6 +50,9 @@ RUN apt-get update \
     && useradd --system --uid 10001 --create-home --home-dir /home/tts tts
 WORKDIR /app
 COPY --from=build --chown=tts:tts /app /app
+# Created voices (--voices-dir's default): owned by tts, so a volume mounted here is too.
+RUN mkdir -p /home/tts/.local/share/chattts-stream/voices \
+    && chown -R tts:tts /home/tts/.local
 USER tts
 EXPOSE 8000
 # Port-agnostic: the check reads TTS_PORT, as the server does.

@@ -4,8 +4,9 @@
 #   scripts/setup.sh          Python venv in .venv with torch, ChatTTS and the server
 #   scripts/setup.sh --test   the same plus test tools, Chromium and ffmpeg (apt)
 #
-# TTS_TORCH_SPEC overrides the torch requirement (default torch==2.13.0, which on the
-# project's build machines is a local CPU wheel; a CUDA host can pass e.g. "torch==2.11.0").
+# TTS_TORCH_SPEC overrides the torch requirement (default torch==2.13.0, the tests'
+# version, which on the project's build machines is a local CPU wheel; a CUDA host
+# passes e.g. "torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

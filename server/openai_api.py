@@ -195,8 +195,10 @@ async def _sse(
 ) -> AsyncGenerator[bytes]:
     """OpenAI's speech events, one ``data:`` line each; a failure mid-stream is an
     ``error`` event (the status was sent with the first event). Asked for with the
-    ``X-TTS-Timestamps`` header, each segment's ``speech.audio.timestamps`` follows its
-    audio (times on the response's own audio clock: stretched audio, stretched times)."""
+    ``X-TTS-Timestamps`` header, each segment's ``speech.audio.timestamps`` comes once its
+    audio is made (with a compressed format, possibly before the last of it is encoded
+    and sent; times are on the response's own audio clock: stretched audio, stretched
+    times)."""
     sent = 0
     try:
         async for chunk in audio:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 from livekit.agents import (
@@ -30,12 +31,24 @@ from livekit.agents import (
     utils,
 )
 from livekit.agents.types import TimedString
+from websockets.exceptions import InvalidStatus, WebSocketException
 
 from chattts_client.client import AudioFrame, StreamClient
 
 __all__ = ["TTS"]
 
-_STATUS = {"busy": 503, "not_ready": 503, "draining": 503, "unauthorized": 401}
+_STATUS = {
+    "busy": 503,
+    "not_ready": 503,
+    "draining": 503,
+    "unauthorized": 401,
+    "synthesis_failed": 500,
+    "synthesis_timeout": 504,
+    "internal_error": 500,
+}
+#: Errors after which no audio comes for the context: the stream fails with them.
+_FATAL = frozenset({"busy", "not_ready", "draining", "unauthorized", "buffer_full",
+                    "too_many_contexts", "context_exists", "voice_not_found", "invalid_field"})  # fmt: skip
 
 
 class TTS(tts.TTS):
@@ -102,7 +115,14 @@ class SynthesizeStream(tts.SynthesizeStream):
                 options._url, token=options._token, open_timeout_s=self._conn_options.timeout
             ) as client:
                 await self._speak(client, output_emitter)
-        except (OSError, TimeoutError) as exc:
+        except InvalidStatus as exc:  # refused at the upgrade: 401, 503 not_ready / full
+            status = exc.response.status_code
+            raise APIStatusError(
+                f"chattts-stream at {options._url} refused the connection ({status})",
+                status_code=status,
+                retryable=status >= 500,
+            ) from exc
+        except (OSError, TimeoutError, WebSocketException) as exc:
             raise APIConnectionError(f"chattts-stream at {options._url}: {exc}") from exc
 
     async def _speak(self, client: StreamClient, emitter: tts.AudioEmitter) -> None:
@@ -132,10 +152,13 @@ class SynthesizeStream(tts.SynthesizeStream):
             self._mark_started()
             await client.send_text(first, ctx)
             async for data in self._input_ch:
+                if receiving.done():
+                    break  # the server ended the context (or the connection) early
                 if isinstance(data, self._FlushSentinel):
                     break
                 await client.send_text(data, ctx)
-            await client.end(ctx)
+            if not receiving.done():
+                await client.end(ctx)
             await receiving
         except BaseException:
             # Interrupted (the stream closed): the server drops the turn's text and audio.
@@ -163,14 +186,21 @@ class SynthesizeStream(tts.SynthesizeStream):
                 )  # fmt: skip
             elif kind == "done":
                 return
-            elif kind == "error":
+            elif kind == "error" and event.get("code") in _FATAL:
                 raise _api_error(event)
+            elif kind == "error":
+                # A segment failed and the server went on with the next: the turn
+                # continues (the listener hears a gap); LiveKit learns of it as an error.
+                self._tts.emit("error", tts.TTSError(
+                    timestamp=time.time(), label=self._tts.label, error=_api_error(event),
+                    recoverable=True,
+                ))  # fmt: skip
         raise APIConnectionError("the server closed the connection mid-turn")
 
 
 def _api_error(event: dict[str, Any]) -> APIStatusError:
     code = str(event.get("code"))
-    status = _STATUS.get(code, 400 if code != "internal_error" else 500)
+    status = _STATUS.get(code, 400)
     return APIStatusError(
         f"chattts-stream {code}: {event.get('message')}",
         status_code=status,

@@ -83,3 +83,17 @@ async def test_a_refused_voice_is_a_client_error_not_retried(espeak: LiveServer)
             [event async for event in stream]
     assert raised.value.status_code == 400 and not raised.value.retryable
     assert "voice_not_found" in str(raised.value)
+
+
+async def test_a_bad_token_is_a_401_not_retried() -> None:
+    from livekit.agents import APIStatusError
+
+    with run_live_server(Settings(engine="espeak", tokens=("s3cret",))) as live:
+        good = TTS(url=live.ws_url, token="s3cret")
+        async with good.synthesize("好。") as stream:
+            assert [event async for event in stream]
+        bad = TTS(url=live.ws_url, token="wrong")
+        with pytest.raises(APIStatusError) as raised:
+            async with bad.synthesize("好。") as stream:
+                [event async for event in stream]
+    assert raised.value.status_code == 401 and not raised.value.retryable
