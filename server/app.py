@@ -34,7 +34,7 @@ from server.errors import report
 from server.http_audio import Encoders
 from server.http_speech import EXPOSED_HEADERS
 from server.metrics import Metrics
-from server.middleware import SUMMARY_KEY, BodyLimit, RequestCounter, RequestLog
+from server.middleware import SUMMARY_KEY, BodyLimit, RequestLog
 from server.openai_api import openai_routes
 from server.session import Session
 from server.speech_api import speech_routes
@@ -146,15 +146,9 @@ def _validation_error(exc: RequestValidationError) -> ClientError:
         field = ".".join(str(part) for part in err["loc"][1:])
         fields.append(field)
         problems.append(f"{field or 'body'}: {err['msg']}")
-    return (
-        ClientError(
-            "; ".join(problems) or "invalid request",
-            code="invalid_request",
-            param=fields[0] or None,
-        )
-        if fields
-        else ClientError("invalid request", code="invalid_request")
-    )
+    if not fields:
+        return ClientError("invalid request", code="invalid_request")
+    return ClientError("; ".join(problems), code="invalid_request", param=fields[0] or None)
 
 
 def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> FastAPI:
@@ -199,8 +193,7 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
             expose_headers=[*EXPOSED_HEADERS, "Retry-After"],
         )  # fmt: skip
     app.add_middleware(BodyLimit, limit=settings.max_http_body_bytes, metrics=state.metrics)
-    app.add_middleware(RequestCounter, metrics=state.metrics)
-    app.add_middleware(RequestLog)
+    app.add_middleware(RequestLog, metrics=state.metrics)
     app.add_middleware(TransportTap)  # last added, so outermost: it must see the server's send
     app.state.tts = state
 

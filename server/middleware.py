@@ -1,4 +1,4 @@
-"""The app's own ASGI middleware: a request body limit, the request counter and log.
+"""The app's own ASGI middleware: a request body limit, and the request log and counter.
 
 Plain ASGI rather than ``@app.middleware``: Starlette's BaseHTTPMiddleware re-streams
 every body through a queue and hides the server's ``send`` (and so the transport, see
@@ -16,10 +16,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server import logs
+from server.errors import report
 from server.metrics import Metrics
 from streaming.errors import LimitExceeded
 
-__all__ = ["SUMMARY_KEY", "BodyLimit", "BodyTooLarge", "RequestCounter", "RequestLog"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["SUMMARY_KEY", "BodyLimit", "BodyTooLarge", "RequestLog"]
 
 
 class BodyLimit:
@@ -37,7 +40,7 @@ class BodyLimit:
             code="body_too_large",
             limit=self.limit,
         )
-        self.metrics.errors.labels(kind=error.code, fault="client").inc()
+        report(error, metrics=self.metrics, log=logger, where="request body")
         return JSONResponse(error.to_body(), status_code=413)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -72,36 +75,6 @@ class BodyTooLarge(StarletteHTTPException):
         super().__init__(413, f"the request body exceeds the limit of {limit} bytes")
 
 
-class RequestCounter:
-    """ASGI middleware: counts each HTTP request by route template and status.
-
-    Plain ASGI rather than ``@app.middleware``: Starlette's BaseHTTPMiddleware re-streams
-    every body through a queue and hides the server's ``send`` (and so the transport) from
-    the middleware outside it."""
-
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        status = 500  # what the server answers if the app fails before starting a response
-
-        async def counted(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, counted)
-        finally:
-            path = getattr(scope.get("route"), "path", "unmatched")
-            self.metrics.http_requests.labels(route=path, status=str(status)).inc()
-
-
 #: Routes whose summary line is logged at DEBUG: probes and scrapes, every few seconds.
 _QUIET_ROUTES = frozenset({"/health", "/ready", "/metrics"})
 #: Where a route leaves the fields of its request's summary line (a dict).
@@ -111,10 +84,12 @@ SUMMARY_KEY = "chattts_stream.summary"
 class RequestLog:
     """ASGI middleware: every HTTP request gets an id (the client's ``X-Request-ID`` when
     sane, else a new one), echoed in the response and put on every log line written
-    while serving it, and exactly one summary line when it ends (see server.logs)."""
+    while serving it; when it ends, it is counted by route template and status and gets
+    exactly one summary line (see server.logs)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
+        self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -125,7 +100,7 @@ class RequestLog:
         token = logs.REQUEST_ID.set(request_id)
         fields: dict[str, Any] = {}
         scope[SUMMARY_KEY] = fields
-        status = 500
+        status = 500  # what the server answers if the app fails before starting a response
         started = time.perf_counter()
 
         async def tagged(message: Message) -> None:
@@ -140,6 +115,7 @@ class RequestLog:
             await self.app(scope, receive, tagged)
         finally:
             path = getattr(scope.get("route"), "path", "unmatched")
+            self.metrics.http_requests.labels(route=path, status=str(status)).inc()
             elapsed_ms = round((time.perf_counter() - started) * 1000, 1)
             line = f"{scope['method']} {scope['path']} {status}"
             fields = {"method": scope["method"], "route": path, "status": status,
