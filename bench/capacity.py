@@ -48,7 +48,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from server.client import AudioFrame, StreamClient  # noqa: E402
+from chattts_client import AudioFrame, StreamClient  # noqa: E402
+
 from streaming.speech import SpeechSettings  # noqa: E402
 
 # An assistant's answer: a first clause of six characters (the earliest the server cuts

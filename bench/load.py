@@ -31,7 +31,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from server.client import AudioFrame, StreamClient
+from chattts_client import AudioFrame, StreamClient
+
 from server.config import Settings
 from server.engines.chattts.options import ChatTTSOptions
 

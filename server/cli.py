@@ -14,8 +14,8 @@ from server import __version__, logs
 from server.config import Settings, add_arguments, build_settings
 
 if TYPE_CHECKING:
-    from server.app import AppState
     from server.lifecycle import DrainingServer
+    from server.state import AppState
 
 logger = logging.getLogger(__name__)
 

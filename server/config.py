@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from server.engines.chattts.options import ChatTTSOptions
-from server.options import GROUPS, choice_problems, nested, option, specs
+from server.options import GROUPS, choice_problems, nested, option, reference_markdown, specs
+from server.runtime.admission import AdmissionOptions
+from server.runtime.worker import WorkerOptions
 from streaming.connection import ConnectionLimits
 from streaming.schedule import BatchPolicy
 from streaming.speech import SpeechSettings
@@ -241,6 +243,26 @@ class Settings:
         )
 
     @property
+    def runtime(self) -> WorkerOptions:
+        """How the engine worker runs the engine (server.runtime.worker)."""
+        return WorkerOptions(
+            warm_up=self.warm_up,
+            idle_release_s=self.idle_release_s,
+            max_active=self.max_active_segments,
+            policy=self.batch_policy,
+            headroom=self.admission_headroom,
+        )
+
+    @property
+    def admission(self) -> AdmissionOptions:
+        """How new streams are admitted (server.runtime.admission)."""
+        return AdmissionOptions(
+            max_streams=self.max_streams,
+            when_busy=self.when_busy,
+            retry_after_ms=self.busy_retry_after_ms,
+        )
+
+    @property
     def batch_policy(self) -> BatchPolicy:
         return BatchPolicy(
             max_batch=self.max_batch,
@@ -399,3 +421,8 @@ def validate(settings: Settings) -> None:
         problems.append("port must be in 0..65535")
     if problems:
         raise SystemExit("invalid settings: " + "; ".join(problems))
+
+
+if __name__ == "__main__":
+    # docs/settings.md: python -m server.config > docs/settings.md
+    print(reference_markdown(Settings), end="")

@@ -12,8 +12,8 @@ from typing import Any
 
 import uvicorn
 
-from server.app import AppState
 from server.config import Settings
+from server.state import AppState
 
 logger = logging.getLogger(__name__)
 

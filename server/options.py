@@ -9,7 +9,7 @@ line in ``docs/settings.md`` (:func:`reference_markdown`). A field holding anoth
 options dataclass (``Settings.chattts``) contributes that class's settings, under the
 same flat names.
 
-``python -m server.options`` prints docs/settings.md.
+``python -m server.config`` prints docs/settings.md.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def reference_markdown(cls: type) -> str:
         "Every setting is a flag of `chattts-stream serve` and a `TTS_*` environment variable",
         "(flags win over the environment, which wins over the default). This page is generated",
         "from the declarations in `server/config.py` and `server/engines/*/options.py`",
-        "(`.venv/bin/python -m server.options > docs/settings.md`); a test keeps it current.",
+        "(`.venv/bin/python -m server.config > docs/settings.md`); a test keeps it current.",
         "Tokens are not settings here: `--token-file` / `TTS_TOKEN_FILE` and `TTS_TOKENS`.",
     ]
     by_group: dict[str, list[OptionSpec]] = {}
@@ -188,9 +188,3 @@ def reference_markdown(cls: type) -> str:
                 meaning += f" (one of: {', '.join(spec.choices)})"
             lines.append(f"| `{spec.flag}` | `{spec.env}` | `{spec.default_text}` | {meaning} |")
     return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    from server.config import Settings
-
-    print(reference_markdown(Settings), end="")

@@ -31,7 +31,7 @@ from server.engines.base import VoiceSpec
 from streaming.errors import ClientError, Conflict, LimitExceeded, NotFound, Unavailable
 
 if TYPE_CHECKING:
-    from server.worker import EngineWorker
+    from server.runtime.worker import EngineWorker
 
 __all__ = [
     "FALLBACK_ENGINE",

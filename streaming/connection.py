@@ -1,6 +1,6 @@
 """One WebSocket connection's decisions, without I/O: client frames in, events out.
 
-The session (``server/session.py``) owns the socket, the clock and the engine; whatever
+The session (``server/ws/session.py``) owns the socket, the clock and the engine; whatever
 it must *decide* about a client frame is decided here, synchronously: whether the frame
 is well formed and within the connection's limits, whether the message is legal for its
 context now, which segments the text completes, when an idle fragment is due. Feed a

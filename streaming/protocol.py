@@ -1,7 +1,7 @@
 """WebSocket protocol v1: client messages parsed and checked, server messages serialised.
 
 Pure and synchronous: bytes or text in, typed messages out, and back. The session in
-``server/session.py`` is the only I/O around it. ``docs/protocol.md`` is the prose
+``server/ws/session.py`` is the only I/O around it. ``docs/protocol.md`` is the prose
 version of this module; keep the two in step.
 
 Wire trio for each direction: ``parse_client_message`` (parse + check),

@@ -23,7 +23,7 @@ import yaml
 from server.config import Settings, build_settings, environment_names
 from server.lifecycle import _GOING_AWAY_GRACE_S, uvicorn_config
 from server.metrics import Metrics
-from server.worker import EngineWorker
+from server.runtime.worker import EngineWorker
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from chattts_client import StreamClient
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 from websockets.typing import Subprotocol
 
 from server.auth import TokenAuth, bearer_token, websocket_token
-from server.client import StreamClient
 from server.config import Settings, build_settings, read_token_file
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
 

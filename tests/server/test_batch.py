@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from chattts_client import StreamClient
 
-from server.client import StreamClient
 from server.config import Settings
 from server.engines.chattts.batch import BatchedDecoder, Row
 from server.engines.chattts.checkpoint import load_chat

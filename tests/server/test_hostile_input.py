@@ -16,10 +16,10 @@ from typing import Any
 
 import httpx
 import pytest
+from chattts_client import AudioFrame, StreamClient
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from server.client import AudioFrame, StreamClient
 from server.config import Settings
 from server.engines.espeak import VOICES
 from server.engines.fake import ScriptedEngine

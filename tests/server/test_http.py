@@ -12,12 +12,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from chattts_client import StreamClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from server.app import WEB_DIR
-from server.client import StreamClient
 from server.config import Settings
 from server.engines.fake import ScriptedEngine
+from server.http.system_routes import WEB_DIR
 from server.textnorm import TextFrontend
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
 
@@ -399,7 +399,7 @@ def test_http_sample_rates_match_the_protocol() -> None:
     """POST /v1/tts accepts exactly the sample rates the WebSocket protocol does."""
     from typing import get_args
 
-    from server.speech_api import SampleRate
+    from server.http.tts_routes import SampleRate
     from streaming import protocol
 
     assert get_args(SampleRate) == protocol.SUPPORTED_SAMPLE_RATES_HZ

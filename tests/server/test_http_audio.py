@@ -10,7 +10,7 @@ from collections.abc import AsyncGenerator
 import numpy as np
 import pytest
 
-from server import http_audio
+from server.http import audio as http_audio
 
 
 def test_a_streamed_wav_header_says_unknown_length_and_filling_it_gives_exact_sizes() -> None:

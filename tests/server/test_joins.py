@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from chattts_client import ContextResult
 
-from server.client import ContextResult
 from server.config import Settings
 from server.engines.base import SynthesisRequest, WordMarks
 from server.engines.espeak import EspeakEngine

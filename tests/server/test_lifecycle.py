@@ -10,10 +10,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from chattts_client import StreamClient
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from server.client import StreamClient
 from server.config import Settings
 from server.engines.fake import ScriptedEngine
 from tests.live import TIMEOUT_S, run_live_server

@@ -10,9 +10,9 @@ from typing import Any
 
 import httpx
 import pytest
+from chattts_client import AudioFrame, Event, StreamClient
 from websockets.exceptions import InvalidStatus
 
-from server.client import AudioFrame, Event, StreamClient
 from server.config import Settings
 from server.engines.fake import ScriptedEngine
 from streaming.joins import pause_ms_for

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from chattts_client import StreamClient
 
-from server.client import StreamClient
 from tests.live import TIMEOUT_S
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from chattts_client import AudioFrame, Event, StreamClient
 from websockets.exceptions import ConnectionClosedError
 
-from server.client import AudioFrame, Event, StreamClient
 from server.config import Settings
 from server.engines.fake import ScriptedEngine
 from tests.live import TIMEOUT_S, LiveServer, run_live_server

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from chattts_client import ContextResult, StreamClient
 
-from server.client import ContextResult, StreamClient
 from server.config import Settings
 from server.engines.fake import ScriptedEngine
 from tests.conftest import fixed_length_chattts

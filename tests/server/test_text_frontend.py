@@ -391,7 +391,7 @@ async def test_numbers_dates_and_acronyms_spoken_in_full_chattts(tiny_checkpoint
 
 async def test_code_block_is_reported_not_read(espeak_server: LiveServer) -> None:
     """A fenced code block streamed in small deltas is reported as code and makes no audio."""
-    from server.client import StreamClient
+    from chattts_client import StreamClient
 
     text = "说明如下：\n```python\nprint(1)\n```\n以上就是代码。"
     async with StreamClient.connect(espeak_server.ws_url, token="secret") as client:

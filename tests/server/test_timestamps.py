@@ -10,8 +10,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from chattts_client import ContextResult, StreamClient
 
-from server.client import ContextResult, StreamClient
 from server.config import Settings
 from streaming.joins import pause_ms_for
 from tests.conftest import fixed_length_chattts

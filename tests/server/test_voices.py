@@ -12,8 +12,8 @@ import httpx
 import numpy as np
 import openai
 import pytest
+from chattts_client import StreamClient
 
-from server.client import StreamClient
 from server.config import Settings
 from server.engines.base import VoiceSpec
 from server.engines.fake import ScriptedEngine

@@ -10,7 +10,7 @@ import pytest
 from server.engines.base import SynthesisRequest, VoiceSpec
 from server.engines.fake import ScriptedEngine
 from server.metrics import Metrics
-from server.worker import EngineWorker
+from server.runtime.worker import EngineWorker, WorkerOptions
 from streaming.errors import SynthesisTimeout
 from tests.live import TIMEOUT_S
 
@@ -30,7 +30,9 @@ async def wait_for(condition: object, timeout_s: float = TIMEOUT_S) -> None:
 async def test_engine_releases_memory_once_per_idle_period() -> None:
     """After idle_release_s without work the engine frees memory once, not on every tick."""
     engine = ScriptedEngine(chunk_delay_s=0.0, ms_per_char=20)
-    worker = EngineWorker(lambda: (engine, False, None), Metrics(), idle_release_s=0.1)
+    worker = EngineWorker(
+        lambda: (engine, False, None), Metrics(), WorkerOptions(idle_release_s=0.1)
+    )
     worker.start()
     try:
         assert await asyncio.to_thread(worker.wait_ready, TIMEOUT_S)
@@ -58,7 +60,9 @@ async def collect(job_chunks: object, log: list[tuple[str, int]], name: str) -> 
 def scripted_worker(*, interleaves: bool) -> tuple[EngineWorker, ScriptedEngine]:
     engine = ScriptedEngine(chunk_ms=100, chunk_delay_s=0.01, ms_per_char=500)
     engine.interleaves = interleaves  # type: ignore[misc]
-    worker = EngineWorker(lambda: (engine, False, None), Metrics(), idle_release_s=60)
+    worker = EngineWorker(
+        lambda: (engine, False, None), Metrics(), WorkerOptions(idle_release_s=60)
+    )
     worker.start()
     return worker, engine
 
@@ -161,7 +165,9 @@ async def test_segment_timeout_does_not_count_time_spent_between_chunks() -> Non
     that makes a chunk every 100 ms, gets all 15 chunks within a 1 s timeout (it waits
     ~0.5 s in all), and a 0.3 s timeout still ends a segment the engine needs 1.5 s for."""
     engine = ScriptedEngine(chunk_ms=100, chunk_delay_s=0.1, ms_per_char=500)
-    worker = EngineWorker(lambda: (engine, False, None), Metrics(), idle_release_s=60)
+    worker = EngineWorker(
+        lambda: (engine, False, None), Metrics(), WorkerOptions(idle_release_s=60)
+    )
     worker.start()
     try:
         assert await asyncio.to_thread(worker.wait_ready, TIMEOUT_S)

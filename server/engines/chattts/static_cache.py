@@ -18,7 +18,7 @@ key/value buffers allocated once:
   time on a GPU.
 
 A cache *slot* holds one utterance; the engine interleaves several utterances (EDF, see
-``server.worker``), so there are ``slots`` of them. An utterance that finds no free slot,
+``server.runtime.worker``), so there are ``slots`` of them. An utterance that finds no free slot,
 or is longer than ``max_tokens`` (prompt + generated), is not refused: the caller falls
 back to ChatTTS's dynamic path for it (:meth:`StaticGPT.acquire` returns ``None``).
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from server.http_audio import MEDIA_TYPES
+from server.http.audio import MEDIA_TYPES
 
 __all__ = ["ERROR_RESPONSES", "VOICE_ERROR_RESPONSES", "ErrorBody", "audio_responses"]
 

@@ -22,7 +22,7 @@ import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
@@ -56,6 +56,22 @@ _FELL_BACK = object()
 
 def _engine_stopped() -> Unavailable:
     return Unavailable("the engine stopped", code="not_ready")
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How the engine worker runs its engine (from the settings' engine group)."""
+
+    warm_up: bool = True
+    #: After this long without work the engine frees cached memory.
+    idle_release_s: float = 60.0
+    #: Segments in flight at once on an engine that interleaves (not streams: a stream
+    #: has one segment in flight at a time, and fast engines finish theirs in moments).
+    max_active: int = 8
+    #: The batching policy; max_batch 1 turns batching off (segments interleave).
+    policy: BatchPolicy = field(default_factory=lambda: BatchPolicy(max_batch=1))
+    #: Fraction of the engine's measured capacity that admission fills.
+    headroom: float = 0.8
 
 
 @dataclass
@@ -214,19 +230,21 @@ class EngineWorker:
         self,
         factory: Callable[[], tuple[Engine, bool, str | None]],
         metrics: Metrics,
+        options: WorkerOptions | None = None,
         *,
-        warm_up: bool = True,
         fallback: Callable[[], Engine] | None = None,
-        idle_release_s: float = 60.0,
-        max_active: int = 8,
-        policy: BatchPolicy | None = None,
-        headroom: float = 0.8,
     ) -> None:
         """``factory`` runs on the engine thread and returns (engine, degraded, detail).
 
         ``fallback`` builds, on first need, the engine that speaks a segment the main
         engine failed on before producing any audio (never one it half-spoke).
         """
+        options = options or WorkerOptions()
+        warm_up = options.warm_up
+        idle_release_s = options.idle_release_s
+        max_active = options.max_active
+        policy = options.policy
+        headroom = options.headroom
         self._factory = factory
         self._fallback_factory = fallback
         self._idle_release_s = idle_release_s

@@ -26,15 +26,11 @@ import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from server import logs
-from server.admission import Admission
-from server.config import Settings
 from server.engines.base import SynthesisRequest
 from server.errors import report
-from server.metrics import Metrics
-from server.textnorm import TextFrontend
+from server.runtime.worker import Job
+from server.state import AppState
 from server.transport import SCOPE_KEY, drain_then_abort, unblock_writes
-from server.voices import Voices
-from server.worker import EngineWorker, Job
 from streaming import connection as c
 from streaming import protocol as p
 from streaming import timestamps
@@ -294,27 +290,17 @@ class Context:
 class Session:
     """Runs one accepted WebSocket until the client leaves."""
 
-    def __init__(
-        self,
-        websocket: WebSocket,
-        settings: Settings,
-        worker: EngineWorker,
-        metrics: Metrics,
-        session_id: str,
-        frontend: TextFrontend,
-        admission: Admission,
-        voices: Voices,
-    ) -> None:
+    def __init__(self, websocket: WebSocket, state: AppState, session_id: str) -> None:
         self.websocket = websocket
-        self.admission = admission
-        self.voices = voices
+        self.admission = admission = state.admission
+        self.voices = voices = state.voices
         #: The connection's asyncio transport, when the server exposes it (server.transport).
         self.transport: asyncio.WriteTransport | None = websocket.scope.get(SCOPE_KEY)
-        self.settings = settings
-        self.worker = worker
-        self.metrics = metrics
+        self.settings = settings = state.settings
+        self.worker = worker = state.worker
+        self.metrics = state.metrics
         self.id = session_id
-        self.frontend = frontend
+        self.frontend = state.frontend
         self.log = logging.LoggerAdapter(logger, {"session": session_id})
         self.core = c.Connection(
             settings.connection_limits,
@@ -328,6 +314,10 @@ class Session:
         )
         self.contexts: dict[str, Context] = {}
         self._closed = False
+
+    @property
+    def holds_unspoken_text(self) -> bool:
+        return self.core.holds_unspoken_text
 
     async def run(self) -> None:
         await self.send_json(

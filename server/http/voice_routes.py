@@ -14,21 +14,19 @@ import binascii
 import random
 import shutil
 import subprocess
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-from server.api_schema import VOICE_ERROR_RESPONSES
 from server.auth import require_bearer
 from server.engines import espeak
+from server.http.schemas import VOICE_ERROR_RESPONSES
+from server.state import AppState
 from server.voices import FALLBACK_ENGINE, Voice
 from streaming import protocol as p
 from streaming.errors import ClientError, LimitExceeded, Unavailable
-
-if TYPE_CHECKING:
-    from server.app import AppState
 
 __all__ = ["voice_routes"]
 

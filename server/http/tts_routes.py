@@ -1,6 +1,6 @@
 """The HTTP speech routes of this server: ``POST /v1/tts`` and ``POST /v1/preview``.
 
-``/v1/tts`` speaks through :mod:`server.http_speech` (the WebSocket's pipeline, the
+``/v1/tts`` speaks through :mod:`server.http.speech` (the WebSocket's pipeline, the
 whole-text segmenter policy). By default it answers with the whole file once the text
 is spoken; with ``"stream": true`` it answers after the first segment's first audio and
 sends the rest as it is made (chunked; every format but ``json``).
@@ -9,28 +9,26 @@ sends the rest as it is made (chunked; every format but ``json``).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
-from server import http_audio
-from server.api_schema import ERROR_RESPONSES, audio_responses
 from server.auth import require_bearer
-from server.http_speech import (
+from server.http import audio as http_audio
+from server.http.schemas import ERROR_RESPONSES, audio_responses
+from server.http.speech import (
     TextSpeech,
     check_can_speak,
     check_text_length,
     respond_streaming,
     start_speech,
 )
+from server.state import AppState
 from streaming import protocol as p
 from streaming.errors import ClientError
-
-if TYPE_CHECKING:
-    from server.app import AppState
 
 SampleRate = Literal[8000, 16000, 22050, 24000, 44100, 48000]  # = p.SUPPORTED_SAMPLE_RATES_HZ
 AudioFormat = Literal["wav", "pcm", "json", "mp3", "ogg", "opus", "aac", "flac"]

@@ -27,28 +27,26 @@ import json
 import logging
 import time
 from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from server import http_audio
-from server.api_schema import ERROR_RESPONSES, ErrorBody, audio_responses
 from server.auth import require_bearer
 from server.errors import report
-from server.http_speech import (
+from server.http import audio as http_audio
+from server.http.schemas import ERROR_RESPONSES, ErrorBody, audio_responses
+from server.http.speech import (
     TextSpeech,
     check_can_speak,
     check_text_length,
     respond_streaming,
     start_speech,
 )
+from server.state import AppState
 from streaming import protocol as p
 from streaming.errors import ClientError, NotFound, TTSError, outcome, public_message
-
-if TYPE_CHECKING:
-    from server.app import AppState
 
 __all__ = ["OPENAI_MODEL_ALIASES", "openai_routes", "speed_split"]
 

@@ -3,7 +3,7 @@
 Before a context (WebSocket ``start``, or the implicit ``default`` one) or an HTTP
 request begins speaking, :meth:`Admission.start` compares the streams speaking now with
 what the engine carries: ``--max-streams`` when set, else the capacity the engine worker
-has measured (:meth:`server.worker.EngineWorker.capacity`: a batched step's cost by
+has measured (:meth:`server.runtime.worker.EngineWorker.capacity`: a batched step's cost by
 batch size, or each segment's engine time per second of audio), filled to
 ``--admission-headroom``. Beyond it, the new stream is refused as ``busy`` with a retry
 hint, or, with ``--when-busy fallback``, spoken by the fallback voice (which costs the
@@ -16,14 +16,26 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 
 from server.metrics import Metrics
-from server.worker import EngineWorker
+from server.runtime.worker import EngineWorker
 from streaming.errors import Unavailable
 
-__all__ = ["Admission"]
+__all__ = ["Admission", "AdmissionOptions"]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AdmissionOptions:
+    """How new streams are admitted (from the settings' admission group)."""
+
+    #: A fixed limit of streams (0: the engine's measured capacity).
+    max_streams: int = 0
+    #: busy: refuse with a retry hint; fallback: speak on the fallback voice.
+    when_busy: str = "refuse"
+    retry_after_ms: int = 2000
 
 
 class Admission:
@@ -33,17 +45,16 @@ class Admission:
         self,
         worker: EngineWorker,
         metrics: Metrics,
+        options: AdmissionOptions | None = None,
         *,
-        max_streams: int,
-        when_busy: str,
-        retry_after_ms: int,
-        has_fallback: bool,
+        has_fallback: bool = False,
     ) -> None:
+        options = options or AdmissionOptions()
         self._worker = worker
         self._metrics = metrics
-        self._max_streams = max_streams
-        self._degrade = when_busy == "fallback" and has_fallback
-        self._retry_after_ms = retry_after_ms
+        self._max_streams = options.max_streams
+        self._degrade = options.when_busy == "fallback" and has_fallback
+        self._retry_after_ms = options.retry_after_ms
         self._lock = threading.Lock()
         self._warned_slow = False
         #: Streams speaking on the main engine now.

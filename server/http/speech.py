@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from fastapi import Request
@@ -34,17 +34,15 @@ from starlette.types import Message, Receive, Scope, Send
 
 from server.engines.base import SynthesisRequest, VoiceSpec
 from server.errors import report
-from server.middleware import SUMMARY_KEY
+from server.http.middleware import SUMMARY_KEY
+from server.runtime.worker import Job
+from server.state import AppState
 from server.transport import SCOPE_KEY
-from server.worker import Job
 from streaming import timestamps
 from streaming.errors import ClientError, LimitExceeded, SynthesisTimeout, Unavailable
 from streaming.segment import Segment
 from streaming.speech import SegmentSpan, SpeechPipeline, removals_in_stream
 from streaming.text import PreparedText
-
-if TYPE_CHECKING:
-    from server.app import AppState
 
 __all__ = [
     "EXPOSED_HEADERS",

@@ -1,0 +1,120 @@
+"""The composition root: everything the routes and sessions share, built once from the
+settings and handed down finished.
+
+:meth:`AppState.build` is the one place that turns :class:`~server.config.Settings`
+into running parts (the engine worker, admission, voices, the text front-end, metrics,
+the encoders); the HTTP routes (:mod:`server.http`) and the WebSocket endpoint
+(:mod:`server.ws`) take the state and never read settings into objects of their own.
+Nothing here imports a route, so the routes may import this module freely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Protocol
+
+from fastapi import Request
+
+from server.auth import TokenAuth, bearer_token
+from server.config import Settings
+from server.engines.select import EngineFactory, engine_factory, fallback_factory
+from server.http.audio import Encoders
+from server.metrics import Metrics
+from server.runtime.admission import Admission
+from server.runtime.worker import EngineWorker
+from server.textnorm import TextFrontend
+from server.transport import pending_bytes
+from server.voices import VoiceRegistry, Voices
+from streaming.errors import Unauthorized, Unavailable
+
+__all__ = ["AppState"]
+
+logger = logging.getLogger(__name__)
+
+
+class LiveSession(Protocol):
+    """What the state needs of a running WebSocket session (server.ws.session.Session)."""
+
+    @property
+    def transport(self) -> Any: ...
+
+    @property
+    def holds_unspoken_text(self) -> bool: ...
+
+    async def go_away(self, grace_s: float) -> None: ...
+
+
+class AppState:
+    """Everything the routes and sessions share (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        metrics: Metrics,
+        worker: EngineWorker,
+        admission: Admission,
+        frontend: TextFrontend,
+        voices: Voices,
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.auth = TokenAuth(settings.tokens)
+        self.worker = worker
+        self.admission = admission
+        self.frontend = frontend
+        self.voices = voices
+        self.encoders = Encoders()
+        self.connections = 0
+        self.draining = False
+        self.sessions: set[LiveSession] = set()
+
+    @classmethod
+    def build(cls, settings: Settings, engine: EngineFactory | None = None) -> AppState:
+        """The state for ``settings``; ``engine`` overrides the engine choice (tests,
+        benchmarks)."""
+        metrics = Metrics()
+        fallback = fallback_factory(settings)
+        worker = EngineWorker(
+            engine or engine_factory(settings), metrics, settings.runtime, fallback=fallback
+        )
+        admission = Admission(worker, metrics, settings.admission, has_fallback=bool(fallback))
+        frontend = TextFrontend(
+            allow_control_tags=settings.allow_control_tags, cache_dir=settings.text_cache_dir
+        )
+        voices = Voices(VoiceRegistry(settings.voices_dir), worker)
+        return cls(
+            settings,
+            metrics=metrics,
+            worker=worker,
+            admission=admission,
+            frontend=frontend,
+            voices=voices,
+        )
+
+    def refusal(self) -> Unavailable | None:
+        """Why the server cannot take new work now (draining, engine not ready), or None."""
+        if self.draining:
+            return Unavailable("the server is shutting down", code="draining")
+        if not self.worker.ready:
+            return Unavailable(f"the engine is {self.worker.status.state}", code="not_ready")
+        return None
+
+    def require_token(self, request: Request) -> None:
+        """Refuse an HTTP request without one of the configured bearer tokens."""
+        if not self.auth.accepts(bearer_token(request.headers)):
+            raise Unauthorized("missing or invalid bearer token")
+
+    async def release_blocked_sessions(self, grace_s: float) -> None:
+        """At shutdown: sessions whose client stopped reading go away (1001) within
+        ``grace_s`` instead of holding the process (the others get uvicorn's 1012)."""
+        blocked = [s for s in self.sessions if pending_bytes(s.transport)]
+        await asyncio.gather(*(session.go_away(grace_s) for session in blocked))
+
+    def has_pending_text(self) -> bool:
+        """True while any context holds text not yet spoken (read from the drain thread)."""
+        try:
+            return any(session.holds_unspoken_text for session in list(self.sessions))
+        except RuntimeError:  # a dict changed size under us: ask again later
+            return True
