@@ -6,11 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
-from swagger_ui_bundle import swagger_ui_path
 
+from server.http.api_reference import ASSETS_URL, swagger_ui_assets, swagger_ui_page
 from server.http.schemas import ErrorBody, Health, Readiness
 from server.state import AppState
 
@@ -85,13 +84,7 @@ def system_routes(state: AppState) -> APIRouter:
 
     @router.get("/docs", include_in_schema=False)
     async def docs() -> Response:
-        return get_swagger_ui_html(
-            openapi_url="/openapi.json",
-            title="chattts-stream API",
-            swagger_js_url="/docs-assets/swagger-ui-bundle.js",
-            swagger_css_url="/docs-assets/swagger-ui.css",
-            swagger_favicon_url="/docs-assets/favicon-32x32.png",
-        )
+        return swagger_ui_page()
 
     @router.get(
         "/",
@@ -106,6 +99,6 @@ def system_routes(state: AppState) -> APIRouter:
 
 def mount_static(app: FastAPI) -> None:
     """The API reference's assets (from the installed package, not a CDN) and the page's."""
-    app.mount("/docs-assets", StaticFiles(directory=swagger_ui_path), name="docs-assets")
+    app.mount(ASSETS_URL, swagger_ui_assets(), name="docs-assets")
     if WEB_DIR.is_dir():
         app.mount("/web", StaticFiles(directory=WEB_DIR), name="web")
