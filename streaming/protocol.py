@@ -14,6 +14,7 @@ import json
 import math
 import re
 import struct
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -103,6 +104,13 @@ def parse_client_message(raw: str | bytes) -> ClientMessage:
         obj = json.loads(raw)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise ClientError(f"message is not valid JSON: {exc}", code="bad_json") from None
+    except ValueError:
+        # Python refuses to parse an integer of more than sys.get_int_max_str_digits()
+        # digits (4,300 by default), with a plain ValueError.
+        digits = sys.get_int_max_str_digits()
+        raise ClientError(
+            f"message not accepted: a JSON number has more than {digits} digits", code="bad_json"
+        ) from None
     if not isinstance(obj, dict):
         raise ClientError("message must be a JSON object", code="bad_message")
     context_id = _context_id(obj)

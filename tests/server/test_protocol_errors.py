@@ -67,6 +67,9 @@ OVERSIZE_TEXT = text("a", "好" * (MAX_MESSAGE_BYTES // 3 + 10))  # > limit, < 4
 # fmt: off
 BAD_MESSAGES: list[tuple[str, str | bytes, str, str | None, int | None]] = [
     ("bad json", "{not json", "bad_json", None, None),
+    # Past Python's int-parsing limit (4,300 digits) json.loads raises a plain ValueError.
+    ("json integer of 4301 digits", '{"type":"end","context_id":"a","n":' + "7" * 4301 + "}",
+     "bad_json", None, None),
     ("json array", '["text"]', "bad_message", None, None),
     ("missing type", '{"context_id":"a","text":"x"}', "missing_field", "a", None),
     ("non-string type", '{"type":1,"context_id":"a"}', "invalid_field", "a", None),

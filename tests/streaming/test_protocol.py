@@ -109,6 +109,7 @@ MALFORMED: list[tuple[str, str | bytes, str, str | None]] = [
     ("empty frame", "", "bad_json", None),
     ("truncated json", '{"type":"text"', "bad_json", None),
     ("too deeply nested json", "[" * 100_000, "bad_json", None),
+    ("integer past the digit limit", '{"type":"end","n":' + "7" * 4301 + "}", "bad_json", None),
     ("json array", '[{"type":"end"}]', "bad_message", None),
     ("json string", '"end"', "bad_message", None),
     ("json number", "1", "bad_message", None),
