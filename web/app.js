@@ -3,15 +3,30 @@
 // `window.ttsState` is a read-only snapshot for tests and the curious. `contextState`
 // is "idle" before the first Play, "speaking" from Play until the server's `done` AND
 // the player has played everything out, then "done"; "cancelled" after Stop (or a
-// `done` with cancelled: true).
+// `done` with cancelled: true); "refused" when the server refused its `start` (busy,
+// an unknown voice, ...).
+//
+// Around the socket, over HTTP (web/api.js): the voice picker lists `GET /v1/voices`,
+// the banner says when `GET /ready` reports a degraded server or random weights, and the
+// alert tells a refused token (401) from a full or unready server (503).
 
+import {
+  describeRefusal,
+  explainRefusal,
+  fetchReadiness,
+  fetchVoices,
+  readinessWarnings,
+} from "/web/api.js";
 import { Player, parseAudioFrame } from "/web/player.js";
+import { appendLog, renderAlert, renderBanner, renderSegment, renderVoices } from "/web/view.js";
+import { encodeWav, saveFile } from "/web/wav.js";
 
 const SUBPROTOCOL = "tts.v1";
 const TOKEN_PREFIX = "token.";
 const TOKEN_STORAGE_KEY = "tts.token";
 const DEFAULT_SAMPLE_RATE_HZ = 24000;
 const MAX_LOG_ENTRIES = 200;
+const READY_POLL_MS = 2000; // while /ready says the engine is still loading
 
 const $ = (id) => document.getElementById(id);
 
@@ -24,6 +39,7 @@ const state = {
   limits: null,
   contextId: null,
   stream: null,
+  voice: null, // as confirmed by `started`
   seed: null,
   speed: null, // as confirmed by `started`
   contextState: "idle",
@@ -40,6 +56,10 @@ const state = {
   errors: [],
   warnings: [],
   sent: [], // types of the client messages sent for the current context, in order
+  voices: null, // the picker's names, from GET /v1/voices; null until listed
+  alert: null, // {status, code, message}: the latest refusal (401 or 503), until cleared
+  readiness: null, // the latest GET /ready body
+  banner: [], // kinds shown in the banner: "degraded", "random-weights"
   // The worklet's latest report, of any stream: {gen, bufferedSamples, totalPlayedSamples,
   // receivedAt (performance.now())}. totalPlayedSamples counts every sample output ever.
   worklet: null,
@@ -59,6 +79,7 @@ let firstTextAt = null; // performance.now() of the first text sent in this cont
 let expectedSequence = 0;
 let contextCounter = 0;
 let typeSession = null; // {contextId, chain} while a "type to speak" context is open
+let refusedContextId = null; // the context whose `start` the server refused
 
 // --- connection ---------------------------------------------------------------------
 
@@ -106,9 +127,10 @@ function connect() {
       stopDeltas();
       if (!opened) {
         setConnection("refused");
-        explainRefusal(token).then((err) => {
-          addError(err);
-          reject(new Error(err.message));
+        explainRefusal(token).then((problem) => {
+          showAlert(problem);
+          addError({ code: problem.code, message: problem.message, context_id: null });
+          reject(new Error(problem.message));
         });
         return;
       }
@@ -128,40 +150,6 @@ function connect() {
   });
   socketReady.catch(() => {}); // rejections are reported in the log, not as unhandled
   return socketReady;
-}
-
-/**
- * Why was the upgrade refused? The browser hides the HTTP status, so ask /ready: the
- * protocol refuses with 503 while the engine is not ready or the server is full, and
- * with 401 when the token is wrong or missing.
- */
-async function explainRefusal(token) {
-  let readiness = null;
-  try {
-    const response = await fetch("/ready", { cache: "no-store" });
-    readiness = await response.json();
-  } catch {
-    return {
-      code: "connection_failed",
-      message: "无法连接服务器 cannot reach the server",
-      context_id: null,
-    };
-  }
-  if (readiness && readiness.ready === false) {
-    return {
-      code: "not_ready",
-      message: `引擎未就绪 engine not ready (${readiness.state || "loading"})`,
-      context_id: null,
-    };
-  }
-  const why = token
-    ? "令牌错误 wrong token"
-    : "缺少令牌 this server requires a token";
-  return {
-    code: "unauthorized",
-    message: `连接被拒绝 connection refused (HTTP 401 unauthorized): ${why} — or the server is full (503)`,
-    context_id: null,
-  };
 }
 
 function setConnection(connection, code) {
@@ -203,6 +191,8 @@ function onReady(msg) {
   state.limits = msg.limits || null;
   setConnection("connected");
   $("engine").textContent = msg.engine;
+  showAlert(null);
+  void refreshReadiness();
   log("info", `ready: session ${msg.session_id}, ${msg.engine}, ${msg.sample_rate} Hz`);
 }
 
@@ -211,6 +201,8 @@ function onEvent(msg) {
     case "started":
       if (msg.context_id !== state.contextId) return;
       state.stream = msg.stream;
+      state.voice = msg.voice;
+      showAlert(null); // whatever was refused before, this context was not
       state.seed = msg.seed;
       state.speed = msg.speed;
       if (msg.sample_rate !== player.sampleRateHz) {
@@ -218,7 +210,8 @@ function onEvent(msg) {
         player.open(msg.sample_rate);
         player.begin();
       }
-      log("info", `started: stream ${msg.stream}, seed ${msg.seed}, speed ${msg.speed}`);
+      log("info", `started: stream ${msg.stream}, voice ${msg.voice}, seed ${msg.seed}, ` +
+        `speed ${msg.speed}`);
       break;
     case "segment":
       if (msg.context_id !== state.contextId) return;
@@ -231,14 +224,19 @@ function onEvent(msg) {
         audioStartSample: msg.audio_start_sample,
         audioStartMs: msg.audio_start_ms,
       });
-      renderSegment(msg);
+      renderSegment($("segments"), msg);
       break;
     case "warning":
       state.warnings.push({ code: msg.code, message: msg.message, context_id: msg.context_id });
       log("warning", `${msg.code}: ${msg.message}`);
       break;
     case "error":
+      // The text and end sent after a refused start only echo the refusal.
+      if (msg.context_id === refusedContextId && msg.code === "unknown_context") return;
       addError({ code: msg.code, message: msg.message, context_id: msg.context_id });
+      if (msg.code === "busy") showAlert(describeRefusal(503, msg, socketToken));
+      const current = msg.context_id === state.contextId && state.contextState === "speaking";
+      if (current && state.stream === null) onStartRefused(msg);
       break;
     case "done":
       if (msg.context_id === (typeSession && typeSession.contextId)) typeSession = null;
@@ -248,6 +246,15 @@ function onEvent(msg) {
     default:
       log("info", `unhandled event ${msg.type}`);
   }
+}
+
+/** An error before `started`: the server refused `start`, so this context never opened. */
+function onStartRefused(msg) {
+  refusedContextId = msg.context_id;
+  if (typeSession && typeSession.contextId === msg.context_id) typeSession = null;
+  stopDeltas();
+  player.clear();
+  setContextState("refused");
 }
 
 function onDone(msg) {
@@ -305,6 +312,7 @@ function onAudio(buffer) {
 // --- player reports -----------------------------------------------------------------
 
 player.onstate = (report) => {
+  if (report.playedSamples > 0) $("download").disabled = false;
   if (state.contextState === "cancelled") {
     state.bufferedMs = report.bufferedMs;
     renderPlayback();
@@ -367,6 +375,7 @@ function setContextState(value) {
 function resetUtterance(contextId) {
   state.contextId = contextId;
   state.stream = null;
+  state.voice = null;
   state.seed = null;
   state.speed = null;
   state.framesReceived = 0;
@@ -387,6 +396,7 @@ function resetUtterance(contextId) {
   $("ttfa").textContent = "—";
   $("ttfa-played").textContent = "—";
   $("frames").textContent = "0";
+  $("download").disabled = true; // until this utterance has played something
   renderPlayback();
 }
 
@@ -395,12 +405,16 @@ function newContextId() {
   return `web-${Date.now().toString(36)}-${contextCounter}`;
 }
 
-/** Voice/seed box: digits are a seed, anything else an engine speaker string. */
+/** The picker's voice; the seed box: digits are a seed, anything else a raw speaker
+ * string of the engine (which then replaces the picker's voice). */
 function voiceFields() {
+  const fields = {};
+  const picked = $("voice").value;
+  if (picked) fields.voice = picked;
   const raw = $("seed").value.trim();
-  if (!raw) return {};
-  if (/^\d+$/.test(raw)) return { seed: Number(raw) };
-  return { voice: raw };
+  if (/^\d+$/.test(raw)) fields.seed = Number(raw);
+  else if (raw) fields.voice = raw;
+  return fields;
 }
 
 function numberInput(id, fallback) {
@@ -545,6 +559,59 @@ function onTyped(event) {
   });
 }
 
+// --- around the socket: voices, readiness, refusals, download ------------------------
+
+/** Fill the picker from GET /v1/voices (sent with the token). */
+async function loadVoices() {
+  const token = $("token").value.trim();
+  const result = await fetchVoices(token);
+  if ($("token").value.trim() !== token) return; // the token changed meanwhile
+  if (!result.ok) {
+    state.voices = null;
+    showAlert(result);
+    return;
+  }
+  if (state.alert && state.alert.status === 401) showAlert(null);
+  state.voices = result.voices.map((voice) => voice.name);
+  renderVoices($("voice"), result.voices, result.engine);
+}
+
+let readinessPoll = null;
+
+/** The banner from GET /ready: a degraded server, random weights (or nothing). */
+async function refreshReadiness() {
+  clearTimeout(readinessPoll);
+  const readiness = await fetchReadiness();
+  state.readiness = readiness;
+  const lines = readinessWarnings(readiness);
+  state.banner = lines.map((line) => line.kind);
+  renderBanner($("banner"), lines);
+  // A model still loading may come up degraded: look again until it has settled.
+  if (readiness && readiness.state === "loading") {
+    readinessPoll = setTimeout(refreshReadiness, READY_POLL_MS);
+  }
+}
+
+/** Show a refusal ({status, code, message}: 401, 503, ...) above the log, or hide it. */
+function showAlert(problem) {
+  state.alert = problem
+    ? { status: problem.status, code: problem.code, message: problem.message }
+    : null;
+  renderAlert($("alert"), problem);
+}
+
+/** Save what the player played of the current utterance (so far) as a WAV file. */
+async function download() {
+  const { samples, truncated, sampleRateHz } = await player.takeRecording();
+  if (samples.length === 0) return;
+  if (truncated) {
+    addWarning("recording_truncated", "the download holds the recording's first minutes only");
+  }
+  const name = `tts-${state.contextId || "audio"}.wav`;
+  saveFile(encodeWav(samples, sampleRateHz), name);
+  log("info", `download: ${name}, ${(samples.length / sampleRateHz).toFixed(2)} s`);
+}
+
 // --- log ----------------------------------------------------------------------------
 
 function addError(err) {
@@ -552,37 +619,13 @@ function addError(err) {
   log("error", `${err.code}: ${err.message}`);
 }
 
+function log(level, text) {
+  appendLog($("log"), level, text, MAX_LOG_ENTRIES);
+}
+
 function addWarning(code, message) {
   state.warnings.push({ code, message, context_id: state.contextId });
   log("warning", `${code}: ${message}`);
-}
-
-function log(level, text) {
-  const li = document.createElement("li");
-  li.className = level;
-  const time = new Date().toLocaleTimeString("zh-CN", { hour12: false });
-  li.textContent = `${time} ${text}`;
-  const list = $("log");
-  list.prepend(li);
-  while (list.children.length > MAX_LOG_ENTRIES) list.lastChild.remove();
-  if (level !== "info") console[level === "error" ? "error" : "warn"](text);
-}
-
-function renderSegment(msg) {
-  const li = document.createElement("li");
-  li.dataset.index = String(msg.index);
-  li.classList.add("arrived");
-  if (!msg.spoken || !msg.spoken.trim()) {
-    li.classList.add("silent");
-    li.textContent = `${JSON.stringify(msg.text)} （无可朗读内容 nothing to speak）`;
-  } else {
-    li.textContent = msg.spoken !== msg.text ? `${msg.text} → ${msg.spoken}` : msg.text;
-  }
-  li.title = `chars ${msg.start_char}–${msg.end_char}, audio at ${msg.audio_start_ms} ms`;
-  const list = $("segments");
-  for (const old of list.querySelectorAll(".latest")) old.classList.remove("latest");
-  li.classList.add("latest");
-  list.append(li);
 }
 
 // --- wiring -------------------------------------------------------------------------
@@ -592,6 +635,7 @@ function init() {
   token.value = localStorage.getItem(TOKEN_STORAGE_KEY) || "";
   token.addEventListener("change", () => {
     localStorage.setItem(TOKEN_STORAGE_KEY, token.value.trim());
+    void loadVoices();
   });
   const speed = $("speed");
   speed.addEventListener("input", () => {
@@ -602,6 +646,7 @@ function init() {
   });
   $("play").addEventListener("click", () => void play());
   $("stop").addEventListener("click", stop);
+  $("download").addEventListener("click", () => void download());
   const text = $("text");
   text.addEventListener("input", onTyped);
   text.addEventListener("compositionend", onTyped);
@@ -618,6 +663,8 @@ function init() {
     }
   });
   setContextState("idle");
+  void loadVoices();
+  void refreshReadiness();
   document.body.dataset.ready = "1";
 }
 

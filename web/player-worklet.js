@@ -6,6 +6,8 @@
 //                                                what is left even below the prebuffer
 //   {type: "clear", gen}                         drop everything now (Stop / barge-in)
 //   {type: "config", prebufferMs}                prebuffer for the next (re)start
+//   {type: "record-reset"}                       start a new recording (a new utterance)
+//   {type: "record-take", id}                    send the recording so far
 // Messages out:
 //   {type: "state", gen, bufferedSamples, bufferedMs, playedSamples, underruns,
 //    playing, ended, drained, totalPlayedSamples}
@@ -13,6 +15,9 @@
 //                                                and every 250 ms regardless
 //   {type: "first-play", gen}                    the first sample of a stream is output
 //   {type: "drained", gen}                       ended and everything was played
+//   {type: "recording", id, samples, truncated}  every sample output since the last
+//                                                "record-reset", as played (ramps
+//                                                included), whatever the generation
 //
 // `gen` is the main thread's stream generation: a "clear" starts a new generation, so
 // reports about audio that was already dropped can be told apart and ignored.
@@ -22,6 +27,8 @@ const HEARTBEAT_INTERVAL_S = 0.25;
 // A short ramp when playback (re)starts and when it runs dry mid-stream, so an underrun
 // is a soft gap rather than a click. 2 ms at 24 kHz.
 const RAMP_SAMPLES = 48;
+// The recording keeps at most this much output (10 minutes: 58 MB at 24 kHz).
+const MAX_RECORD_S = 600;
 
 class PcmPlayer extends AudioWorkletProcessor {
   constructor() {
@@ -36,6 +43,7 @@ class PcmPlayer extends AudioWorkletProcessor {
     // Samples output over the node's life, across streams: proof that "clear" silences.
     this.totalPlayedSamples = 0;
     this.resetStream();
+    this.resetRecording();
     this.lastReport = 0;
     this.dirty = true;
     this.port.onmessage = (event) => this.onMessage(event.data);
@@ -53,8 +61,42 @@ class PcmPlayer extends AudioWorkletProcessor {
     this.rampIn = 0;
   }
 
+  resetRecording() {
+    this.record = new Float32Array(sampleRate * 10);
+    this.recordCount = 0;
+    this.recordTruncated = false;
+  }
+
+  /** Keep what was output, so the page can offer exactly what was heard. */
+  keep(samples) {
+    const room = sampleRate * MAX_RECORD_S - this.recordCount;
+    const n = Math.min(samples.length, room);
+    if (n < samples.length) this.recordTruncated = true;
+    if (n <= 0) return;
+    if (this.recordCount + n > this.record.length) {
+      let size = this.record.length * 2;
+      while (this.recordCount + n > size) size *= 2;
+      const bigger = new Float32Array(size);
+      bigger.set(this.record.subarray(0, this.recordCount));
+      this.record = bigger;
+    }
+    this.record.set(samples.subarray(0, n), this.recordCount);
+    this.recordCount += n;
+  }
+
   onMessage(msg) {
     switch (msg.type) {
+      case "record-reset":
+        this.resetRecording();
+        return;
+      case "record-take": {
+        const samples = this.record.slice(0, this.recordCount);
+        this.port.postMessage(
+          { type: "recording", id: msg.id, samples, truncated: this.recordTruncated },
+          [samples.buffer],
+        );
+        return;
+      }
       case "push":
         if (msg.gen !== this.gen) {
           if (msg.gen < this.gen) return; // audio of a stream that was cleared
@@ -142,7 +184,10 @@ class PcmPlayer extends AudioWorkletProcessor {
           for (let i = 0; i < ramp; i++) out[written - ramp + i] *= 1 - (i + 1) / ramp;
         }
       }
-      if (written > 0) this.dirty = true;
+      if (written > 0) {
+        this.keep(out.subarray(0, written));
+        this.dirty = true;
+      }
     }
     if (!this.playing && this.ended && this.count === 0 && !this.drained) {
       // "end" came after the buffer had already run dry (or with no audio at all).

@@ -2,6 +2,7 @@
 // protocol audio frames into Float32 samples and posts them to the worklet.
 
 export const AUDIO_HEADER_BYTES = 12;
+const NOTHING_RECORDED = { samples: new Float32Array(0), truncated: false };
 
 /**
  * Split one binary audio frame: 12-byte header (stream, segment, sequence: uint32 LE)
@@ -35,7 +36,8 @@ export function parseAudioFrame(buffer) {
  * AudioContext), `begin()` for each new stream, `push()` its samples, `end()` when the
  * server said `done`, and `clear()` to silence it at once. `onstate`, `onfirstplay` and
  * `ondrained` report what the worklet did for the current stream only; `onreport` gets
- * every state report, for diagnostics.
+ * every state report, for diagnostics. `takeRecording()` gives what was played since the
+ * last `begin()`: the samples the audio output got, not those that merely arrived.
  */
 export class Player {
   constructor({ prebufferMs = 100 } = {}) {
@@ -44,6 +46,8 @@ export class Player {
     this.node = null;
     this.ready = null; // Promise resolved once the worklet node exists
     this.gen = 0;
+    this.takes = new Map(); // record-take id -> resolve
+    this.takeCounter = 0;
     this.onreport = () => {}; // every worklet state report, whatever its stream
     this.onstate = () => {};
     this.onfirstplay = () => {};
@@ -61,6 +65,7 @@ export class Player {
       return this.ready;
     }
     if (this.context) this.context.close();
+    this.dropTakes(); // the old worklet, and its recording, are gone
     const context = new AudioContext({ sampleRate: sampleRateHz, latencyHint: "interactive" });
     this.context = context;
     this.node = null;
@@ -86,9 +91,30 @@ export class Player {
     this.post({ type: "config", prebufferMs: ms });
   }
 
-  /** Start a new stream: anything still queued from the previous one is dropped. */
+  /** Start a new stream: anything still queued from the previous one is dropped, and a
+   * new recording starts. */
   begin() {
     this.clear();
+    this.post({ type: "record-reset" });
+  }
+
+  /** Resolves to {samples: Float32Array, truncated, sampleRateHz}: every sample played
+   * since the last begin() (empty before the worklet exists). */
+  takeRecording() {
+    const sampleRateHz = this.sampleRateHz;
+    const result = (msg) => ({ samples: msg.samples, truncated: msg.truncated, sampleRateHz });
+    if (!this.node) return Promise.resolve(result(NOTHING_RECORDED));
+    this.takeCounter += 1;
+    const id = this.takeCounter;
+    return new Promise((resolve) => {
+      this.takes.set(id, (msg) => resolve(result(msg)));
+      this.node.port.postMessage({ type: "record-take", id });
+    });
+  }
+
+  dropTakes() {
+    for (const resolve of this.takes.values()) resolve(NOTHING_RECORDED);
+    this.takes.clear();
   }
 
   push(samples) {
@@ -123,6 +149,12 @@ export class Player {
   }
 
   onMessage(msg) {
+    if (msg.type === "recording") {
+      const resolve = this.takes.get(msg.id);
+      this.takes.delete(msg.id);
+      if (resolve) resolve(msg);
+      return;
+    }
     if (msg.type === "state") this.onreport(msg);
     if (msg.gen !== this.gen) return; // about a stream that was cleared
     if (msg.type === "state") this.onstate(msg);

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.live import TIMEOUT_S
+from tests.live import TIMEOUT_S, LiveServer
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -24,6 +24,7 @@ CHROMIUM_ARGS = [
 ]
 #: Browser waits, in ms for playwright: a fraction of the suite-wide constant.
 WAIT_MS = TIMEOUT_S * 1000 / 2
+SAMPLE_RATE_HZ = 24000
 
 
 @pytest.fixture(scope="module")
@@ -47,3 +48,19 @@ def page(browser: Any) -> Iterator[Any]:
     yield page
     context.close()
     assert page_errors == [], f"uncaught errors in the page: {page_errors}"
+
+
+def load(page: Any, server: LiveServer) -> None:
+    """Open the page of ``server`` and wait until its script has wired everything."""
+    page.goto(server.base_url + "/", timeout=WAIT_MS)
+    page.wait_for_function("document.body.dataset.ready === '1'", timeout=WAIT_MS)
+
+
+def tts_state(page: Any) -> dict[str, Any]:
+    return page.evaluate("window.ttsState")
+
+
+def wait_state(page: Any, condition: str) -> dict[str, Any]:
+    """Wait until the JS expression over `s` (window.ttsState) is true; return the state."""
+    page.wait_for_function(f"(s => {condition})(window.ttsState)", timeout=WAIT_MS)
+    return tts_state(page)

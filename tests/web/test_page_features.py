@@ -1,0 +1,303 @@
+"""The page around the stream, in headless Chromium against the real server: the voice
+picker (GET /v1/voices, with the token), the download of what was played, the banner
+for a degraded server, and distinct messages for 401 and 503 refusals."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import wave
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from websockets.sync.client import connect
+
+from server.config import Settings
+from tests.live import TIMEOUT_S, LiveServer, run_live_server
+from tests.scripted_engine import ScriptedEngine
+from tests.web.conftest import SAMPLE_RATE_HZ, WAIT_MS, load, tts_state, wait_state
+
+pytestmark = pytest.mark.browser
+
+TOKEN = "s3cret-token"
+#: The worklet fades the first samples of a (re)start in over this many samples.
+RAMP_SAMPLES = 48
+SHORT_TEXT = "你好，欢迎使用流式语音合成。今天天气很好。"
+
+
+@pytest.fixture(scope="module")
+def open_server() -> Iterator[LiveServer]:
+    with run_live_server(Settings(engine="espeak")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def token_server() -> Iterator[LiveServer]:
+    with run_live_server(Settings(engine="espeak", tokens=(TOKEN,))) as server:
+        yield server
+
+
+class Wire:
+    """What the page's WebSockets sent and received, as seen by the browser itself."""
+
+    def __init__(self, page: Any) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.pcm: list[bytes] = []
+        page.on("websocket", self._watch)
+
+    def _watch(self, ws: Any) -> None:
+        ws.on("framesent", lambda payload: self.sent.append(json.loads(payload)))
+        ws.on("framereceived", self._received)
+
+    def _received(self, payload: str | bytes) -> None:
+        if isinstance(payload, bytes):
+            self.pcm.append(payload[12:])  # after the 12-byte frame header
+
+    def samples(self) -> np.ndarray:
+        return np.frombuffer(b"".join(self.pcm), "<i2").astype(np.int64)
+
+    def first(self, kind: str) -> dict[str, Any]:
+        return next(msg for msg in self.sent if msg["type"] == kind)
+
+
+def play_whole_text(page: Any, text: str) -> None:
+    """Send ``text`` in one message (not as LLM deltas) and press Play."""
+    page.uncheck("#stream-mode")
+    page.fill("#prebuffer-ms", "500")
+    page.dispatch_event("#prebuffer-ms", "change")
+    page.fill("#text", text)
+    page.click("#play")
+
+
+def download_wav(page: Any) -> tuple[wave._wave_params, np.ndarray]:
+    with page.expect_download(timeout=WAIT_MS) as info:
+        page.click("#download")
+    data = Path(info.value.path()).read_bytes()
+    with wave.open(io.BytesIO(data)) as wav:
+        params = wav.getparams()
+        frames = wav.readframes(params.nframes)
+    return params, np.frombuffer(frames, "<i2").astype(np.int64)
+
+
+def assert_played(wav: np.ndarray, received: np.ndarray) -> None:
+    """``wav`` is the start of ``received`` as the worklet outputs it: the first samples
+    faded in over RAMP_SAMPLES (x * i / 48, within rounding), the rest unchanged."""
+    assert 0 < len(wav) <= len(received)
+    ramp = np.round(received[:RAMP_SAMPLES] * np.arange(RAMP_SAMPLES) / RAMP_SAMPLES)
+    assert np.abs(wav[:RAMP_SAMPLES] - ramp).max() <= 1
+    np.testing.assert_array_equal(wav[RAMP_SAMPLES:], received[RAMP_SAMPLES : len(wav)])
+
+
+# --- voices ---------------------------------------------------------------------------
+
+
+def test_picker_lists_the_servers_voices_and_start_sends_the_chosen_one(
+    page: Any, token_server: LiveServer
+) -> None:
+    """The picker holds GET /v1/voices' names (fetched with the page's token), created
+    voices included; the chosen voice is the `voice` of `start`, and `started` confirms it."""
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=token_server.base_url, headers=auth, timeout=TIMEOUT_S) as http:
+        created = http.post("/v1/voices", json={"name": "narrator", "speaker": "m3"})
+        assert created.status_code == 201, created.text
+        names = [voice["name"] for voice in http.get("/v1/voices").json()["data"]]
+    assert "narrator" in names and "alloy" in names
+    page.add_init_script(f"localStorage.setItem('tts.token', {json.dumps(TOKEN)})")
+    wire = Wire(page)
+    load(page, token_server)
+
+    state = wait_state(page, "s.voices !== null")
+    assert state["voices"] == names
+    options = page.eval_on_selector_all("#voice option", "os => os.map(o => o.value)")
+    assert options == ["", *names]
+
+    page.select_option("#voice", "narrator")
+    play_whole_text(page, "你好。")
+    state = wait_state(page, "s.contextState === 'done'")
+    assert state["errors"] == []
+    start = wire.first("start")
+    assert start["voice"] == "narrator" and "seed" not in start
+    assert state["voice"] == "narrator"
+
+
+# --- download -------------------------------------------------------------------------
+
+
+def test_download_is_a_wav_of_the_samples_played(page: Any, open_server: LiveServer) -> None:
+    """After an utterance, Download saves a 24 kHz 16-bit mono WAV whose samples are the
+    ones the server sent, as played (faded in over the first 2 ms)."""
+    wire = Wire(page)
+    load(page, open_server)
+    assert page.is_disabled("#download")
+
+    play_whole_text(page, SHORT_TEXT)
+    state = wait_state(page, "s.contextState === 'done'")
+    assert state["errors"] == [] and state["underruns"] == 0
+
+    params, wav = download_wav(page)
+    assert (params.nchannels, params.sampwidth, params.framerate) == (1, 2, SAMPLE_RATE_HZ)
+    received = wire.samples()
+    assert len(wav) == len(received) == state["samplesPlayed"] == state["done"]["audioSamples"]
+    assert_played(wav, received)
+
+
+def test_download_after_stop_holds_only_what_was_played(page: Any, open_server: LiveServer) -> None:
+    """Stopped mid-utterance, the download is the part that was played, not all that had
+    arrived: a prefix of the received samples, as long as the worklet played."""
+    wire = Wire(page)
+    load(page, open_server)
+    play_whole_text(page, "今天天气很好，我们一起去公园散步吧！" * 8)
+    wait_state(page, f"s.samplesPlayed > {SAMPLE_RATE_HZ // 2}")
+    page.click("#stop")
+    state = wait_state(page, "s.contextState === 'cancelled'")
+
+    _, wav = download_wav(page)
+    received = wire.samples()
+    assert state["samplesPlayed"] <= len(wav) < len(received) - SAMPLE_RATE_HZ
+    assert_played(wav, received)
+
+
+# --- the banner -----------------------------------------------------------------------
+
+
+def test_banner_says_the_server_is_degraded(page: Any, tmp_path: Path) -> None:
+    """A server whose model failed to load and speaks the fallback voice shows a banner
+    with /ready's detail."""
+    settings = Settings(engine="chattts", model_dir=tmp_path, fallback_on_load_failure=True)
+    with run_live_server(settings) as server:
+        readiness = httpx.get(server.base_url + "/ready", timeout=TIMEOUT_S).json()
+        assert readiness["degraded"] is True and readiness["detail"]
+        load(page, server)
+        state = wait_state(page, "s.readiness !== null")
+
+    assert state["banner"] == ["degraded"]
+    assert page.is_visible("#banner [data-kind='degraded']")
+    text = page.text_content("#banner") or ""
+    assert "degraded" in text and readiness["detail"] in text
+
+
+def test_no_banner_for_a_healthy_server(page: Any, open_server: LiveServer) -> None:
+    """A server that runs the engine it was asked for, with real weights, shows no banner."""
+    load(page, open_server)
+    state = wait_state(page, "s.readiness !== null")
+    assert state["readiness"]["degraded"] is False
+    assert state["banner"] == []
+    assert page.locator("#banner").count() == 1 and page.is_hidden("#banner")
+
+
+# --- refusals -------------------------------------------------------------------------
+
+
+def alert(page: Any) -> dict[str, Any]:
+    """The alert as shown: visible, its status and code attributes, and its text."""
+    return {
+        "visible": page.is_visible("#alert"),
+        "status": page.get_attribute("#alert", "data-status"),
+        "code": page.get_attribute("#alert", "data-code"),
+        "text": page.text_content("#alert") or "",
+    }
+
+
+def test_missing_or_wrong_token_shows_the_401_message(page: Any, token_server: LiveServer) -> None:
+    """Without a token the page says one is needed (GET /v1/voices: 401); a wrong one is
+    refused at Play with the 401 message, never the 503 one; the right one clears it."""
+    load(page, token_server)
+    wait_state(page, "s.alert !== null")
+    shown = alert(page)
+    assert (shown["visible"], shown["status"], shown["code"]) == (True, "401", "unauthorized")
+    assert "HTTP 401" in shown["text"] and "token required" in shown["text"]
+
+    page.fill("#token", "wrong-token")
+    page.uncheck("#stream-mode")
+    page.click("#play")  # the token field's change event fires first
+    state = wait_state(page, "s.errors.length > 0")
+    assert [err["code"] for err in state["errors"]] == ["unauthorized"]
+    shown = alert(page)
+    assert (shown["visible"], shown["status"], shown["code"]) == (True, "401", "unauthorized")
+    assert "wrong token" in shown["text"] and "503" not in shown["text"]
+    assert state["alert"]["message"] == shown["text"]
+
+    page.fill("#token", TOKEN)
+    page.press("#token", "Tab")
+    wait_state(page, "s.voices !== null")
+    assert page.is_hidden("#alert") and tts_state(page)["alert"] is None
+
+
+def test_a_full_server_shows_the_503_message(page: Any) -> None:
+    """With every connection taken, Play is refused with the 503 server-full message (not
+    the token one); once a connection is free, Play works and the message goes."""
+    with run_live_server(Settings(engine="espeak", max_connections=1)) as server:
+        load(page, server)
+        with connect(server.ws_url, subprotocols=["tts.v1"], open_timeout=TIMEOUT_S) as held:
+            held.recv(timeout=TIMEOUT_S)  # `ready`: the one connection is taken
+            play_whole_text(page, "你好。")
+            state = wait_state(page, "s.errors.length > 0")
+        assert [err["code"] for err in state["errors"]] == ["too_many_connections"]
+        shown = alert(page)
+        assert (shown["visible"], shown["status"]) == (True, "503")
+        assert shown["code"] == "too_many_connections"
+        assert "HTTP 503" in shown["text"] and "server full" in shown["text"]
+        assert "401" not in shown["text"] and "token" not in shown["text"]
+
+        page.click("#play")
+        state = wait_state(page, "s.contextState === 'done'")
+        assert state["connected"] is True and page.is_hidden("#alert")
+
+
+def test_an_engine_still_loading_shows_the_503_not_ready_message(page: Any) -> None:
+    """While the engine loads, Play is refused with the 503 not-ready message."""
+    release = threading.Event()
+
+    def slow_engine() -> tuple[ScriptedEngine, bool, None]:
+        if not release.wait(TIMEOUT_S):
+            raise RuntimeError("test never released the engine")
+        return ScriptedEngine(), False, None
+
+    try:
+        with run_live_server(Settings(), engine=slow_engine, wait_ready=False) as server:
+            load(page, server)
+            play_whole_text(page, "你好。")
+            state = wait_state(page, "s.errors.length > 0")
+            release.set()
+    finally:
+        release.set()
+    assert [err["code"] for err in state["errors"]] == ["not_ready"]
+    shown = alert(page)
+    assert (shown["visible"], shown["status"], shown["code"]) == (True, "503", "not_ready")
+    assert "HTTP 503" in shown["text"] and "loading" in shown["text"]
+
+
+def test_a_busy_engine_shows_the_503_busy_message(page: Any) -> None:
+    """A `start` refused as busy (the engine speaks all it can) shows the 503 busy message
+    with the retry hint, and the refused context ends at once, without echoed errors."""
+    engine = ScriptedEngine(chunk_ms=100, chunk_delay_s=0.05, ms_per_char=300)
+    settings = Settings(
+        engine="chattts", model_dir=Path("unused"), max_streams=1, busy_retry_after_ms=2000
+    )
+    with (
+        run_live_server(settings, engine=lambda: (engine, False, None)) as server,
+        connect(server.ws_url, subprotocols=["tts.v1"], open_timeout=TIMEOUT_S) as held,
+    ):
+        held.send(json.dumps({"type": "start", "context_id": "held"}))
+        held.send(
+            json.dumps({"type": "text", "context_id": "held", "text": "占着引擎的长句子，" * 4})
+        )
+        while json.loads(held.recv(timeout=TIMEOUT_S))["type"] != "started":
+            pass
+        load(page, server)
+        play_whole_text(page, "你好。")
+        state = wait_state(page, "s.contextState === 'refused'")
+        held.send(json.dumps({"type": "cancel", "context_id": "held"}))
+        # Read up to its `done`: a client that stops reading never sees the close frame.
+        while not isinstance(msg := held.recv(timeout=TIMEOUT_S), str) or '"done"' not in msg:
+            pass
+
+    assert [err["code"] for err in state["errors"]] == ["busy"]
+    shown = alert(page)
+    assert (shown["visible"], shown["status"], shown["code"]) == (True, "503", "busy")
+    assert "server busy" in shown["text"] and "retry in 2 s" in shown["text"]
