@@ -54,12 +54,10 @@ from server.engines.chattts.checkpoint import load_chat, write_checkpoint  # noq
 from server.engines.chattts.decoder import (  # noqa: E402
     SAMPLES_PER_FRAME,
     GenerationParams,
-    OnnxVocoder,
     StreamingDecoder,
-    VocoderFeatures,
-    istft,
 )
 from server.engines.chattts.options import ChatTTSOptions  # noqa: E402
+from server.engines.chattts.vocoding import OnnxVocoder, VocoderFeatures, istft  # noqa: E402
 from streaming.seams import measure_seams  # noqa: E402
 
 TEXT = "今天天气很好，我们一起去公园散步吧。人工智能正在改变我们的生活方式。"

@@ -15,13 +15,10 @@ import pytest
 import torch
 
 from server.engines.chattts.checkpoint import load_chat
-from server.engines.chattts.decoder import (
-    GenerationParams,
-    StreamingDecoder,
-    cast_gpt,
-)
+from server.engines.chattts.decoder import GenerationParams, StreamingDecoder
 from server.engines.chattts.engine import ChatTTSEngine
 from server.engines.chattts.options import ChatTTSOptions
+from server.engines.chattts.precision import cast_gpt
 from server.engines.chattts.static_cache import StaticGPT
 from tests.conftest import sample_speaker
 from tests.server.test_chattts_stream import TEXT

@@ -42,13 +42,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from server.engines.chattts.decoder import (
-    ChunkWindows,
-    GenerationParams,
-    Sampler,
-    StreamingDecoder,
-)
+from server.engines.chattts.decoder import GenerationParams, StreamingDecoder
+from server.engines.chattts.generation import Sampler
 from server.engines.chattts.static_cache import attend, layer_inputs, layer_output
+from server.engines.chattts.vocoding import ChunkWindows
 
 logger = logging.getLogger(__name__)
 
