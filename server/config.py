@@ -119,6 +119,12 @@ class Settings:
 
     # Limits
     max_connections: int = option(64, "WebSocket connections per server", group="limits")
+    ws_idle_timeout_s: float = option(
+        120.0,
+        "a WebSocket session with no open context is closed (1001, reason idle) after this "
+        "long without a message from its client, giving its connection slot back (0: never)",
+        group="limits",
+    )
     max_contexts: int = option(8, "open contexts per connection", group="limits")
     max_message_bytes: int = option(
         64 * 1024,
@@ -405,6 +411,8 @@ def validate(settings: Settings) -> None:
         problems.append("pause_scale must not be negative")
     if settings.drain_timeout_s < 0:
         problems.append("drain_timeout_s must not be negative")
+    if settings.ws_idle_timeout_s < 0:
+        problems.append("ws_idle_timeout_s must not be negative (0: never)")
     if not 0 < settings.admission_headroom <= 1:
         problems.append("admission_headroom must be in (0, 1]")
     if settings.max_streams < 0 or settings.sit_out_ahead_s < 0:

@@ -33,6 +33,13 @@ class Metrics:
         self.sessions_refused = Counter(
             "tts_ws_sessions_refused_total", "WebSocket upgrades refused", ["reason"], registry=r
         )
+        self.connections_closed = Counter(
+            "tts_connections_closed_total",
+            "connections the server closed because the client was too slow or idle: "
+            "header_timeout, preauth_limit, idle_session",
+            ["reason"],
+            registry=r,
+        )
         self.active_sessions = Gauge(
             "tts_ws_sessions_active", "WebSocket sessions open now", registry=r
         )

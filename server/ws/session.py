@@ -43,6 +43,9 @@ from streaming.text import PreparedText
 
 logger = logging.getLogger(__name__)
 
+#: How long the close frame of an idle session may take to reach its client.
+_IDLE_CLOSE_GRACE_S = 1.0
+
 
 class _Closed(Exception):
     """The client is gone; stop sending."""
@@ -314,6 +317,9 @@ class Session:
         )
         self.contexts: dict[str, Context] = {}
         self._closed = False
+        # While run() reads: closes the session after --ws-idle-timeout-s with no open
+        # context and no message (rescheduled as contexts open and end).
+        self._idle: asyncio.Timeout | None = None
 
     @property
     def holds_unspoken_text(self) -> bool:
@@ -329,11 +335,8 @@ class Session:
             )
         )
         try:
-            while True:
-                message = await self.websocket.receive()
-                if message["type"] == "websocket.disconnect":
-                    break
-                await self._apply(self.core.receive(_frame_payload(message)))
+            if not await self._read():
+                await self._close_idle()
         except (WebSocketDisconnect, _Closed):
             pass
         finally:
@@ -343,6 +346,41 @@ class Session:
                 self._perform(event)
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _read(self) -> bool:
+        """Feed client frames to the core until the client leaves (True) or the session
+        has been idle too long (False)."""
+        idle = asyncio.timeout(None)
+        try:
+            async with idle:
+                self._idle = idle
+                while True:
+                    self._rearm_idle()
+                    message = await self.websocket.receive()
+                    if message["type"] == "websocket.disconnect":
+                        return True
+                    await self._apply(self.core.receive(_frame_payload(message)))
+        except TimeoutError:
+            if not idle.expired():
+                raise
+            return False
+        finally:
+            self._idle = None
+
+    def _rearm_idle(self) -> None:
+        """The idle clock restarts at each message and runs only while no context is open."""
+        timeout_s = self.settings.ws_idle_timeout_s
+        if self._idle is None or self._idle.expired() or timeout_s <= 0:
+            return
+        deadline = None if self.contexts else asyncio.get_running_loop().time() + timeout_s
+        self._idle.reschedule(deadline)
+
+    async def _close_idle(self) -> None:
+        timeout_s = self.settings.ws_idle_timeout_s
+        self.log.info("closing: no open context and no message for %g s", timeout_s)
+        self.metrics.connections_closed.labels(reason="idle_session").inc()
+        reason = f"idle: no open context and no message for {timeout_s:g} s"
+        await self.go_away(_IDLE_CLOSE_GRACE_S, reason)
 
     async def _apply(self, events: list[c.Event]) -> None:
         for event in events:
@@ -380,10 +418,10 @@ class Session:
         for event in self.core.idle(context_id):
             self._perform(event)
 
-    async def go_away(self, grace_s: float) -> None:
-        """Shutdown while sends are blocked on a client that stopped reading: drop every
-        context's audio, queue a close frame (1001, going away), give it ``grace_s`` to
-        reach the client, then drop the connection."""
+    async def go_away(self, grace_s: float, reason: str = "server shutting down") -> None:
+        """Shutdown while sends are blocked on a client that stopped reading (or an idle
+        session): drop every context's audio, queue a close frame (1001, going away,
+        ``reason``), give it ``grace_s`` to reach the client, then drop the connection."""
         self._closed = True  # no speaker sends another frame
         for event in self.core.cancel_all():
             self._perform(event)
@@ -392,7 +430,7 @@ class Session:
         unblock_writes(self.transport)
         with contextlib.suppress(Exception):
             async with asyncio.timeout(grace_s):
-                await self.websocket.close(CLOSE_GOING_AWAY, "server shutting down")
+                await self.websocket.close(CLOSE_GOING_AWAY, reason)
         await drain_then_abort(self.transport, grace_s)
 
     def forget(self, context: Context) -> None:
@@ -401,6 +439,7 @@ class Session:
             self.core.forget(context.id)
             if not context.state.voice.fallback:
                 self.admission.finish()
+            self._rearm_idle()
 
     # --- sending ----------------------------------------------------------------------
 
