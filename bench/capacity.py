@@ -17,7 +17,7 @@ time to first audio <= 1 s and zero underruns (ramped by doubling, ``--growth``,
 bisected: ``--quick`` is coarser).
 
 Engine models: ``--engine modelled`` (default): a GPT step of a batch of n costs
-``a + b * n`` (``server.engines.fake.ModelledEngine``), with presets ``gpu`` (a = 10 ms,
+``a + b * n`` (``server.engines.modelled.ModelledEngine``), with presets ``gpu`` (a = 10 ms,
 b = 0.15 ms: bound by per-step overhead, as on a GPU) and ``cpu`` (measured on the
 real-dims checkpoint on these 2 cores by bench/batch_step.py), or ``--a-ms/--b-ms``;
 ``--engine chattts``: the real ChatTTS code on the tiny checkpoint (CPU).
@@ -81,7 +81,7 @@ def serve(
 
     from server.app import create_app
     from server.config import Settings
-    from server.engines.fake import ModelledEngine
+    from server.engines.modelled import ModelledEngine
     from server.lifecycle import uvicorn_config
 
     if engine_kind == "modelled":

@@ -17,7 +17,7 @@ final JSON line:
 - vocoder work: mel frames through the Decoder per frame emitted (goal <= 1.25), and
   ChatTTS's stream's figure beside it.
 - seams: sample step and spectral flux at each chunk join over the median inside
-  chunks (:mod:`streaming.seams`), ours and ChatTTS's stream.
+  chunks (tests/seams.py), ours and ChatTTS's stream.
 - SNR of our streamed audio against ChatTTS's one-shot decode of the same tokens (same
   seed, so the same tokens: pinned by tests/server/test_chattts_stream.py).
 - GPT KV cache (``gpt_cache``): our generation alone (no vocoder) with transformers'
@@ -58,7 +58,7 @@ from server.engines.chattts.decoder import (  # noqa: E402
 )
 from server.engines.chattts.options import ChatTTSOptions  # noqa: E402
 from server.engines.chattts.vocoding import OnnxVocoder, VocoderFeatures, istft  # noqa: E402
-from streaming.seams import measure_seams  # noqa: E402
+from tests.seams import measure_seams  # noqa: E402
 
 TEXT = "今天天气很好，我们一起去公园散步吧。人工智能正在改变我们的生活方式。"
 STEPS_PER_SECOND = 46.875

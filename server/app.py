@@ -35,6 +35,13 @@ __all__ = ["AppState", "create_app"]
 logger = logging.getLogger(__name__)
 
 
+async def _watch(state: AppState, period_s: float = 1.0) -> None:
+    """The engine worker's watchdog (server.runtime.worker), every ``period_s``."""
+    while True:
+        await asyncio.sleep(period_s)
+        state.worker.watch()
+
+
 def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> FastAPI:
     """The app for ``settings``; ``engine`` overrides the engine choice (tests use it)."""
     state = AppState.build(settings, engine)
@@ -51,9 +58,11 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
         state.worker.start()
         if settings.warm_up:
             state.frontend.start()  # loads the text normaliser on its own thread
+        watchdog = asyncio.create_task(_watch(state), name="engine-watchdog")
         try:
             yield
         finally:
+            watchdog.cancel()
             state.frontend.close()
             await state.encoders.close()
             uvicorn_log.removeFilter(denials)

@@ -75,7 +75,15 @@ class Settings:
     max_active_segments: int = option(
         8,
         "segments the engine works on at once, interleaved by playback deadline "
-        "(engines that can interleave: our ChatTTS decoder, espeak)",
+        "(engines that can interleave: our ChatTTS decoder, espeak); segments, not "
+        "streams: how many streams are admitted comes from the engine's measured speed",
+        group="engine",
+    )
+    engine_stall_timeout_s: float = option(
+        30.0,
+        "work waiting while the engine thread makes no progress for this long: it is ended "
+        "(engine_stalled), new work is refused and /health fails until the thread moves "
+        "again (0: never)",
         group="engine",
     )
     max_batch: int = option(
@@ -257,6 +265,7 @@ class Settings:
             max_active=self.max_active_segments,
             policy=self.batch_policy,
             headroom=self.admission_headroom,
+            stall_timeout_s=self.engine_stall_timeout_s,
         )
 
     @property
@@ -329,11 +338,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="file with one bearer token per line [env TTS_TOKEN_FILE; TTS_TOKENS takes a comma-separated list]",
     )
-
-
-def environment_names() -> set[str]:
-    """Every ``TTS_*`` variable the server reads."""
-    return {spec.env for spec in specs(Settings)} | {"TTS_TOKEN_FILE", "TTS_TOKENS"}
 
 
 def build_settings(
@@ -413,6 +417,8 @@ def validate(settings: Settings) -> None:
         problems.append("drain_timeout_s must not be negative")
     if settings.ws_idle_timeout_s < 0:
         problems.append("ws_idle_timeout_s must not be negative (0: never)")
+    if settings.engine_stall_timeout_s < 0:
+        problems.append("engine_stall_timeout_s must not be negative (0: never)")
     if not 0 < settings.admission_headroom <= 1:
         problems.append("admission_headroom must be in (0, 1]")
     if settings.max_streams < 0 or settings.sit_out_ahead_s < 0:

@@ -325,3 +325,18 @@ class Voices:
     ) -> VoiceSpec:
         """What the engine is given to speak in voice ``name`` with ``seed`` and ``speed``."""
         return self.resolve(name, fallback=fallback).spec(seed=seed, speed=speed)
+
+    def for_stream(
+        self,
+        name: str | None,
+        *,
+        seed: int | None,
+        speed: float,
+        fallback: bool = False,
+        seed_given: bool = True,
+    ) -> VoiceSpec:
+        """The voice a stream (a context, an HTTP text) speaks in; ``fallback``: it was
+        admitted on the fallback voice (busy), where a named voice's own seed wins over
+        a seed the client did not give."""
+        own = fallback and not seed_given and name is not None
+        return self.spec(name, seed=None if own else seed, speed=speed, fallback=fallback)

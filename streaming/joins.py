@@ -180,7 +180,6 @@ class SegmentJoiner:
         self.last_pause_samples = 0
         self.last_lead_dropped = 0
         #: Gain applied to the last segment (1.0 until one is measured).
-        self.last_gain = 1.0
         self._pause_ms = 0.0
         self._reset_segment()
 
@@ -333,7 +332,6 @@ class SegmentJoiner:
         if final and self._voiced_samples >= max(self._min_loudness, 1):
             self._ref_energy += self._voiced_energy * self._gain**2
             self._ref_samples += self._voiced_samples
-            self.last_gain = self._gain
         if n == 0:
             return np.zeros(0, dtype=np.float32)
         out = self._queue[:n] * np.float32(self._gain)

@@ -152,21 +152,36 @@ def plan_step(rows: Sequence[T], now_s: float, sample_rate_hz: int, policy: Batc
 
 @dataclass
 class StepCosts:
-    """What one batched step costs, learnt by batch size (an EMA of seconds per size).
+    """What one step costs, learnt by batch size (an EMA of seconds per size), and how
+    much audio a row gets from a step (the running mean over every row-step).
 
     :meth:`estimate` fits ``a + b * batch`` through the sizes seen (least squares, both
     terms kept non-negative); with one size seen, it assumes no saving from batching
-    beyond it (cost proportional to the batch), which errs towards refusing.
+    beyond it (cost proportional to the batch), which errs towards refusing. Until a
+    step has made audio, a row-step is taken to make one GPT step's worth
+    (:data:`STEPS_PER_AUDIO_SECOND`).
     """
 
     smoothing: float = 0.1
     seconds: dict[int, float] = field(default_factory=dict)
     samples: dict[int, int] = field(default_factory=dict)
+    audio_s: float = 0.0
+    row_steps: int = 0
 
-    def observe(self, batch: int, seconds: float) -> None:
+    def observe(self, batch: int, seconds: float, audio_s: float | None = None) -> None:
+        """A step of ``batch`` rows took ``seconds`` and made ``audio_s`` of audio in all."""
         old = self.seconds.get(batch)
         self.seconds[batch] = seconds if old is None else old + self.smoothing * (seconds - old)
         self.samples[batch] = self.samples.get(batch, 0) + 1
+        if audio_s is not None:
+            self.audio_s += audio_s
+            self.row_steps += batch
+
+    def audio_per_row_step(self) -> float:
+        """Seconds of audio one row gets from one step."""
+        if self.audio_s <= 0 or not self.row_steps:
+            return 1 / STEPS_PER_AUDIO_SECOND
+        return self.audio_s / self.row_steps
 
     def estimate(self, batch: int) -> float | None:
         """Seconds per step at ``batch``; None before any step was seen."""
@@ -185,16 +200,30 @@ class StepCosts:
         return intercept + slope * batch
 
 
-def capacity(costs: StepCosts, max_batch: int, headroom: float = 0.8) -> int | None:
-    """How many real-time streams the engine carries: the largest batch whose step keeps
-    :data:`STEPS_PER_AUDIO_SECOND` with ``headroom`` to spare (0 when not even one);
-    None before any step was measured."""
-    budget = headroom / STEPS_PER_AUDIO_SECOND
+def capacity(
+    costs: StepCosts, max_batch: int, headroom: float = 0.8, *, time_shared: bool = False
+) -> int | None:
+    """How many real-time streams the engine carries (0 when not even one); None before
+    any step was measured.
+
+    A batching engine keeps a row in every step until its segment ends, so it carries
+    the largest batch whose step makes a row's audio in ``headroom`` of that audio's
+    duration. A ``time_shared`` engine (steps of ``max_batch`` rows that take turns, a
+    chunk at a time: an engine that does not batch) carries as many streams as its
+    throughput allows: ``headroom`` times the audio it makes per second of work, however
+    many segments that takes (a fast engine serves many more streams than it has
+    segments in flight).
+    """
     if costs.estimate(1) is None:
         return None
+    audio_s = costs.audio_per_row_step()
     best = 0
     for batch in range(1, max_batch + 1):
         cost = costs.estimate(batch)
-        if cost is not None and cost <= budget:
+        if cost is not None and cost <= headroom * audio_s:
             best = batch
+    if time_shared:
+        cost = costs.estimate(max_batch)
+        if cost is not None and cost > 0:
+            best = max(best, int(headroom * max_batch * audio_s / cost))
     return best

@@ -68,13 +68,15 @@ def audio_only(chunks: Iterable[np.ndarray | WordMarks]) -> Iterator[np.ndarray]
 class Utterance:
     """One segment in a batch: what the worker and a :class:`Batcher` share about it.
 
-    The batcher appends audio to ``chunks`` (the worker takes it after each call), sets
-    ``done`` when the segment has ended, or ``error`` when it failed on this utterance
-    alone; ``state`` is the batcher's own per-utterance data.
+    The batcher appends audio (and an engine's :class:`WordMarks`) to ``chunks`` (the
+    worker takes them after each call), sets ``done`` when the segment has ended, or
+    ``error`` when it failed on this utterance alone; ``state`` is the batcher's own
+    per-utterance data. ``should_stop`` turns true when the segment's listener left
+    (the worker sets it before the prefill).
     """
 
     request: SynthesisRequest
-    chunks: list[np.ndarray] = field(default_factory=list)
+    chunks: list[np.ndarray | WordMarks] = field(default_factory=list)
     prefilled: bool = False
     #: Set by the worker before a step: its listener is short of audio, so the next
     #: chunk should be cut as soon as a minimal one is ready, not at its scheduled size.
@@ -82,6 +84,7 @@ class Utterance:
     done: bool = False
     error: BaseException | None = None
     state: Any = None
+    should_stop: Callable[[], bool] = field(default=lambda: False, repr=False)
 
 
 class Batcher(Protocol):

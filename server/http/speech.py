@@ -19,6 +19,7 @@ segmenter policy:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -32,16 +33,15 @@ from fastapi.responses import StreamingResponse
 from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope, Send
 
-from server.engines.base import SynthesisRequest, VoiceSpec
+from server.engines.base import VoiceSpec
 from server.errors import report
 from server.http.middleware import SUMMARY_KEY
-from server.runtime.worker import Job
+from server.runtime.speaker import FellBack, Frames, SegmentSpeaker, Timed
 from server.state import AppState
 from server.transport import SCOPE_KEY
-from streaming import timestamps
-from streaming.errors import ClientError, LimitExceeded, SynthesisTimeout, Unavailable
+from streaming.errors import ClientError, LimitExceeded, SynthesisTimeout
 from streaming.segment import Segment
-from streaming.speech import SegmentSpan, SpeechPipeline, removals_in_stream
+from streaming.speech import SpeechPipeline, removals_in_stream
 from streaming.text import PreparedText
 
 __all__ = [
@@ -80,10 +80,9 @@ def check_text_length(state: AppState, text: str) -> None:
 
 def check_can_speak(state: AppState) -> None:
     """Refuse, before any work, a request the server cannot serve now."""
-    if state.draining:
-        raise Unavailable("the server is shutting down", code="draining")
-    if not state.worker.ready:
-        raise Unavailable(f"the engine is {state.worker.status.state}", code="not_ready")
+    refusal = state.refusal()
+    if refusal is not None:
+        raise refusal
 
 
 @dataclass
@@ -164,64 +163,41 @@ class TextSpeech:
     async def frames(self) -> AsyncGenerator[np.ndarray]:
         """The utterance's frames at ``output_rate_hz``, as the engine makes them."""
         state = self.state
-        worker = state.worker
-        engine_rate = worker.sample_rate_hz
         pipeline = SpeechPipeline(
-            state.settings.speech, engine_rate, self.output_rate_hz, whole_text=True
+            state.settings.speech, state.worker.sample_rate_hz, self.output_rate_hz, whole_text=True
         )
+        speaker = SegmentSpeaker(
+            state.worker,
+            state.metrics,
+            pipeline,
+            self.voice,
+            output_rate_hz=self.output_rate_hz,
+            on_fallback=self.fallback,
+            timestamps=self.timestamps is not None,
+        )
+        prepare_s = self._waited_s
         try:
             for part in self._parts:
-                if not pipeline.begin(part.segment, part.prepared).speaks:
-                    continue
-                request = SynthesisRequest(part.prepared.spoken, self.voice, fallback=self.fallback)
-                job = worker.submit(request)
-                produced = 0
+                if self._budget_s() <= 0:
+                    raise self._timeout()
+                events = speaker.speak(part.segment, part.prepared, timeout_s=self._budget_s())
                 try:
-                    if self._budget_s() <= 0:
-                        raise self._timeout()
-                    resumed = time.perf_counter()
-                    async for chunk in job.chunks(self._budget_s()):
-                        self._waited_s += time.perf_counter() - resumed
-                        self.fallback_segments += job.fell_back and produced == 0
-                        produced += chunk.size
-                        for frame in pipeline.push(chunk):
-                            yield self._count(frame)
-                        resumed = time.perf_counter()
-                    finished = pipeline.finish()
-                    if self.timestamps is not None and pipeline.last_span is not None:
-                        self._time_segment(part, pipeline.last_span, job)
-                    for frame in finished:
-                        yield self._count(frame)
+                    async with contextlib.aclosing(events):
+                        async for event in events:
+                            if isinstance(event, Frames):
+                                for frame in event.frames:
+                                    yield self._count(frame)
+                            elif isinstance(event, FellBack):
+                                self.fallback_segments += 1
+                            elif isinstance(event, Timed) and self.timestamps is not None:
+                                self.timestamps.append(asdict(event))
                 except SynthesisTimeout:
                     raise self._timeout() from None
                 finally:
-                    job.cancel()  # a no-op when complete; stops the engine if the client left
-                    pipeline.abandon()
-                state.metrics.observe_segment(
-                    engine_seconds=job.engine_seconds,
-                    audio_seconds=produced / engine_rate,
-                    characters=len(part.prepared.spoken),
-                )
+                    self._waited_s = prepare_s + speaker.waited_s
             self._completed = True
         finally:
             self.close()
-
-    def _time_segment(self, part: _Part, span: SegmentSpan, job: Job) -> None:
-        assert self.timestamps is not None
-        rate = self.output_rate_hz
-        marks = job.marks.marks if job.marks is not None else None
-        timed, estimated = timestamps.for_segment(
-            part.segment.text, part.segment.start, part.prepared.pieces, span, rate, marks
-        )
-        self.timestamps.append(
-            {
-                "index": part.segment.index,
-                "start_ms": round(span.start_sample * 1000 / rate, 1),
-                "end_ms": round(span.end_sample * 1000 / rate, 1),
-                "estimated": estimated,
-                "items": [item.to_json() for item in timed],
-            }
-        )
 
     def _count(self, frame: np.ndarray) -> np.ndarray:
         if self.first_audio_s is None:
@@ -298,7 +274,7 @@ async def start_speech(
     ``voice`` is resolved before admission (an unknown name is a 400 whatever the load),
     then again on the fallback voice when the request is admitted there (busy): its own
     voice of that name, as for a WebSocket context."""
-    spec = state.voices.spec(voice, seed=seed, speed=speed)
+    spec = state.voices.for_stream(voice, seed=seed, speed=speed)
     fallback = state.admission.start("http")
     speech = TextSpeech(state, text, spec, output_rate_hz, fallback)
     speech.voice_name = voice
@@ -306,7 +282,9 @@ async def start_speech(
         speech.summary = request.scope.get(SUMMARY_KEY)
     try:
         if fallback:
-            speech.voice = state.voices.spec(voice, seed=seed, speed=speed, fallback=True)
+            speech.voice = state.voices.for_stream(
+                voice, seed=seed, speed=speed, fallback=True, seed_given=seed is not None
+            )
         await speech.prepare()
     except BaseException:
         speech.close()

@@ -46,12 +46,16 @@ def system_routes(state: AppState) -> APIRouter:
     @router.get(
         "/health",
         response_model=Health,
-        responses={503: {"model": Health, "description": "the engine thread has died"}},
+        responses={503: {"model": Health, "description": "the engine thread died or is stuck"}},
     )
     async def health() -> JSONResponse:
-        """Liveness: the process serves HTTP and its engine thread has not died."""
+        """Liveness: the process serves HTTP and its engine thread has neither died nor
+        stopped making progress on work in flight (``--engine-stall-timeout-s``)."""
+        state.worker.watch()
         if not state.worker.alive:
-            return JSONResponse({"status": "engine thread stopped"}, status_code=503)
+            stalled = state.worker.status.state == "stalled"
+            status = "engine thread stalled" if stalled else "engine thread stopped"
+            return JSONResponse({"status": status}, status_code=503)
         return JSONResponse({"status": "ok"})
 
     @router.get(

@@ -67,7 +67,7 @@ class Admission:
         measured = self._worker.capacity()
         self._metrics.capacity_streams.set(-1 if measured is None else measured)
         if measured is None:  # nothing measured yet: what the engine can hold at once
-            return self._worker.policy.max_batch if self._worker.batches else 1 << 30
+            return self._worker.options.policy.max_batch if self._worker.batches else 1 << 30
         if measured == 0 and not self._warned_slow:
             self._warned_slow = True
             logger.warning("the engine is slower than real time even for one stream")

@@ -20,25 +20,24 @@ import logging
 import random
 import time
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from server import logs
-from server.engines.base import SynthesisRequest
 from server.errors import report
-from server.runtime.worker import Job
+from server.runtime.speaker import FellBack, Frames, SegmentSpeaker, Started, Timed
 from server.state import AppState
 from server.transport import SCOPE_KEY, drain_then_abort, unblock_writes
 from streaming import connection as c
 from streaming import protocol as p
-from streaming import timestamps
 from streaming.audio import float_to_pcm16
 from streaming.errors import CLOSE_GOING_AWAY
 from streaming.schedule import playback_deadline
 from streaming.segment import Segment
-from streaming.speech import SpeechPipeline
+from streaming.speech import SegmentStart, SpeechPipeline
 from streaming.text import PreparedText
 
 logger = logging.getLogger(__name__)
@@ -59,21 +58,28 @@ class Context:
         self.state = state
         self.id = state.id
         voice = state.voice
-        # On the fallback voice, a seed the client did not give is its named voice's own.
-        own = voice.fallback and not voice.seed_given and voice.voice is not None
-        seed = None if own else voice.seed
-        self.voice = session.voices.spec(
-            voice.voice, seed=seed, speed=voice.speed, fallback=voice.fallback
-        )
         self.sample_rate_hz = voice.sample_rate_hz
-        self.pipeline = SpeechPipeline(
-            session.settings.speech, session.worker.sample_rate_hz, voice.sample_rate_hz
+        self.speaker = SegmentSpeaker(
+            session.worker,
+            session.metrics,
+            SpeechPipeline(
+                session.settings.speech, session.worker.sample_rate_hz, voice.sample_rate_hz
+            ),
+            session.voices.for_stream(
+                voice.voice,
+                seed=voice.seed,
+                speed=voice.speed,
+                fallback=voice.fallback,
+                seed_given=voice.seed_given,
+            ),
+            output_rate_hz=voice.sample_rate_hz,
+            on_fallback=voice.fallback,
+            timestamps=state.timestamps,
         )
         self.segments: asyncio.Queue[Segment | None] = asyncio.Queue()
         # Each segment is normalised as soon as it is cut, while earlier ones speak.
         self._prepared: dict[int, asyncio.Future[PreparedText]] = {}
         self._text = session.frontend.stream()
-        self.job: Job | None = None
         self.samples_sent = 0
         self.sequence = 0
         self.segments_spoken = 0
@@ -105,31 +111,12 @@ class Context:
 
     def cancel(self) -> None:
         """Drop pending text and audio now; the speaker task reports ``done``."""
-        if self.job is not None:
-            self.job.abandon()
+        self.speaker.abandon()
         # Normalisation not started yet is dropped: it would delay other contexts.
         for future in self._prepared.values():
             future.cancel()
         self._prepared.clear()
         self.segments.put_nowait(None)
-
-    def _timestamps(self, segment: Segment, prepared: PreparedText, job: Job) -> p.TimestampsEvent:
-        span = self.pipeline.last_span
-        assert span is not None
-        marks = job.marks.marks if job.marks is not None else None
-        timed, estimated = timestamps.for_segment(
-            segment.text, segment.start, prepared.pieces, span, self.sample_rate_hz, marks
-        )
-        rate = self.sample_rate_hz
-        return p.TimestampsEvent(
-            context_id=self.id,
-            stream=self.state.stream,
-            index=segment.index,
-            start_ms=round(span.start_sample * 1000 / rate, 1),
-            end_ms=round(span.end_sample * 1000 / rate, 1),
-            estimated=estimated,
-            items=[item.to_json() for item in timed],
-        )
 
     def arm_idle_timer(self, delay_s: float | None) -> None:
         if self._idle is not None:
@@ -201,13 +188,48 @@ class Context:
         )
 
     async def _speak_segment(self, segment: Segment) -> None:
-        session = self.session
         # Normalisation costs milliseconds: it runs on the text front-end's thread.
         future = self._prepared.pop(segment.index, None)
         prepared = await (future or self._text.submit(segment.text))
         if self.cancelled:
             return
-        start = self.pipeline.begin(segment, prepared)
+        events = self.speaker.speak(
+            segment,
+            prepared,
+            timeout_s=self.session.settings.segment_timeout_s,
+            deadline=self._playback_deadline(),
+        )
+        async with contextlib.aclosing(events):
+            async for event in events:
+                await self._send_event(segment, prepared, event)
+                if self.cancelled:
+                    return  # before the speaker goes on to the engine
+
+    async def _send_event(self, segment: Segment, prepared: PreparedText, event: object) -> None:
+        """What the client hears of one speaker event."""
+        session = self.session
+        if isinstance(event, Frames):
+            await self._send_frames(segment.index, event.frames)
+        elif isinstance(event, Started):
+            await self._send_start(segment, prepared, event.start)
+        elif isinstance(event, FellBack):
+            await session.send_json(
+                p.WarningEvent(
+                    context_id=self.id,
+                    code="fallback_voice",
+                    message=f"segment {segment.index}: the main engine failed on it; "
+                    "it is spoken with the fallback voice",
+                )
+            )
+        elif isinstance(event, Timed):
+            await session.send_json(
+                p.TimestampsEvent(context_id=self.id, stream=self.state.stream, **asdict(event))
+            )
+
+    async def _send_start(
+        self, segment: Segment, prepared: PreparedText, start: SegmentStart
+    ) -> None:
+        session = self.session
         if start.removed:
             removed = sum(len(r.chars) for r in start.removed)
             self.removed_chars += removed
@@ -227,48 +249,6 @@ class Context:
             )
         )
         self.segments_spoken += 1
-        if start.speaks and not self.cancelled:
-            await self._speak_audio(segment, prepared)
-
-    async def _speak_audio(self, segment: Segment, prepared: PreparedText) -> None:
-        session = self.session
-        spoken = prepared.spoken
-        request = SynthesisRequest(spoken, self.voice, fallback=self.state.voice.fallback)
-        job = session.worker.submit(request, deadline=self._playback_deadline())
-        self.job = job
-        produced = 0
-        try:
-            async for chunk in job.chunks(session.settings.segment_timeout_s):
-                if self.cancelled:
-                    return
-                if job.fell_back and not produced:
-                    await session.send_json(
-                        p.WarningEvent(
-                            context_id=self.id,
-                            code="fallback_voice",
-                            message=f"segment {segment.index}: the main engine failed on it; "
-                            "it is spoken with the fallback voice",
-                        )
-                    )
-                produced += chunk.size
-                await self._send_frames(segment.index, self.pipeline.push(chunk))
-            if not self.cancelled:
-                await self._send_frames(segment.index, self.pipeline.finish())
-                if self.state.timestamps and self.pipeline.last_span is not None:
-                    await session.send_json(self._timestamps(segment, prepared, job))
-        finally:
-            # Leaving early (cancel, disconnect, timeout, error) must not leave the engine
-            # synthesising for nobody; after a complete segment this is a no-op.
-            job.cancel()
-            self.job = None
-            self.pipeline.abandon()  # drops held audio unless finished
-        if self.cancelled:
-            return  # a cancelled segment is not a synthesised one in the metrics
-        session.metrics.observe_segment(
-            engine_seconds=job.engine_seconds,
-            audio_seconds=produced / session.worker.sample_rate_hz,
-            characters=len(spoken),
-        )
 
     def _playback_deadline(self) -> float:
         return playback_deadline(

@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 import yaml
 
-from server.config import Settings, build_settings, environment_names
+from server.config import Settings, build_settings
 from server.lifecycle import _GOING_AWAY_GRACE_S, uvicorn_config
 from server.metrics import Metrics
 from server.runtime.worker import EngineWorker
+from tests.settings import environment_names
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -18,9 +18,9 @@ from server.engines.chattts.batch import BatchedDecoder, Row
 from server.engines.chattts.checkpoint import load_chat
 from server.engines.chattts.decoder import GenerationParams, StreamingDecoder
 from server.engines.chattts.options import ChatTTSOptions
-from server.engines.fake import ScriptedEngine
 from tests.conftest import fixed_length_chattts
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
+from tests.scripted_engine import ScriptedEngine
 from tests.server.test_stream import assert_complete, deltas
 
 STEPS = 48

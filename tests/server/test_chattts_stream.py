@@ -15,7 +15,7 @@ from server.engines.chattts.decoder import (
     StreamingDecoder,
 )
 from server.engines.chattts.options import ChatTTSOptions
-from streaming.seams import measure_seams
+from tests.seams import measure_seams
 
 TEXT = "今天天气很好，我们一起去公园散步吧。"
 

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from server.config import Settings, add_arguments, build_settings, environment_names
+from server.config import Settings, add_arguments, build_settings
 from server.engines.chattts.options import ChatTTSOptions
 from server.engines.select import chattts_options
 from server.options import GROUPS, reference_markdown, specs
+from tests.settings import environment_names
 
 
 def parse(argv: list[str], environ: dict[str, str] | None = None) -> Settings:

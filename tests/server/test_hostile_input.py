@@ -22,9 +22,9 @@ from websockets.exceptions import ConnectionClosed
 
 from server.config import Settings
 from server.engines.espeak import VOICES
-from server.engines.fake import ScriptedEngine
 from server.voices import PRESET_NAMES
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
+from tests.scripted_engine import ScriptedEngine
 from tests.server.test_protocol_errors import json_events, read_until_done
 
 IDLE_FLUSH_MS = 60_000  # nothing is spoken before `end` unless a sentence ends

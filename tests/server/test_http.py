@@ -16,10 +16,10 @@ from chattts_client import StreamClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from server.config import Settings
-from server.engines.fake import ScriptedEngine
 from server.http.system_routes import WEB_DIR
 from server.textnorm import TextFrontend
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
+from tests.scripted_engine import ScriptedEngine
 
 TEXT = "今天天气很好，我们去公园散步。"
 

@@ -15,8 +15,8 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from server.config import Settings
-from server.engines.fake import ScriptedEngine
 from tests.live import TIMEOUT_S, run_live_server
+from tests.scripted_engine import ScriptedEngine
 
 
 async def test_shutdown_drains_audio_in_progress() -> None:

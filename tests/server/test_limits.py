@@ -14,7 +14,7 @@ from chattts_client import AudioFrame, Event, StreamClient
 from websockets.exceptions import InvalidStatus
 
 from server.config import Settings
-from server.engines.fake import ScriptedEngine
+from tests.scripted_engine import ScriptedEngine
 from streaming.joins import pause_ms_for
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
 

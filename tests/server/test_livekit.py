@@ -14,7 +14,7 @@ pytest.importorskip("livekit.agents")
 from chattts_client.livekit import TTS
 
 from server.config import Settings
-from server.engines.fake import ScriptedEngine
+from tests.scripted_engine import ScriptedEngine
 from tests.live import LiveServer, run_live_server
 
 TOKENS = ["你好，", "世界。", "今天", "天气", "很好！"]

@@ -15,9 +15,9 @@ import openai
 import pytest
 
 from server.config import Settings
-from server.engines.fake import ScriptedEngine
 from tests.conftest import fixed_length_chattts
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
+from tests.scripted_engine import ScriptedEngine
 
 THREE_SEGMENTS = (
     "今天天气很好，我们去公园散步吧。公园里有很多花，红的黄的都有。傍晚我们再回家做饭。"

@@ -23,7 +23,7 @@ from pipecat.frames.frames import (
 from pipecat.tests.utils import SleepFrame, run_test
 
 from server.config import Settings
-from server.engines.fake import ScriptedEngine
+from tests.scripted_engine import ScriptedEngine
 from tests.live import LiveServer, run_live_server
 
 TEXT = "你好，世界。今天天气很好！"

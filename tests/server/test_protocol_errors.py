@@ -13,8 +13,8 @@ from chattts_client import AudioFrame, Event, StreamClient
 from websockets.exceptions import ConnectionClosedError
 
 from server.config import Settings
-from server.engines.fake import ScriptedEngine
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
+from tests.scripted_engine import ScriptedEngine
 
 MAX_MESSAGE_BYTES = 8 * 1024  # room for a 4,097-character voice
 # Long enough that nothing is spoken before `end` unless a sentence ends.

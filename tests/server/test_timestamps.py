@@ -160,7 +160,7 @@ async def test_collect_waits_as_long_as_audio_keeps_coming() -> None:
     arrive is still collected whole."""
     import time
 
-    from server.engines.fake import ScriptedEngine
+    from tests.scripted_engine import ScriptedEngine
 
     engine = ScriptedEngine(chunk_ms=100, chunk_delay_s=0.1, ms_per_char=100)
     settings = Settings(engine="chattts", model_dir=Path("unused-by-the-scripted-engine"))

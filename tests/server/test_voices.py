@@ -16,11 +16,11 @@ from chattts_client import StreamClient
 
 from server.config import Settings
 from server.engines.base import VoiceSpec
-from server.engines.fake import ScriptedEngine
 from server.voices import PRESET_NAMES, Voice, VoiceRegistry
 from streaming.errors import ClientError, Conflict, NotFound
 from tests.conftest import fixed_length_chattts
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
+from tests.scripted_engine import ScriptedEngine
 
 # --- the registry --------------------------------------------------------------------
 

@@ -8,11 +8,11 @@ import time
 import pytest
 
 from server.engines.base import SynthesisRequest, VoiceSpec
-from server.engines.fake import ScriptedEngine
 from server.metrics import Metrics
 from server.runtime.worker import EngineWorker, WorkerOptions
 from streaming.errors import SynthesisTimeout
 from tests.live import TIMEOUT_S
+from tests.scripted_engine import ScriptedEngine
 
 
 async def speak_once(worker: EngineWorker) -> int:

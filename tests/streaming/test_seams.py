@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streaming.seams import measure_seams
+from tests.seams import measure_seams
 
 
 def _tone(n: int) -> np.ndarray:

@@ -1,0 +1,204 @@
+"""Jobs: one segment's synthesis as the event loop sees it, and the hand-off that brings
+its audio over from the engine thread.
+
+A :class:`Job` is made on the event loop (:meth:`EngineWorker.submit`) and iterated there
+(:meth:`Job.chunks`); the engine thread delivers into it through the worker's
+:class:`Handoff`, which wakes each event loop once per engine step for every job that got
+something, not once per chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import numpy as np
+
+from server.engines.base import Engine, SynthesisRequest, WordMarks
+from streaming.errors import SynthesisTimeout, Unavailable
+
+__all__ = ["FELL_BACK", "Call", "Handoff", "Job", "engine_stopped"]
+
+#: Ends a job's iteration.
+_END = object()
+#: Delivered before the fallback engine's chunks when the main engine failed a segment.
+FELL_BACK = object()
+
+
+def engine_stopped() -> Unavailable:
+    return Unavailable("the engine stopped", code="not_ready")
+
+
+class Handoff:
+    """Items for jobs, gathered on the engine thread and handed to their event loops in
+    one wake-up each per :meth:`flush`."""
+
+    def __init__(self) -> None:
+        self._items: list[tuple[Job, object]] = []
+        self._lock = threading.Lock()
+
+    def put(self, job: Job, item: object) -> None:
+        with self._lock:
+            self._items.append((job, item))
+
+    def flush(self) -> None:
+        """Wake the loops of every job that got something since the last flush."""
+        with self._lock:
+            items, self._items = self._items, []
+        if not items:
+            return
+        loops = {job.loop for job, _ in items}
+        for loop in loops:
+            mine = items if len(loops) == 1 else [(j, i) for j, i in items if j.loop is loop]
+            with contextlib.suppress(RuntimeError):  # the loop has closed at shutdown
+                loop.call_soon_threadsafe(_hand_over, mine)
+
+
+def _hand_over(items: list[tuple[Job, object]]) -> None:
+    for job, item in items:
+        job.receive(item)
+
+
+class Job:
+    """One segment's synthesis; iterate :meth:`chunks` on the event loop for its audio."""
+
+    def __init__(
+        self,
+        request: SynthesisRequest,
+        loop: asyncio.AbstractEventLoop,
+        handoff: Handoff,
+        *,
+        deadline: float,
+        order: int,
+        playing: bool,
+        on_end: Callable[[Job], None],
+    ) -> None:
+        self.request = request
+        self.deadline = deadline  # time.monotonic() when playback reaches this audio
+        self.order = order  # submission order: ties go to the earlier job
+        #: The deadline came from a stream already playing (not "now, nothing buffered"):
+        #: audio later than it is an underrun at the listener.
+        self.playing = playing
+        self.loop = loop
+        self._handoff = handoff
+        self._on_end = on_end
+        self._chunks: asyncio.Queue[object] = asyncio.Queue()
+        self._cancelled = threading.Event()
+        self._ended = False
+        self.engine_seconds = 0.0
+        self.samples = 0
+        self.fell_back = False  # spoken by the fallback engine after the main one failed
+        #: Where the engine said the segment's words start, if it did (espeak-ng).
+        self.marks: WordMarks | None = None
+
+    # --- any thread -------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        """Ask the engine to stop at its next step; safe from any thread."""
+        self._cancelled.set()
+
+    def is_cancelled(self) -> bool:
+        """The ``should_stop`` the engine polls; safe from any thread."""
+        return self._cancelled.is_set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    # --- engine thread ----------------------------------------------------------------
+
+    def deliver(self, item: np.ndarray | BaseException | object) -> None:
+        """Queue ``item`` (audio, an error, :data:`FELL_BACK`) for the consumer; it
+        reaches the loop at the worker's next flush."""
+        self._handoff.put(self, item)
+
+    def add_audio(self, chunk: np.ndarray) -> None:
+        """Count and deliver one chunk of audio (empty or cancelled: nothing)."""
+        if not chunk.size or self.cancelled:
+            return
+        self.samples += int(chunk.size)
+        self.deliver(np.ascontiguousarray(chunk, dtype=np.float32))
+
+    def end(self, error: BaseException | None = None) -> None:
+        """The job is over (after ``error``, when given); once, from any thread."""
+        if self._ended:
+            return
+        self._ended = True
+        if error is not None:
+            self.deliver(error)
+        self.deliver(_END)
+        self._on_end(self)
+
+    # --- event loop -------------------------------------------------------------------
+
+    def receive(self, item: object) -> None:
+        self._chunks.put_nowait(item)
+
+    def abandon(self) -> None:
+        """Cancel, and end the consumer's iteration now rather than at the engine's next
+        step. Call on the event loop; what the engine still delivers is ignored."""
+        self.cancel()
+        self._chunks.put_nowait(_END)
+
+    async def chunks(self, timeout_s: float) -> AsyncIterator[np.ndarray]:
+        """Yield the chunks as they are made; raise on engine failure or timeout.
+
+        ``timeout_s`` bounds the time spent waiting for this segment's audio, queueing
+        included, but not the time the caller spends between chunks (sending them to a
+        slow client is not slow synthesis); on expiry the job is cancelled so the
+        engine moves on.
+        """
+        remaining = timeout_s
+        while True:
+            waiting_since = self.loop.time()
+            try:
+                async with asyncio.timeout(max(remaining, 0)):
+                    item = await self._chunks.get()
+            except TimeoutError:
+                self.cancel()
+                raise SynthesisTimeout(f"segment not synthesised within {timeout_s:g} s") from None
+            remaining -= self.loop.time() - waiting_since
+            if item is _END:
+                return
+            if item is FELL_BACK:
+                self.fell_back = True
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            assert isinstance(item, np.ndarray)
+            yield item
+
+
+class Call:
+    """A function to run on the engine thread between steps (:meth:`EngineWorker.call`)."""
+
+    def __init__(self, fn: Callable[[Engine], Any], loop: asyncio.AbstractEventLoop) -> None:
+        self.fn = fn
+        self.loop = loop
+        self.future: asyncio.Future[Any] = loop.create_future()
+
+    def run(self, engine: Engine) -> None:
+        try:
+            result = self.fn(engine)
+        except BaseException as exc:  # handed to the caller, whatever it is
+            self._settle(None, exc)
+        else:
+            self._settle(result, None)
+
+    def end(self, error: BaseException | None = None) -> None:
+        self._settle(None, error or Unavailable("the engine has stopped", code="not_ready"))
+
+    def _settle(self, result: Any, error: BaseException | None) -> None:
+        def settle() -> None:
+            if self.future.done():
+                return
+            if error is not None:
+                self.future.set_exception(error)
+            else:
+                self.future.set_result(result)
+
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+            self.loop.call_soon_threadsafe(settle)
