@@ -113,6 +113,7 @@ class EngineWorker:
         self._loaded = threading.Event()
         self._stopping = False
         self._progress_at = time.monotonic()
+        self._stalled_progress_at = 0.0
         self.engine: Engine | None = None
         self.status = EngineStatus(state="loading")
         _publish(metrics, self.status)
@@ -206,30 +207,34 @@ class EngineWorker:
     def watch(self) -> None:
         """The watchdog (on the event loop, every second or so): see the module docstring."""
         limit_s = self.options.stall_timeout_s
-        if limit_s <= 0 or self.status.state not in ("ready", "stalled"):
+        if limit_s <= 0:
+            return
+        if self.status.state == "stalled":
+            if self._progress_at != self._stalled_progress_at:  # the thread moved again
+                logger.warning("the engine thread moves again: serving")
+                self._set_state(replace(self.status, state="ready", detail=None))
             return
         with self._in_flight_lock:
             waiting = list(self._in_flight)
-        stalled_s = time.monotonic() - self._progress_at if waiting else 0.0
-        if self.status.state == "stalled" and stalled_s < limit_s:
-            logger.warning("the engine thread moves again: serving")
-            self._set_state(replace(self.status, state="ready", detail=None))
-        elif self.status.state == "ready" and stalled_s >= limit_s:
-            logger.critical(
-                "the engine thread has made no progress for %.0f s with %d jobs in flight: "
-                "ending them, refusing new work, /health fails until it moves",
-                stalled_s,
-                len(waiting),
-            )
-            self._set_state(
-                replace(self.status, state="stalled", detail=f"no progress for {stalled_s:.0f} s")
-            )
-            error = Unavailable("the engine is stuck; try again later", code="engine_stalled")
-            for item in waiting:
-                if isinstance(item, Job):
-                    item.cancel()
-                item.end(error)
-            self._handoff.flush()
+        stalled_s = time.monotonic() - self._progress_at
+        if self.status.state != "ready" or not waiting or stalled_s < limit_s:
+            return
+        logger.critical(
+            "the engine thread has made no progress for %.0f s with %d jobs in flight: "
+            "ending them, refusing new work, /health fails until it moves",
+            stalled_s,
+            len(waiting),
+        )
+        self._stalled_progress_at = self._progress_at
+        self._set_state(
+            replace(self.status, state="stalled", detail=f"no progress for {stalled_s:.0f} s")
+        )
+        error = Unavailable("the engine is stuck; try again later", code="engine_stalled")
+        for item in waiting:
+            if isinstance(item, Job):
+                item.cancel()
+            item.end(error)
+        self._handoff.flush()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Cancel the jobs in flight (at their next step), refuse the queued ones, release
