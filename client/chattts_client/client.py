@@ -15,6 +15,13 @@ equal).
 
 One reader: ``events()`` and ``collect()`` consume the same stream of server messages;
 ``collect(ctx)`` keeps what belongs to other contexts for their own ``collect``.
+
+Errors are typed (:mod:`chattts_client.errors`): ``connect`` raises :class:`AuthError`,
+:class:`UnavailableError` (:class:`NotReadyError`, ``draining``,
+``too_many_connections``) for a refused upgrade; ``open`` raises :class:`BusyError` once
+its retries run out, :class:`RequestError` for a refused ``start``; ``recv`` raises
+:class:`ProtocolError` for a message it cannot read. ``error`` events of a context are
+recorded by ``collect``; :meth:`ContextResult.raise_for_error` raises them.
 """
 
 from __future__ import annotations
@@ -29,8 +36,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from chattts_client.errors import (
+    BusyError,
+    ProtocolError,
+    error_from_event,
+    error_from_handshake,
+)
 from chattts_client.timestamps import spoken_so_far
 
 __all__ = ["AudioFrame", "ContextResult", "Event", "StreamClient"]
@@ -71,6 +84,13 @@ class ContextResult:
     #: ``timestamps`` events (contexts started with ``timestamps=True``), in order.
     timestamps: list[dict[str, Any]] = field(default_factory=list)
 
+    def raise_for_error(self) -> None:
+        """Raise the first ``error`` the server sent for this context (or for the
+        connection, while collecting) as its typed exception (:class:`ContextError` for a
+        failed segment, :class:`RequestError` for a refused message); nothing if none."""
+        if self.errors:
+            raise error_from_event(self.errors[0])
+
     def spoken_by(self, heard_ms: float) -> str:
         """The text the listener heard by ``heard_ms`` of this context's audio (see
         :func:`chattts_client.spoken_so_far`)."""
@@ -102,7 +122,13 @@ class StreamClient:
         via: str = "header",
         open_timeout_s: float = 30.0,
     ) -> AsyncIterator[StreamClient]:
-        """Connect and wait for ``ready``. ``via``: header, subprotocol or query."""
+        """Connect and wait for ``ready``. ``via``: header, subprotocol or query.
+
+        A refused upgrade raises :class:`AuthError` (401) or :class:`UnavailableError`
+        (503: :class:`NotReadyError`, ``draining``, ``too_many_connections``), with the
+        server's code and message; a first message other than ``ready``,
+        :class:`ProtocolError`. Nothing listening: :class:`OSError`, as ever.
+        """
         headers: dict[str, str] = {}
         subprotocols = [SUBPROTOCOL]
         if token is not None:
@@ -114,16 +140,20 @@ class StreamClient:
                 url += ("&" if "?" in url else "?") + "token=" + token
             else:
                 raise ValueError(f"unknown token transport {via!r}")
-        async with connect(
-            url,
-            additional_headers=headers,
-            subprotocols=subprotocols,  # type: ignore[arg-type]
-            open_timeout=open_timeout_s,
-            max_size=None,
-        ) as ws:
-            ready = json.loads(await asyncio.wait_for(ws.recv(), open_timeout_s))
+        try:
+            ws = await connect(
+                url,
+                additional_headers=headers,
+                subprotocols=subprotocols,  # type: ignore[arg-type]
+                open_timeout=open_timeout_s,
+                max_size=None,
+            )
+        except InvalidStatus as exc:
+            raise error_from_handshake(exc) from exc
+        async with ws:
+            ready = _event(await asyncio.wait_for(ws.recv(), open_timeout_s))
             if ready.get("type") != "ready":
-                raise ConnectionError(f"expected ready, got {ready!r}")
+                raise ProtocolError("unexpected_message", f"expected ready, got {ready!r:.200}")
             yield cls(ws, ready)
 
     # --- sending ----------------------------------------------------------------------
@@ -169,9 +199,11 @@ class StreamClient:
         """:meth:`start` and wait for ``started``; retry a ``busy`` refusal.
 
         A busy server sends ``retry_after_ms``: the next attempt waits that long, or the
-        backoff (0.25 s, doubling up to 10 s) if longer, ``attempts`` times in all. Raises
-        :class:`ConnectionRefusedError` with the server's code and message when the start
-        is refused for another reason or the attempts run out. Returns the context id.
+        backoff (0.25 s, doubling up to 10 s) if longer, ``attempts`` times in all; then
+        :class:`BusyError` (with the last ``retry_after_ms``). A start refused for another
+        reason raises at once: :class:`RequestError` (``voice_not_found``,
+        ``invalid_field``, ``context_exists``; :class:`LimitError` for
+        ``too_many_contexts``), :class:`NotReadyError`. Returns the context id.
         """
         context_id = context_id or uuid.uuid4().hex[:8]
         backoff_s = 0.25
@@ -187,9 +219,10 @@ class StreamClient:
             answer = await self._answer_to_start(context_id, timeout_s)
             if answer["type"] == "started":
                 return context_id
-            if answer["code"] != "busy" or attempt == attempts:
-                raise ConnectionRefusedError(f"{answer['code']}: {answer['message']}")
-            hint_s = (answer.get("retry_after_ms") or 0) / 1000
+            refusal = error_from_event(answer)
+            if not isinstance(refusal, BusyError) or attempt == attempts:
+                raise refusal
+            hint_s = (refusal.retry_after_ms or 0) / 1000
             await asyncio.sleep(max(hint_s, backoff_s))
             backoff_s = min(2 * backoff_s, 10.0)
         raise AssertionError("unreachable")
@@ -233,9 +266,11 @@ class StreamClient:
             return self._backlog.pop(0)
         raw = await asyncio.wait_for(self._ws.recv(), timeout_s)
         if isinstance(raw, bytes):
+            if len(raw) < AUDIO_HEADER.size:
+                raise ProtocolError("bad_audio_frame", f"a binary frame of {len(raw)} bytes")
             stream, segment, sequence = AUDIO_HEADER.unpack_from(raw)
             return AudioFrame(stream, segment, sequence, raw[AUDIO_HEADER.size :])
-        event: dict[str, Any] = json.loads(raw)
+        event = _event(raw)
         if event.get("type") == "started":
             self._streams[event["stream"]] = event["context_id"]
         return event
@@ -289,6 +324,17 @@ class StreamClient:
         finally:
             self._backlog = kept + pending + self._backlog
         return result
+
+
+def _event(raw: str | bytes) -> dict[str, Any]:
+    """A JSON event from the server, or :class:`ProtocolError`."""
+    try:
+        event = json.loads(raw)
+    except ValueError:
+        event = None
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        raise ProtocolError("bad_event", f"not a JSON event: {raw!r:.200}")
+    return event
 
 
 _START_REFUSALS = frozenset(

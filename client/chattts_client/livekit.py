@@ -20,35 +20,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any
 
 from livekit.agents import (
     DEFAULT_API_CONNECT_OPTIONS,
     APIConnectionError,
     APIConnectOptions,
+    APIError,
     APIStatusError,
     tts,
     utils,
 )
 from livekit.agents.types import TimedString
-from websockets.exceptions import InvalidStatus, WebSocketException
+from websockets.exceptions import WebSocketException
 
 from chattts_client.client import AudioFrame, StreamClient
+from chattts_client.errors import AuthError, TTSClientError, UnavailableError, error_from_event
 
 __all__ = ["TTS"]
 
-_STATUS = {
-    "busy": 503,
-    "not_ready": 503,
-    "draining": 503,
-    "unauthorized": 401,
-    "synthesis_failed": 500,
-    "synthesis_timeout": 504,
-    "internal_error": 500,
-}
-#: Errors after which no audio comes for the context: the stream fails with them.
-_FATAL = frozenset({"busy", "not_ready", "draining", "unauthorized", "buffer_full",
-                    "too_many_contexts", "context_exists", "voice_not_found", "invalid_field"})  # fmt: skip
+#: Refused messages after which no audio comes for the context: the stream fails with
+#: them, as with auth and unavailable errors (a failed segment only leaves a gap).
+_FATAL = frozenset({"buffer_full", "too_many_contexts", "context_exists", "voice_not_found",
+                    "invalid_field"})  # fmt: skip
 
 
 class TTS(tts.TTS):
@@ -115,13 +108,8 @@ class SynthesizeStream(tts.SynthesizeStream):
                 options._url, token=options._token, open_timeout_s=self._conn_options.timeout
             ) as client:
                 await self._speak(client, output_emitter)
-        except InvalidStatus as exc:  # refused at the upgrade: 401, 503 not_ready / full
-            status = exc.response.status_code
-            raise APIStatusError(
-                f"chattts-stream at {options._url} refused the connection ({status})",
-                status_code=status,
-                retryable=status >= 500,
-            ) from exc
+        except TTSClientError as exc:  # refused: at the upgrade (401, 503) or a start
+            raise _api_error(exc, options._url) from exc
         except (OSError, TimeoutError, WebSocketException) as exc:
             raise APIConnectionError(f"chattts-stream at {options._url}: {exc}") from exc
 
@@ -134,18 +122,15 @@ class SynthesizeStream(tts.SynthesizeStream):
     async def _context(self, client: StreamClient, emitter: tts.AudioEmitter, first: str) -> None:
         """One context: ``first``, then the input up to the next flush, as it comes."""
         options = self._tts
-        try:
-            ctx = await client.open(
-                voice=options._voice,
-                seed=options._seed,
-                speed=options._speed,
-                sample_rate=options.sample_rate,
-                timestamps=True,
-                timeout_s=self._conn_options.timeout,
-            )
-        except ConnectionRefusedError as exc:  # "code: message" from the server
-            code, _, message = str(exc).partition(": ")
-            raise _api_error({"code": code, "message": message}) from None
+        # A refused start raises its TTSClientError (busy once open's retries run out).
+        ctx = await client.open(
+            voice=options._voice,
+            seed=options._seed,
+            speed=options._speed,
+            sample_rate=options.sample_rate,
+            timestamps=True,
+            timeout_s=self._conn_options.timeout,
+        )
         emitter.start_segment(segment_id=ctx)
         receiving = asyncio.ensure_future(self._receive(client, emitter, ctx))
         try:
@@ -186,24 +171,28 @@ class SynthesizeStream(tts.SynthesizeStream):
                 )  # fmt: skip
             elif kind == "done":
                 return
-            elif kind == "error" and event.get("code") in _FATAL:
-                raise _api_error(event)
             elif kind == "error":
-                # A segment failed and the server went on with the next: the turn
-                # continues (the listener hears a gap); LiveKit learns of it as an error.
+                error = error_from_event(event)
+                if isinstance(error, (AuthError, UnavailableError)) or error.code in _FATAL:
+                    raise error  # no audio comes for the context: the stream fails
+                # A segment failed (or a delta was refused) and the server went on: the
+                # turn continues (the listener hears a gap); LiveKit learns of it as an error.
                 self._tts.emit("error", tts.TTSError(
-                    timestamp=time.time(), label=self._tts.label, error=_api_error(event),
+                    timestamp=time.time(), label=self._tts.label, error=_api_error(error, self._tts._url),
                     recoverable=True,
                 ))  # fmt: skip
         raise APIConnectionError("the server closed the connection mid-turn")
 
 
-def _api_error(event: dict[str, Any]) -> APIStatusError:
-    code = str(event.get("code"))
-    status = _STATUS.get(code, 400)
+def _api_error(error: TTSClientError, url: str) -> APIError:
+    """LiveKit's error for ours: the HTTP status the server gives it (401, 503 busy or
+    not ready, 400 ...); 5xx are retried, 4xx not."""
+    message = f"chattts-stream at {url}: {error}"
+    if error.status_code is None:  # the server sent what the client cannot read
+        return APIError(message, body=error.body, retryable=False)
     return APIStatusError(
-        f"chattts-stream {code}: {event.get('message')}",
-        status_code=status,
-        body=event,
-        retryable=status >= 500,
+        message,
+        status_code=error.status_code,
+        body=error.body,
+        retryable=error.status_code >= 500,
     )

@@ -27,9 +27,20 @@ from pipecat.processors.frame_processor import FrameProcessorSetup
 from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TextAggregationMode, WebsocketTTSService
 from pipecat.transcriptions.language import Language
-from websockets.exceptions import ConnectionClosed
+from pipecat.utils.errors import ErrorCategory
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from chattts_client.client import _START_REFUSALS, AUDIO_HEADER, SUBPROTOCOL
+from chattts_client.errors import (
+    AuthError,
+    BusyError,
+    ContextError,
+    LimitError,
+    RequestError,
+    UnavailableError,
+    error_from_event,
+    error_from_handshake,
+)
 
 __all__ = ["ChatTTSStreamTTSService"]
 
@@ -73,6 +84,7 @@ class ChatTTSStreamTTSService(WebsocketTTSService):
         self._seed = seed
         self._speed = speed
         self._opened: set[str] = set()  # contexts started on the server
+        self._refused: set[str] = set()  # turns whose start the server refused
         self._contexts: dict[int, str] = {}  # the server's stream number -> context id
         self._receive_task: Any = None
 
@@ -81,6 +93,21 @@ class ChatTTSStreamTTSService(WebsocketTTSService):
 
     def language_to_service_language(self, language: Language) -> str | None:
         return str(language.value)
+
+    def _classify_error(self, exception: Exception) -> ErrorCategory | None:
+        """pipecat's category for our errors. A bad token, voice or field is permanent:
+        pipecat gives the service no more work until its settings change. Busy and a
+        broken limit pass; anything else the server says is its own failure."""
+        if isinstance(exception, AuthError):
+            return ErrorCategory.AUTHENTICATION
+        if isinstance(exception, (BusyError, LimitError)):
+            return ErrorCategory.RATE_LIMIT
+        if isinstance(exception, RequestError):
+            settings_at_fault = exception.code in ("voice_not_found", "invalid_field")
+            return ErrorCategory.INVALID_REQUEST if settings_at_fault else ErrorCategory.UNKNOWN
+        if isinstance(exception, (UnavailableError, ContextError)):
+            return ErrorCategory.SERVER
+        return None
 
     # --- the connection ---------------------------------------------------------------
 
@@ -110,12 +137,16 @@ class ChatTTSStreamTTSService(WebsocketTTSService):
                 self._url, additional_headers=headers, subprotocols=[SUBPROTOCOL], max_size=None
             )
             self._opened.clear()
+            self._refused.clear()
             self._contexts.clear()
             await self._call_event_handler("on_connected")
         except Exception as exc:
             self._websocket = None
-            await self.push_error(error_msg=f"cannot connect to {self._url}: {exc}", exception=exc)
-            await self._call_event_handler("on_connection_error", f"{exc}")
+            # A refused upgrade becomes its typed error (AuthError, NotReadyError, ...).
+            error = error_from_handshake(exc) if isinstance(exc, InvalidStatus) else exc
+            message = f"cannot connect to {self._url}: {error}"
+            await self.push_error(error_msg=message, exception=error)
+            await self._call_event_handler("on_connection_error", f"{error}")
 
     async def _disconnect_websocket(self) -> None:
         try:
@@ -136,6 +167,9 @@ class ChatTTSStreamTTSService(WebsocketTTSService):
 
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
         """Send the turn's next text; its audio arrives on the receive task."""
+        if context_id in self._refused:
+            yield None  # the turn ended with the refusal's error: the rest goes unsaid
+            return
         try:
             if self._websocket is None:
                 await self._connect()
@@ -232,9 +266,12 @@ class ChatTTSStreamTTSService(WebsocketTTSService):
                 )
                 await self.remove_audio_context(context_id)
         elif kind == "error":
-            message = f"chattts-stream {event.get('code')}: {event.get('message')}"
-            if context_id in self._opened and event.get("code") in _START_REFUSALS:
+            error = error_from_event(event)
+            if context_id in self._refused and error.code in ("unknown_context", "context_closing"):
+                return  # text sent before the refusal arrived: the refusal was reported
+            if context_id in self._opened and error.code in _START_REFUSALS:
+                self._refused.add(context_id)
                 await self._end_context(context_id)  # refused: no done will come for it
-            await self.push_error(error_msg=message)
+            await self.push_error(error_msg=f"chattts-stream {error}", exception=error)
         elif kind == "warning":
             logger.debug(f"{self}: {event.get('code')}: {event.get('message')}")

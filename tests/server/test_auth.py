@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from chattts_client import StreamClient
+from chattts_client import AuthError, StreamClient
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 from websockets.typing import Subprotocol
@@ -111,14 +111,16 @@ def test_protect_metrics_puts_metrics_behind_the_token() -> None:
 async def test_websocket_without_the_token_is_refused_with_401(
     server: LiveServer, token: str | None, via: str
 ) -> None:
-    """A missing or wrong token refuses the upgrade with 401 and a JSON unauthorized body."""
-    with pytest.raises(InvalidStatus) as caught:
+    """A missing or wrong token refuses the upgrade with 401 and a JSON unauthorized body
+    (the client's AuthError)."""
+    with pytest.raises(AuthError) as caught:
         async with StreamClient.connect(
             server.ws_url, token=token, via=via, open_timeout_s=TIMEOUT_S
         ):
             pass
-    response = caught.value.response
-    assert response.status_code == 401
+    assert (caught.value.status_code, caught.value.code) == (401, "unauthorized")
+    assert isinstance(caught.value.__cause__, InvalidStatus)
+    response = caught.value.__cause__.response
     assert json.loads(response.body or b"{}")["error"]["code"] == "unauthorized"
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from chattts_client import StreamClient
+from chattts_client import BusyError, StreamClient
 
 from server.config import Settings
 from server.engines.chattts.batch import BatchedDecoder, Row
@@ -286,6 +286,6 @@ async def test_the_client_retries_busy_as_the_server_hints() -> None:
         async with StreamClient.connect(live.ws_url) as client:
             await client.open("c", seed=3)
             await client.send_text("很长的一句话，" * 5, "c")
-            with pytest.raises(ConnectionRefusedError, match="busy"):
+            with pytest.raises(BusyError, match="busy"):
                 await client.open("d", attempts=2)
             await client.cancel("c")

@@ -10,13 +10,13 @@ from typing import Any
 
 import httpx
 import pytest
-from chattts_client import AudioFrame, Event, StreamClient
+from chattts_client import AudioFrame, Event, StreamClient, UnavailableError
 from websockets.exceptions import InvalidStatus
 
 from server.config import Settings
-from tests.scripted_engine import ScriptedEngine
 from streaming.joins import pause_ms_for
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
+from tests.scripted_engine import ScriptedEngine
 
 MAX_TEXT_MESSAGE_CHARS = 10
 MAX_BUFFERED_CHARS = 20
@@ -192,12 +192,12 @@ async def test_upgrade_beyond_max_connections_is_refused_with_503(
     by a disconnect is given to the next client."""
     url = one_connection_server.ws_url
     async with StreamClient.connect(url, open_timeout_s=TIMEOUT_S):
-        with pytest.raises(InvalidStatus) as caught:
+        with pytest.raises(UnavailableError) as caught:
             async with StreamClient.connect(url, open_timeout_s=TIMEOUT_S):
                 pass
-        response = caught.value.response
-        assert response.status_code == 503
-        body = json.loads(response.body or b"{}")
+        assert caught.value.status_code == 503
+        assert isinstance(caught.value.__cause__, InvalidStatus)
+        body = json.loads(caught.value.__cause__.response.body or b"{}")
         assert body["error"]["code"] == "too_many_connections"
         assert body["error"]["limit"] == 1
 
@@ -208,8 +208,8 @@ async def test_upgrade_beyond_max_connections_is_refused_with_503(
                 async with StreamClient.connect(url, open_timeout_s=TIMEOUT_S) as client:
                     assert client.ready["type"] == "ready"
                     break
-            except InvalidStatus as exc:
-                assert exc.response.status_code == 503
+            except UnavailableError as exc:
+                assert exc.code == "too_many_connections"
                 await asyncio.sleep(0.02)
 
 

@@ -4,6 +4,7 @@ server on a socket: streamed tokens, aligned transcripts, synthesize, interrupti
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,11 +12,12 @@ import pytest
 
 pytest.importorskip("livekit.agents")
 
+from chattts_client import StreamClient
 from chattts_client.livekit import TTS
 
 from server.config import Settings
+from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.scripted_engine import ScriptedEngine
-from tests.live import LiveServer, run_live_server
 
 TOKENS = ["你好，", "世界。", "今天", "天气", "很好！"]
 
@@ -97,3 +99,56 @@ async def test_a_bad_token_is_a_401_not_retried() -> None:
             async with bad.synthesize("好。") as stream:
                 [event async for event in stream]
     assert raised.value.status_code == 401 and not raised.value.retryable
+
+
+async def test_a_busy_server_is_a_retryable_503_once_the_retries_run_out() -> None:
+    """A start refused busy on every try: APIStatusError 503, retryable, carrying the
+    server's retry_after_ms, from the client's BusyError."""
+    from chattts_client import BusyError
+    from livekit.agents import APIConnectOptions, APIStatusError
+
+    engine = ScriptedEngine(chunk_ms=100, chunk_delay_s=0.05, ms_per_char=300)
+    settings = Settings(
+        engine="chattts", model_dir=Path("unused"), max_streams=1, busy_retry_after_ms=100
+    )
+    with run_live_server(settings, engine=lambda: (engine, False, None)) as live:
+        async with StreamClient.connect(live.ws_url) as holder:
+            ctx = await holder.open(seed=1)
+            await holder.send_text("占着引擎的很长的一句话，" * 4, ctx)
+            tts = TTS(url=live.ws_url)
+            with pytest.raises(APIStatusError) as raised:
+                async with tts.synthesize(
+                    "你好。", conn_options=APIConnectOptions(max_retry=0)
+                ) as s:
+                    [event async for event in s]
+            await holder.cancel(ctx)
+    assert raised.value.status_code == 503 and raised.value.retryable
+    assert isinstance(raised.value.__cause__, BusyError)
+    assert raised.value.body["retry_after_ms"] == 100  # type: ignore[index]
+
+
+async def test_a_loading_server_is_a_retryable_503_not_ready() -> None:
+    """An upgrade refused while the engine loads: APIStatusError 503 not_ready, retryable."""
+    from chattts_client import NotReadyError
+    from livekit.agents import APIConnectOptions, APIStatusError
+
+    release = threading.Event()
+
+    def slow_factory() -> tuple[ScriptedEngine, bool, None]:
+        release.wait(TIMEOUT_S)
+        return ScriptedEngine(), False, None
+
+    try:
+        with run_live_server(Settings(), engine=slow_factory, wait_ready=False) as live:
+            tts = TTS(url=live.ws_url)
+            with pytest.raises(APIStatusError) as raised:
+                async with tts.synthesize(
+                    "你好。", conn_options=APIConnectOptions(max_retry=0)
+                ) as s:
+                    [event async for event in s]
+            release.set()
+    finally:
+        release.set()
+    assert raised.value.status_code == 503 and raised.value.retryable
+    assert isinstance(raised.value.__cause__, NotReadyError)
+    assert raised.value.body["code"] == "not_ready"  # type: ignore[index]

@@ -11,6 +11,7 @@ import pytest
 
 pytest.importorskip("pipecat")
 
+from chattts_client import AuthError, BusyError, RequestError, StreamClient
 from chattts_client.pipecat import ChatTTSStreamTTSService
 from pipecat.frames.frames import (
     InterruptionFrame,
@@ -21,10 +22,11 @@ from pipecat.frames.frames import (
     TTSTextFrame,
 )
 from pipecat.tests.utils import SleepFrame, run_test
+from pipecat.utils.errors import ErrorCategory
 
 from server.config import Settings
-from tests.scripted_engine import ScriptedEngine
 from tests.live import LiveServer, run_live_server
+from tests.scripted_engine import ScriptedEngine
 
 TEXT = "你好，世界。今天天气很好！"
 
@@ -98,6 +100,8 @@ async def test_an_interruption_cancels_the_turn_on_the_server() -> None:
 
 
 async def test_a_refused_turn_ends_with_an_error_instead_of_hanging(espeak: LiveServer) -> None:
+    """A turn whose start is refused (an unknown voice) ends, with one error: the typed
+    RequestError, which pipecat reads as a permanent configuration mistake."""
     from pipecat.frames.frames import ErrorFrame
 
     tts = ChatTTSStreamTTSService(url=espeak.ws_url, voice="nobody", sample_rate=24000)
@@ -106,3 +110,48 @@ async def test_a_refused_turn_ends_with_an_error_instead_of_hanging(espeak: Live
     assert any("voice_not_found" in f.error for f in errors)
     assert [type(f) for f in down].count(TTSStoppedFrame) == 1
     assert not tts._opened  # the refused context is forgotten
+    [refused] = [f for f in errors if f.exception is not None]
+    assert isinstance(refused.exception, RequestError)
+    assert (refused.exception.code, refused.category) == (
+        "voice_not_found",
+        ErrorCategory.INVALID_REQUEST,
+    )
+
+
+async def test_a_bad_token_is_an_auth_error_and_the_service_stops_taking_work() -> None:
+    """A refused upgrade (401) reaches pipecat as AuthError, category authentication, and
+    the service is no longer given work."""
+    from pipecat.frames.frames import ErrorFrame
+
+    with run_live_server(Settings(engine="espeak", tokens=("s3cret",))) as live:
+        tts = ChatTTSStreamTTSService(url=live.ws_url, token="wrong", sample_rate=24000)
+        _, up = await run_test(tts, frames_to_send=[TTSSpeakFrame("你好。"), SleepFrame(0.2)])
+    [error] = [f for f in up if isinstance(f, ErrorFrame)]
+    assert isinstance(error.exception, AuthError) and error.exception.status_code == 401
+    assert error.category is ErrorCategory.AUTHENTICATION and not tts.is_usable
+
+
+async def test_a_busy_turn_ends_with_a_busy_error_and_the_service_goes_on() -> None:
+    """A turn refused busy ends (TTSStoppedFrame) with BusyError carrying retry_after_ms;
+    busy is not permanent: the service stays usable."""
+    from pipecat.frames.frames import ErrorFrame
+
+    engine = ScriptedEngine(chunk_ms=100, chunk_delay_s=0.05, ms_per_char=300)
+    settings = Settings(
+        engine="chattts", model_dir=Path("unused"), max_streams=1, busy_retry_after_ms=700
+    )
+    with run_live_server(settings, engine=lambda: (engine, False, None)) as live:
+        async with StreamClient.connect(live.ws_url) as holder:
+            ctx = await holder.open(seed=1)
+            await holder.send_text("占着引擎的很长的一句话，" * 4, ctx)
+            tts = ChatTTSStreamTTSService(url=live.ws_url, sample_rate=24000)
+            down, up = await run_test(
+                tts, frames_to_send=[TTSSpeakFrame("你好。"), SleepFrame(0.5)]
+            )
+            await holder.cancel(ctx)
+    errors = [f for f in up if isinstance(f, ErrorFrame) and f.exception is not None]
+    [busy] = errors  # one error for the turn, not one per piece of its text
+    assert isinstance(busy.exception, BusyError) and busy.exception.retry_after_ms == 700
+    assert busy.category is ErrorCategory.RATE_LIMIT
+    assert [type(f) for f in down].count(TTSStoppedFrame) == 1
+    assert tts.is_usable
