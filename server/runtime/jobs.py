@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import queue
 import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -20,7 +21,7 @@ import numpy as np
 from server.engines.base import Engine, SynthesisRequest, WordMarks
 from streaming.errors import SynthesisTimeout, Unavailable
 
-__all__ = ["FELL_BACK", "Call", "Handoff", "Job", "engine_stopped"]
+__all__ = ["FELL_BACK", "Call", "Handoff", "Inbox", "Job", "engine_stopped"]
 
 #: Ends a job's iteration.
 _END = object()
@@ -202,3 +203,48 @@ class Call:
 
         with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
             self.loop.call_soon_threadsafe(settle)
+
+
+class Inbox:
+    """Work for the engine thread (jobs, calls; None asks it to stop), and what of it is
+    still in flight: put on the event loop, taken on the engine thread."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Job | Call | None] = queue.SimpleQueue()
+        self._in_flight: set[Job | Call] = set()
+        self._lock = threading.Lock()
+
+    def put(self, item: Job | Call | None) -> bool:
+        """Queue ``item``; True when nothing else was in flight (the engine was idle)."""
+        with self._lock:
+            idle = not self._in_flight
+            if item is not None:
+                self._in_flight.add(item)
+        self._queue.put(item)
+        return idle
+
+    def get(self, timeout_s: float | None = None, *, block: bool = True) -> Job | Call | None:
+        """The next item; raises :class:`queue.Empty` after ``timeout_s`` (or at once when
+        not ``block``)."""
+        if not block:
+            return self._queue.get_nowait()
+        return self._queue.get(timeout=timeout_s)
+
+    def ended(self, item: Job | Call) -> None:
+        with self._lock:
+            self._in_flight.discard(item)
+
+    def in_flight(self) -> list[Job | Call]:
+        with self._lock:
+            return list(self._in_flight)
+
+    def refuse_queued(self, handoff: Handoff) -> None:
+        """End everything still queued (the engine stopped or never started)."""
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item.end(engine_stopped())
+        handoff.flush()

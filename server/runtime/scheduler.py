@@ -23,38 +23,9 @@ from server.runtime.fallback import FallbackVoice
 from server.runtime.jobs import Handoff, Job, engine_stopped
 from streaming.schedule import BatchPolicy, StepCosts, admit, plan_step, urgency
 
-__all__ = ["Row", "Scheduler"]
+__all__ = ["Scheduler"]
 
 logger = logging.getLogger(__name__)
-
-
-class Row:
-    """A job admitted to the batcher: its utterance in the batch."""
-
-    __slots__ = ("job", "utterance")
-
-    def __init__(self, job: Job, utterance: Utterance) -> None:
-        self.job = job
-        self.utterance = utterance
-
-    @property
-    def ready(self) -> bool:
-        """Prefilled and not finished: it takes part in the next step."""
-        u = self.utterance
-        return u.prefilled and not u.done and u.error is None
-
-    # What streaming.schedule reads (Scheduled): the job's.
-    @property
-    def deadline(self) -> float:
-        return self.job.deadline
-
-    @property
-    def samples(self) -> int:
-        return self.job.samples
-
-    @property
-    def order(self) -> int:
-        return self.job.order
 
 
 class Scheduler:
@@ -83,7 +54,8 @@ class Scheduler:
         self.fallback = fallback
         self._progress = progress
         self.waiting: list[Job] = []
-        self.active: list[Row] = []
+        #: Jobs admitted to the batcher, each with its row there.
+        self.active: dict[Job, Utterance] = {}
 
     @property
     def idle(self) -> bool:
@@ -99,17 +71,17 @@ class Scheduler:
             self._open(job)
         self.metrics.queue_depth.set(len(self.waiting))
         self._prefill()
-        ready = [row for row in self.active if row.ready]
+        ready = [job for job, row in self.active.items() if _steps(row)]
         if ready:
             self._step(plan_step(ready, time.monotonic(), self.rate_hz, self.policy))
         self.handoff.flush()
 
     def stop(self) -> None:
         """End every job: the engine is stopping."""
-        for row in self.active:
-            self._close(row)
-            row.job.end(None if row.job.cancelled else engine_stopped())
-            row.job.cancel()
+        for job in self.active:
+            self._close(job)
+            job.end(None if job.cancelled else engine_stopped())
+            job.cancel()
         for job in self.waiting:
             job.end(engine_stopped())
         self.active.clear()
@@ -129,38 +101,40 @@ class Scheduler:
             self.fallback.rescue(job)
             return
         utterance.should_stop = job.is_cancelled
-        self.active.append(Row(job, utterance))
+        self.active[job] = utterance
 
     def _prefill(self) -> None:
         """Start at most ``prefills_per_step`` joining rows, the most urgent first."""
-        joining = [row for row in self.active if not row.utterance.prefilled]
-        for row in sorted(joining, key=urgency)[: self.policy.prefills_per_step]:
+        joining = [job for job, row in self.active.items() if not row.prefilled]
+        for job in sorted(joining, key=urgency)[: self.policy.prefills_per_step]:
+            row = self.active[job]
             started = time.perf_counter()
             try:
-                self.batcher.prefill(row.utterance)
-                row.utterance.prefilled = True
+                self.batcher.prefill(row)
+                row.prefilled = True
             except Exception as exc:
-                logger.exception("synthesis failed to start for %r", row.job.request.text[:40])
-                row.utterance.error = exc
-            row.job.engine_seconds += time.perf_counter() - started
+                logger.exception("synthesis failed to start for %r", job.request.text[:40])
+                row.error = exc
+            job.engine_seconds += time.perf_counter() - started
             self._progress()
-            self._collect(row)
+            self._collect(job)
 
-    def _step(self, plan: list[Row]) -> None:
-        """One step for the rows of ``plan``, timed and shared out among them."""
+    def _step(self, plan: list[Job]) -> None:
+        """One step for the jobs of ``plan``, timed and shared out among them."""
         now = time.monotonic()
-        utterances = []
-        for row in plan:
-            row.utterance.hurry = self.policy.hurries(row, now, self.rate_hz)
-            utterances.append(row.utterance)
-        made_before = sum(row.job.samples for row in plan)
+        rows = []
+        for job in plan:
+            row = self.active[job]
+            row.hurry = self.policy.hurries(job, now, self.rate_hz)
+            rows.append(row)
+        made_before = sum(job.samples for job in plan)
         started = time.perf_counter()
         try:
-            self.batcher.step(utterances)
+            self.batcher.step(rows)
         except Exception as exc:
             logger.exception("a batched step of %d segments failed", len(plan))
-            for utterance in utterances:
-                utterance.error = exc
+            for row in rows:
+                row.error = exc
         elapsed = time.perf_counter() - started
         self._progress()
         self.metrics.observe_step(len(plan), elapsed)
@@ -168,30 +142,28 @@ class Scheduler:
         if memory is not None:
             self.metrics.gpu_memory_bytes.labels(batch=str(len(plan))).set(memory)
         share = elapsed / len(plan)
-        for row in plan:
-            row.job.engine_seconds += share
-            self._collect(row)
-        made_s = (sum(row.job.samples for row in plan) - made_before) / self.rate_hz
+        for job in plan:
+            job.engine_seconds += share
+            self._collect(job)
+        made_s = (sum(job.samples for job in plan) - made_before) / self.rate_hz
         self.costs.observe(len(plan), elapsed, audio_s=made_s)
 
-    def _collect(self, row: Row) -> None:
-        """Deliver what the row made; let it leave when it ended or failed."""
-        utterance = row.utterance
-        for chunk in utterance.chunks:
+    def _collect(self, job: Job) -> None:
+        """Deliver what the job's row made; let it leave when it ended or failed."""
+        row = self.active[job]
+        for chunk in row.chunks:
             if isinstance(chunk, WordMarks):
-                row.job.marks = chunk  # read by the loop once the job has ended
+                job.marks = chunk  # read by the loop once the job has ended
             else:
-                self._deliver(row.job, chunk)
-        utterance.chunks.clear()
-        if utterance.error is not None:
-            self.active.remove(row)
-            self._close(row)
-            self.fallback.rescue(row.job)
-            self._finish(row.job)
-        elif utterance.done:
-            self.active.remove(row)
-            self._close(row)
-            self._finish(row.job)
+                self._deliver(job, chunk)
+        row.chunks.clear()
+        if row.error is not None:
+            self._leave(job)
+            self.fallback.rescue(job)
+            self._finish(job)
+        elif row.done:
+            self._leave(job)
+            self._finish(job)
 
     def _deliver(self, job: Job, chunk: np.ndarray) -> None:
         if not chunk.size or job.cancelled:
@@ -202,20 +174,28 @@ class Scheduler:
 
     def _leave_cancelled(self) -> None:
         # A cancelled job leaves at once, not when its deadline comes up.
-        for row in [r for r in self.active if r.job.cancelled]:
-            self.active.remove(row)
-            self._close(row)
-            self._finish(row.job)
+        for job in [job for job in self.active if job.cancelled]:
+            self._leave(job)
+            self._finish(job)
 
-    def _close(self, row: Row) -> None:
+    def _leave(self, job: Job) -> None:
+        self._close(job)
+        del self.active[job]
+
+    def _close(self, job: Job) -> None:
         try:
-            self.batcher.close(row.utterance)
+            self.batcher.close(self.active[job])
         except Exception:
             # A row whose cleanup fails must not take the engine thread down.
-            logger.exception("leaving the batch failed for %r", row.job.request.text[:40])
+            logger.exception("leaving the batch failed for %r", job.request.text[:40])
 
     def _finish(self, job: Job) -> None:
         self.metrics.engine_busy_seconds.inc(job.engine_seconds)
         if job.cancelled:
             self.metrics.jobs_cancelled.inc()
         job.end()
+
+
+def _steps(row: Utterance) -> bool:
+    """Prefilled and not finished: the row takes part in the next step."""
+    return row.prefilled and not row.done and row.error is None

@@ -1,11 +1,12 @@
 """The engine worker: the one thread that may touch the engine, and how the event loop
 talks to it.
 
-The thread loads the engine, warms it up, then serves: jobs submitted from the event loop
-(:meth:`EngineWorker.submit`) go to the :class:`~server.runtime.scheduler.Scheduler`,
-which runs every engine through one batch interface (a batching engine's own batcher,
-or an :class:`~server.engines.interleave.Interleaver` over one that does not); functions
-passed to :meth:`EngineWorker.call` run between two rounds. The event loop never runs
+The thread (:class:`~server.runtime.engine_thread.EngineThread`) loads the engine, warms
+it up, then serves: jobs submitted from the event loop (:meth:`EngineWorker.submit`) go
+to the :class:`~server.runtime.scheduler.Scheduler`, which runs every engine through one
+batch interface (a batching engine's own batcher, or an
+:class:`~server.engines.interleave.Interleaver` over one that does not); functions passed
+to :meth:`EngineWorker.call` run between two rounds. The event loop never runs
 torch; audio comes back through the :class:`~server.runtime.jobs.Handoff`, one wake-up
 of the loop per round.
 
@@ -20,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -28,11 +28,10 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from server.engines.base import Engine, SynthesisRequest
-from server.engines.interleave import Interleaver
 from server.metrics import Metrics
-from server.runtime.fallback import FallbackVoice
-from server.runtime.jobs import Call, Handoff, Job, engine_stopped
-from server.runtime.scheduler import Scheduler
+from server.runtime.engine_thread import EngineThread
+from server.runtime.jobs import Call, Handoff, Inbox, Job
+from server.runtime.watchdog import Watchdog
 from streaming.errors import SynthesisTimeout, Unavailable
 from streaming.schedule import BatchPolicy, StepCosts, capacity
 
@@ -95,25 +94,22 @@ class EngineWorker:
         ``fallback`` builds, on first need, the engine that speaks a segment the main
         engine failed on before producing any audio (never one it half-spoke).
         """
-        self._factory = factory
-        self._fallback_factory = fallback
         self.options = options or WorkerOptions()
-        self._metrics = metrics
+        self.metrics = metrics
         #: What a step costs (learnt on the engine thread, read by admission).
         self.step_costs = StepCosts()
         #: The engine batches (known once it is loaded); otherwise its steps time-share.
         self.batches = False
-        self._step_rows = 1
+        #: Rows one step takes.
+        self.step_rows = 1
+        self.inbox = Inbox()
+        self.handoff = Handoff()
+        self.watchdog = Watchdog(self.options.stall_timeout_s)
         self._submitted = itertools.count()
-        self._inbox: queue.SimpleQueue[Job | Call | None] = queue.SimpleQueue()
-        self._in_flight: set[Job | Call] = set()
-        self._in_flight_lock = threading.Lock()
-        self._handoff = Handoff()
-        self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
+        body = EngineThread(self, factory, fallback)
+        self._thread = threading.Thread(target=body.run, name="engine", daemon=True)
         self._loaded = threading.Event()
         self._stopping = False
-        self._progress_at = time.monotonic()
-        self._stalled_progress_at = 0.0
         self.engine: Engine | None = None
         self.status = EngineStatus(state="loading")
         _publish(metrics, self.status)
@@ -141,16 +137,13 @@ class EngineWorker:
     @property
     def busy(self) -> bool:
         """True while a segment is queued or being synthesised."""
-        return bool(self._in_flight)
+        return bool(self.inbox.in_flight())
 
     def capacity(self) -> int | None:
         """How many real-time streams the engine carries, from what its steps measured;
         None until it has measured any (:func:`streaming.schedule.capacity`)."""
         return capacity(
-            self.step_costs,
-            self._step_rows,
-            self.options.headroom,
-            time_shared=not self.batches,
+            self.step_costs, self.step_rows, self.options.headroom, time_shared=not self.batches
         )
 
     def check_voice(self, voice: str) -> None:
@@ -176,13 +169,13 @@ class EngineWorker:
         job = Job(
             request,
             asyncio.get_running_loop(),
-            self._handoff,
+            self.handoff,
             deadline=now if deadline is None else deadline,
             order=next(self._submitted),
             playing=deadline is not None and deadline > now,
-            on_end=self._ended,
+            on_end=self.inbox.ended,
         )
-        self._enqueue(job)
+        self._send(job)
         return job
 
     async def call(self, fn: Callable[[Engine], T], *, timeout_s: float = 120.0) -> T:
@@ -193,7 +186,7 @@ class EngineWorker:
         if not self.ready or self._stopping:
             raise Unavailable(f"the engine is {self.status.state}", code="not_ready")
         call = Call(fn, asyncio.get_running_loop())
-        self._enqueue(call)
+        self._send(call)
         try:
             result: T = await asyncio.wait_for(call.future, timeout_s)
         except TimeoutError:
@@ -201,187 +194,78 @@ class EngineWorker:
                 f"the engine did not get to it within {timeout_s:g} s", code="timeout"
             ) from None
         finally:
-            self._ended(call)
+            self.inbox.ended(call)
         return result
 
     def watch(self) -> None:
         """The watchdog (on the event loop, every second or so): see the module docstring."""
-        limit_s = self.options.stall_timeout_s
-        if limit_s <= 0:
+        if self.status.state not in ("ready", "stalled"):
             return
-        if self.status.state == "stalled":
-            if self._progress_at != self._stalled_progress_at:  # the thread moved again
-                logger.warning("the engine thread moves again: serving")
-                self._set_state(replace(self.status, state="ready", detail=None))
-            return
-        with self._in_flight_lock:
-            waiting = list(self._in_flight)
-        stalled_s = time.monotonic() - self._progress_at
-        if self.status.state != "ready" or not waiting or stalled_s < limit_s:
-            return
-        logger.critical(
-            "the engine thread has made no progress for %.0f s with %d jobs in flight: "
-            "ending them, refusing new work, /health fails until it moves",
-            stalled_s,
-            len(waiting),
-        )
-        self._stalled_progress_at = self._progress_at
-        self._set_state(
-            replace(self.status, state="stalled", detail=f"no progress for {stalled_s:.0f} s")
-        )
-        error = Unavailable("the engine is stuck; try again later", code="engine_stalled")
-        for item in waiting:
-            if isinstance(item, Job):
-                item.cancel()
-            item.end(error)
-        self._handoff.flush()
+        waiting = self.inbox.in_flight()
+        verdict = self.watchdog.verdict(busy=bool(waiting))
+        if verdict == "recovered":
+            logger.warning("the engine thread moves again: serving")
+            self.status = replace(self.status, state="ready", detail=None)
+            _publish(self.metrics, self.status)
+        elif verdict == "stalled":
+            silent_s = self.watchdog.silent_s()
+            logger.critical(
+                "the engine thread has made no progress for %.0f s with %d jobs in flight: "
+                "ending them, refusing new work, /health fails until it moves",
+                silent_s,
+                len(waiting),
+            )
+            self.status = replace(
+                self.status, state="stalled", detail=f"no progress for {silent_s:.0f} s"
+            )
+            _publish(self.metrics, self.status)
+            error = Unavailable("the engine is stuck; try again later", code="engine_stalled")
+            for item in waiting:
+                if isinstance(item, Job):
+                    item.cancel()
+                item.end(error)
+            self.handoff.flush()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Cancel the jobs in flight (at their next step), refuse the queued ones, release
         the engine."""
         self._stopping = True
-        self._inbox.put(None)
+        self.inbox.put(None)
         self._thread.join(timeout_s)
         if self._thread.is_alive():
             logger.warning("engine thread did not stop within %.1f s", timeout_s)
-        self._refuse_queued()
+        self.inbox.refuse_queued(self.handoff)
 
-    # --- both sides -------------------------------------------------------------------
-
-    def _enqueue(self, item: Job | Call) -> None:
-        with self._in_flight_lock:
-            if not self._in_flight:
-                self._progress_at = time.monotonic()  # the stall clock starts with work
-            self._in_flight.add(item)
-        self._inbox.put(item)
-        if self._stopping:  # stop() may have emptied the inbox just before the put
-            self._refuse_queued()
-
-    def _ended(self, item: Job | Call) -> None:
-        with self._in_flight_lock:
-            self._in_flight.discard(item)
-
-    def _refuse_queued(self) -> None:
-        while True:
-            try:
-                item = self._inbox.get_nowait()
-            except queue.Empty:
-                break
-            if item is not None:
-                item.end(engine_stopped())
-        self._handoff.flush()
-
-    def _set_state(self, status: EngineStatus) -> None:
-        self.status = status
-        _publish(self._metrics, status)
-
-    def _progress(self) -> None:
-        self._progress_at = time.monotonic()
-
-    # --- engine thread ----------------------------------------------------------------
-
-    def _run(self) -> None:
-        started = time.perf_counter()
-        try:
-            engine, degraded, detail = self._factory()
-            if self.options.warm_up:
-                engine.warm_up()
-        except Exception as exc:
-            logger.exception("engine failed to load")
-            self._set_state(EngineStatus(state="failed", detail=f"{type(exc).__name__}: {exc}"))
-            self._loaded.set()
-            self._refuse_queued()
-            return
-        self.engine = engine
-        load_s = round(time.perf_counter() - started, 3)
-        self._set_state(EngineStatus("ready", engine.name, degraded, detail, load_s))
-        self._metrics.engine_ready.labels(engine=engine.name).set(1)
-        logger.info(
-            "engine %s ready in %.2f s%s",
-            engine.name,
-            load_s,
-            f" (degraded: {detail})" if degraded else "",
-        )
-        fallback = FallbackVoice(self._fallback_factory, engine, self._metrics, self._handoff)
+    def loaded(
+        self,
+        state: str,
+        engine: Engine | None,
+        *,
+        degraded: bool = False,
+        detail: str | None = None,
+        load_s: float | None = None,
+        engine_name: str | None = None,
+    ) -> None:
+        """The engine thread's news (on that thread): the engine is ready, failed to load,
+        or stopped."""
+        name = engine.name if engine is not None else engine_name
+        if state == "ready":
+            self.engine = engine
+        self.status = EngineStatus(state, name, degraded, detail, load_s)
+        _publish(self.metrics, self.status)
+        if name is not None:
+            self.metrics.engine_ready.labels(engine=name).set(int(state == "ready"))
+        if state == "ready":
+            logger.info(
+                "engine %s ready in %.2f s%s",
+                name,
+                load_s,
+                f" (degraded: {detail})" if degraded else "",
+            )
         self._loaded.set()
-        try:
-            self._serve(engine, fallback)
-        finally:
-            self._set_state(EngineStatus(state="stopped", engine=engine.name))
-            self._metrics.engine_ready.labels(engine=engine.name).set(0)
-            self._refuse_queued()
-            for closing in (engine, fallback):
-                try:
-                    closing.close()
-                except Exception:
-                    logger.exception("engine close failed")
 
-    def _serve(self, engine: Engine, fallback: FallbackVoice) -> None:
-        """Rounds of the scheduler until ``stop()``; calls between rounds."""
-        policy = self.options.policy
-        batcher = engine.batcher(policy.max_batch) if policy.max_batch > 1 else None
-        if batcher is not None:
-            logger.info("batching up to %d segments per step", batcher.max_batch)
-            self.batches, rows = True, batcher.max_batch
-        else:
-            # Steps of one row that take turns; rows open at once: as many as the engine's
-            # generators can interleave.
-            rows = self.options.max_active if engine.interleaves else 1
-            batcher = Interleaver(engine)
-            policy = replace(policy, max_batch=1, prefills_per_step=rows)
-        self._step_rows = batcher.max_batch
-        scheduler = Scheduler(
-            batcher,
-            max_rows=rows,
-            rate_hz=engine.sample_rate_hz,
-            policy=policy,
-            costs=self.step_costs,
-            metrics=self._metrics,
-            handoff=self._handoff,
-            fallback=fallback,
-            progress=self._progress,
-        )
-        try:
-            while not self._take(engine, scheduler):
-                scheduler.run_once()
-                self._progress()
-        except BaseException:
-            logger.exception("the engine thread failed; ending every job in flight")
-            raise
-        finally:
-            scheduler.stop()
-
-    def _take(self, engine: Engine, scheduler: Scheduler) -> bool:
-        """Move submitted jobs to the scheduler and run calls; True when ``stop()`` was
-        called.
-
-        With nothing to do it blocks, and after ``idle_release_s`` lets the engine free
-        memory (``Engine.release_idle_memory``: ChatTTS on CUDA empties the allocator
-        cache, as the seed article advises for idle periods), once per idle period, on
-        this thread, so it never races a synthesis.
-        """
-        block = scheduler.idle
-        while True:
-            try:
-                if block:
-                    item = self._inbox.get(timeout=self.options.idle_release_s)
-                else:
-                    item = self._inbox.get_nowait()
-            except queue.Empty:
-                if not block:
-                    return False
-                try:
-                    engine.release_idle_memory()
-                except Exception:
-                    logger.exception("releasing idle memory failed")
-                self._metrics.idle_releases.inc()
-                item = self._inbox.get()
-            block = False
-            self._progress()
-            if item is None:
-                return True
-            if isinstance(item, Call):
-                item.run(engine)
-                self._ended(item)
-            else:
-                scheduler.add(item)
+    def _send(self, item: Job | Call) -> None:
+        if self.inbox.put(item):
+            self.watchdog.work_arrived()
+        if self._stopping:  # stop() may have emptied the inbox just before the put
+            self.inbox.refuse_queued(self.handoff)

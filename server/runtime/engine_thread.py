@@ -1,0 +1,141 @@
+"""The engine thread's body: load the engine, then serve rounds until asked to stop.
+
+:class:`EngineThread` runs on the one thread that may touch the engine
+(:class:`~server.runtime.worker.EngineWorker` starts it): it loads and warms the engine,
+publishes the worker's status, then alternates between taking what the event loop sent
+(jobs for the scheduler, calls to run at once) and one scheduler round. With nothing to
+do it blocks, and after ``idle_release_s`` lets the engine free memory once per idle
+period (``Engine.release_idle_memory``: ChatTTS on CUDA empties the allocator cache, as
+the seed article advises for idle periods), on this thread, so it never races a
+synthesis.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from server.engines.base import Engine
+from server.engines.interleave import Interleaver
+from server.runtime.fallback import FallbackVoice
+from server.runtime.jobs import Call
+from server.runtime.scheduler import Scheduler
+
+if TYPE_CHECKING:
+    from server.runtime.worker import EngineWorker
+
+__all__ = ["EngineThread"]
+
+logger = logging.getLogger(__name__)
+
+
+class EngineThread:
+    """What the engine thread runs for ``worker`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        worker: EngineWorker,
+        factory: Callable[[], tuple[Engine, bool, str | None]],
+        fallback: Callable[[], Engine] | None,
+    ) -> None:
+        self.worker = worker
+        self._factory = factory
+        self._fallback_factory = fallback
+
+    def run(self) -> None:
+        worker = self.worker
+        started = time.perf_counter()
+        try:
+            engine, degraded, detail = self._factory()
+            if worker.options.warm_up:
+                engine.warm_up()
+        except Exception as exc:
+            logger.exception("engine failed to load")
+            worker.loaded("failed", None, detail=f"{type(exc).__name__}: {exc}")
+            worker.inbox.refuse_queued(worker.handoff)
+            return
+        load_s = round(time.perf_counter() - started, 3)
+        worker.loaded("ready", engine, degraded=degraded, detail=detail, load_s=load_s)
+        fallback = FallbackVoice(self._fallback_factory, engine, worker.metrics, worker.handoff)
+        try:
+            self._serve(engine, fallback)
+        finally:
+            worker.loaded("stopped", None, engine_name=engine.name)
+            worker.inbox.refuse_queued(worker.handoff)
+            for closing in (engine, fallback):
+                try:
+                    closing.close()
+                except Exception:
+                    logger.exception("engine close failed")
+
+    def _scheduler(self, engine: Engine, fallback: FallbackVoice) -> Scheduler:
+        """The scheduler over the engine's batcher, or over an Interleaver when it has none."""
+        worker = self.worker
+        policy = worker.options.policy
+        batcher = engine.batcher(policy.max_batch) if policy.max_batch > 1 else None
+        if batcher is not None:
+            logger.info("batching up to %d segments per step", batcher.max_batch)
+            rows = batcher.max_batch
+        else:
+            # Steps of one row that take turns; rows open at once: as many as the engine's
+            # generators can interleave.
+            rows = worker.options.max_active if engine.interleaves else 1
+            batcher = Interleaver(engine)
+            policy = replace(policy, max_batch=1, prefills_per_step=rows)
+        worker.batches = not isinstance(batcher, Interleaver)
+        worker.step_rows = batcher.max_batch
+        return Scheduler(
+            batcher,
+            max_rows=rows,
+            rate_hz=engine.sample_rate_hz,
+            policy=policy,
+            costs=worker.step_costs,
+            metrics=worker.metrics,
+            handoff=worker.handoff,
+            fallback=fallback,
+            progress=worker.watchdog.progress,
+        )
+
+    def _serve(self, engine: Engine, fallback: FallbackVoice) -> None:
+        """Rounds of the scheduler until ``stop()``; calls between rounds."""
+        scheduler = self._scheduler(engine, fallback)
+        try:
+            while not self._take(engine, scheduler):
+                scheduler.run_once()
+                self.worker.watchdog.progress()
+        except BaseException:
+            logger.exception("the engine thread failed; ending every job in flight")
+            raise
+        finally:
+            scheduler.stop()
+
+    def _take(self, engine: Engine, scheduler: Scheduler) -> bool:
+        """Move what was sent to the scheduler, running calls at once; True when
+        ``stop()`` was called. Blocks while there is nothing to do."""
+        worker = self.worker
+        block = scheduler.idle
+        while True:
+            try:
+                item = worker.inbox.get(worker.options.idle_release_s, block=block)
+            except queue.Empty:
+                if not block:
+                    return False
+                try:
+                    engine.release_idle_memory()
+                except Exception:
+                    logger.exception("releasing idle memory failed")
+                worker.metrics.idle_releases.inc()
+                item = worker.inbox.get()
+            block = False
+            worker.watchdog.progress()
+            if item is None:
+                return True
+            if isinstance(item, Call):
+                item.run(engine)
+                worker.inbox.ended(item)
+            else:
+                scheduler.add(item)
