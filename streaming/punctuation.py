@@ -27,6 +27,7 @@ __all__ = [
     "CJK_CLAUSE_MARKS",
     "CJK_SENTENCE_MARKS",
     "CLOSERS",
+    "CLOSER_ALIASES",
     "MARKS",
     "NEWLINES",
     "OPENERS",
@@ -102,22 +103,31 @@ MARKS: dict[str, Mark] = {
 }
 # fmt: on
 
-#: Openers and the closers that close them. Brackets and corner quotes are said as a
-#: comma (as ChatTTS's own simplifier does); curly quotes are dropped (see QUOTES_DROPPED).
+#: Openers and the closers that close them: every bracket pair of the CJK punctuation,
+#: vertical, small and full-width form blocks, ASCII's, and the Latin quotes. Brackets
+#: and corner quotes are said as a comma (as ChatTTS's own simplifier does); quotes
+#: are dropped (see _QUOTES_DROPPED).
 # fmt: off
 PAIRS: dict[str, str] = {
-    "“": "”", "‘": "’", "（": "）", "(": ")", "「": "」", "『": "』", "【": "】",
-    "《": "》", "〈": "〉", "[": "]", "{": "}", "〔": "〕", "［": "］", "｛": "｝",
+    "“": "”", "‘": "’", "«": "»", "‹": "›", "〝": "〞",
+    "（": "）", "(": ")", "「": "」", "『": "』", "【": "】", "《": "》", "〈": "〉",
+    "\u2329": "\u232a", "⟨": "⟩", "[": "]", "{": "}", "〔": "〕", "〖": "〗", "〘": "〙",
+    "〚": "〛", "［": "］", "｛": "｝", "｟": "｠", "｢": "｣",
+    # Vertical presentation forms and small forms (as pasted from vertical layouts).
+    "︵": "︶", "︷": "︸", "︹": "︺", "︻": "︼", "︽": "︾", "︿": "﹀", "﹁": "﹂",
+    "﹃": "﹄", "﹇": "﹈", "︗": "︘", "﹙": "﹚", "﹛": "﹜", "﹝": "﹞",
 }
 # fmt: on
+#: Closers that also close another pair: 〝 is closed by 〞 or by the low 〟 alike.
+CLOSER_ALIASES: dict[str, str] = {"〟": "〞"}
 #: Quotes that open and close alike; quote parity decides which.
 STRAIGHT_QUOTES = frozenset("\"'")
 #: Full-width straight quotes: taken as closers after a sentence end.
 _FULLWIDTH_STRAIGHT_QUOTES = frozenset("＂＇")
-_QUOTES_DROPPED = frozenset("“”‘’\"'＂＇")
+_QUOTES_DROPPED = frozenset("“”‘’«»‹›〝〞〟\"'＂＇")
 
 OPENERS = frozenset(PAIRS)
-CLOSERS = frozenset(PAIRS.values()) | _FULLWIDTH_STRAIGHT_QUOTES
+CLOSERS = frozenset(PAIRS.values()) | frozenset(CLOSER_ALIASES) | _FULLWIDTH_STRAIGHT_QUOTES
 NEWLINES = frozenset("\n\r\u2028\u2029")
 
 #: Symbols read as a pause (a comma) and reported, since the symbol itself is not said.

@@ -51,6 +51,7 @@ from streaming.punctuation import (
     ASCII_SENTENCE_MARKS,
     CJK_CLAUSE_MARKS,
     CJK_SENTENCE_MARKS,
+    CLOSER_ALIASES,
     CLOSERS,
     NEWLINES,
     PAIRS,
@@ -516,8 +517,8 @@ def _track_brackets(awaited: list[str], buf: str, k: int, start: int) -> None:
             awaited.pop()
         else:
             awaited.append(ch)
-    elif ch in _PAIR_CLOSERS and ch in awaited:
+    elif (closer := CLOSER_ALIASES.get(ch, ch)) in _PAIR_CLOSERS and closer in awaited:
         if ch == "’" and awaited[-1] != ch and k > start and _is_ascii_letter(buf[k - 1]):
             return  # "don’t" inside brackets
-        while awaited.pop() != ch:
+        while awaited.pop() != closer:
             pass

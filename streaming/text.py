@@ -11,8 +11,9 @@ is either spoken (as itself, or as part of a rewritten span such as ``12.5`` ->
 The work is a pipeline over :class:`_Token` (a source span and what it becomes):
 
 1. span rules, ours, in order (first claim wins): control tags, markdown syntax, URLs
-   and e-mail addresses, and the number forms the text-normalisation library gets
-   wrong (long digit strings, versions, thousands separators, bare ranges, ``COVID-19``);
+   and e-mail addresses, money and percentages (:mod:`streaming.amounts`), and the
+   number forms the text-normalisation library gets wrong (long digit strings,
+   versions, thousands separators, bare ranges, ``COVID-19``);
 2. the text normaliser (injected: WeNet's WeTextProcessing in the server, see
    ``server/textnorm.py``) on each remaining run that holds a digit or a symbol. It
    returns text without an alignment, so its output is aligned back to the input with
@@ -35,6 +36,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 
+from streaming.amounts import counting, find_amounts
 from streaming.punctuation import (
     CJK_CLAUSE_MARKS,
     CJK_SENTENCE_MARKS,
@@ -293,7 +295,8 @@ def _address_rule(text: str, normalizer: Normalizer | None, allow_tags: bool) ->
 # - versions "v1.2.3": "v一.二点三" -> "v一点二点三";
 # - thousands separators "100,000": "一百,零零零" -> the number without commas;
 # - a bare range "10-20": read as a date (十月二十日) -> "十到二十" (dates stay its job);
-# - a word, a hyphen, digits ("COVID-19", "GPT-4"): "负十九" -> a word break.
+# - a word, a hyphen, digits ("COVID-19", "GPT-4"): "负十九" -> a word break;
+# - money and percentages: see streaming/amounts.py (a span rule of its own).
 _LONG_DIGITS = re.compile(r"(?<![\d.])\d{12,}[Xx]?(?![\d.])")
 _VERSION = re.compile(r"(?<![A-Za-z0-9_.])[vV]?\d+(?:\.\d+){2,}(?![A-Za-z0-9_.])")
 _THOUSANDS = re.compile(r"(?<![\d,.])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,])")
@@ -304,10 +307,10 @@ _RANGE = re.compile(
 _NUMBER = re.compile(r"[0-9０-９]+(?:[.,:/\-．：／－][0-9０-９]+)*")
 # A fraction alone: in context the library may move its reading ("约1/3" -> "三分之约一").
 _FRACTION = re.compile(r"(?<![\d/.:])\d+/\d+(?![\d/.:])")
-# A currency sign before a number with a magnitude: "$3.5亿" is read "美元三点五亿".
-_CURRENCY_MAGNITUDE = re.compile(r"([$¥￥€£])[ \t]?(\d+(?:\.\d+)?)(万亿|万|亿|千)")
-_CURRENCY_WORDS = {"$": "美元", "¥": "元", "￥": "元", "€": "欧元", "£": "英镑"}
-_WORD_HYPHEN_DIGIT = re.compile(r"(?<=[A-Za-z])-(?=\d)")
+# Also a hyphen before a number glued to letters in a name ("Llama-3.1-8B": 减八B).
+_WORD_HYPHEN_DIGIT = re.compile(
+    r"(?<=[A-Za-z])-(?=\d)|(?<=[A-Za-z0-9])-(?=\d+(?:\.\d+)?[A-Za-z]+(?![A-Za-z0-9]))"
+)
 
 
 def _number_rule(text: str, normalizer: Normalizer | None, allow_tags: bool) -> Iterator[_Token]:
@@ -324,11 +327,6 @@ def _number_rule(text: str, normalizer: Normalizer | None, allow_tags: bool) -> 
         # Numbers are dropped whole, separators included, so "12.5" leaves no "。".
         for match in _NUMBER.finditer(text):
             yield _dropped(match.start(), match.end(), REASON_NUMBER)
-    for match in _CURRENCY_MAGNITUDE.finditer(text):
-        sign, number, magnitude = match.groups()
-        yield _normalize_or_drop(
-            match.start(), match.end(), f"{number}{magnitude}", normalizer, _CURRENCY_WORDS[sign]
-        )
     for match in _FRACTION.finditer(text):
         yield _normalize_or_drop(match.start(), match.end(), match.group(), normalizer)
     for match in _THOUSANDS.finditer(text):
@@ -350,7 +348,24 @@ def _number_rule(text: str, normalizer: Normalizer | None, allow_tags: bool) -> 
         yield _Token(match.start(), match.end(), _Kind.GAP)
 
 
-_SPAN_RULES: tuple[_SpanRule, ...] = (_tag_rule, _markup_rule, _address_rule, _number_rule)
+def _amount_rule(text: str, normalizer: Normalizer | None, allow_tags: bool) -> Iterator[_Token]:
+    """Money and percentages (``¥199元``, ``$5–10``, ``-3.2%``): see streaming.amounts.
+
+    Without a normaliser no number can be read: the number rule drops the digits.
+    """
+    if normalizer is None:
+        return
+    for amount in find_amounts(text, counting(normalizer)):
+        yield _word(amount.start, amount.end, amount.said)
+
+
+_SPAN_RULES: tuple[_SpanRule, ...] = (
+    _tag_rule,
+    _markup_rule,
+    _address_rule,
+    _amount_rule,
+    _number_rule,
+)
 
 # -- the normaliser, aligned -----------------------------------------------------------
 
@@ -689,6 +704,9 @@ def _tidy(tokens: list[_Token]) -> tuple[list[_Token], list[_Token]]:
 # ASCII ",." into "，。", so the marks are written the way it would leave them.
 _CJK_CHAR = re.compile(r"[\u4e00-\u9fff]")
 _ENGLISH_WORD = re.compile(r"\b[A-Za-z]+\b")
+# A spelled acronym ("G P T" for "GPT-4o") is one word, not one a letter: counted
+# letter by letter it outvotes a short Chinese clause (GPT-4o很强 said with ".").
+_SPELLED_LETTER = re.compile(r"(?<![A-Za-z])([A-Z]) (?=[A-Z](?![A-Za-z]))")
 _ZH_MARKS = {_Kind.ENUMERATION: "、", _Kind.COMMA: "，", _Kind.STOP: "。"}
 _EN_MARKS = {_Kind.ENUMERATION: "、", _Kind.COMMA: ",", _Kind.STOP: "."}
 
@@ -696,6 +714,7 @@ _EN_MARKS = {_Kind.ENUMERATION: "、", _Kind.COMMA: ",", _Kind.STOP: "."}
 def _render(text: str, kept: list[_Token]) -> list[Piece]:
     # Detected on the spoken text as ChatTTS would see it (marks and tags as breaks).
     words = "".join(token.text if token.kind is _Kind.WORD else " " for token in kept)
+    words = _SPELLED_LETTER.sub(r"\1", words)
     is_chinese = len(_CJK_CHAR.findall(words)) > len(_ENGLISH_WORD.findall(words))
     marks = _ZH_MARKS if is_chinese else _EN_MARKS
     pieces: list[Piece] = []

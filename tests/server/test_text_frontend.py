@@ -61,6 +61,49 @@ CASES: list[tuple[str, str, str]] = [
     ("pound", "£5", "五英镑"),
     ("fullwidth-yuan", "花了￥99.9", "花了九十九点九元"),
     ("dollar-magnitude", "$3.5亿", "三点五亿美元"),
+    # money as assistants write it (streaming/amounts.py: the library misreads these)
+    ("money-sign-and-word", "原价¥199元，现价￥99.5元", "原价一百九十九元，现价九十九点五元"),
+    ("money-fullwidth-sign-and-word", "价格￥12元", "价格十二元"),
+    ("money-two", "价格¥2", "价格两元"),
+    ("money-word-two", "2美元", "两美元"),
+    ("money-code-before", "USD 5", "五美元"),
+    ("money-code-cny", "CNY 100", "一百元"),
+    ("money-code-after", "100 CNY", "一百元"),
+    ("money-hong-kong", "HK$100", "一百港元"),
+    ("money-us", "US$5", "五美元"),
+    ("money-sign-after", "5€", "五欧元"),
+    ("money-not-a-hotline", "¥110", "一百一十元"),
+    ("money-wan", "$1.2万", "一点二万美元"),
+    ("money-yi", "¥3.5亿", "三点五亿元"),
+    ("money-million", "$1.2M", "一百二十万美元"),
+    ("money-billion", "$5B", "五十亿美元"),
+    ("money-thousand", "$3K", "三千美元"),
+    ("money-thousands-separator", "¥1,299", "一千二百九十九元"),
+    ("money-thousands-cents", "$1,299.99", "一千二百九十九点九九美元"),
+    ("money-zero-cents", "¥199.00", "一百九十九元"),
+    ("money-trailing-zero", "12.50元", "十二点五元"),
+    ("money-range-sign", "¥10-20", "十到二十元"),
+    ("money-range-both-signs", "$5-$10", "五到十美元"),
+    ("money-range-en-dash", "$5–10", "五到十美元"),
+    ("money-range-tilde-word", "10~20元", "十到二十元"),
+    ("money-range-sign-and-word", "¥10~20元", "十到二十元"),
+    ("money-range-magnitude", "$5-10万", "五到十万美元"),
+    ("money-range-code", "5-10 USD", "五到十美元"),
+    ("money-range-two", "2-5美元", "两到五美元"),
+    ("money-negative", "-¥5", "负五元"),
+    ("money-negative-after-sign", "¥-5", "负五元"),
+    ("money-negative-unicode", "亏损−$1.2万", "亏损负一点二万美元"),
+    ("money-rate", "$10/月", "十美元每月"),
+    ("money-rate-word", "¥1.5/斤", "一点五元每斤"),
+    ("money-rate-count", "$0.002/1K tokens", "零点零零二美元每一千 tokens"),
+    ("money-yen-word", "¥1000日元", "一千日元"),
+    ("percent-plus", "同比+5%", "同比正百分之五"),
+    ("percent-minus", "-3.2%", "负百分之三点二"),
+    ("percent-plus-minus", "±2%", "正负百分之二"),
+    ("percent-two", "+2%", "正百分之二"),
+    ("per-mille", "5‰", "千分之五"),
+    ("percent-range-both", "5%-10%", "百分之五到百分之十"),
+    ("percent-range-signed", "-5%~+5%", "负百分之五到正百分之五"),
     # dates and years
     ("date-zh", "2024年10月1日", "二零二四年十月一日"),
     ("date-iso", "2024-10-01", "二零二四年十月一日"),
@@ -119,6 +162,11 @@ CASES: list[tuple[str, str, str]] = [
     ("word-and-number", "我用iPhone 15 Pro", "我用iPhone 十五 Pro"),
     ("acronym-hyphen-number", "COVID-19疫情", "C O V I D 十九疫情"),
     ("model-name", "GPT-4o模型", "G P T 四o模型"),
+    ("model-name-sentence", "GPT-4o很强。", "G P T 四o很强。"),
+    ("model-name-digit", "GPT-4很强。", "G P T 四很强。"),
+    ("acronym-sentence", "AWS很强。", "A W S很强。"),
+    ("model-name-size", "Llama-3.1-8B很小。", "Llama 三点一 八B很小。"),
+    ("model-name-version-size", "Qwen2.5-72B很强。", "Qwen二点五 七十二B很强。"),
     ("version-minor", "Python 3.11版本", "Python 三点一一版本"),
     ("version", "v1.2.3版本", "v一点二点三版本"),
     ("formula", "H2O是水", "H二O是水"),
@@ -260,6 +308,7 @@ PIECES = [
     "（", "）", "《", "》", "ＡＢ", "１２", "\n", " ", "\t", "我", "有", "苹果", "价格",
     "是", "的", "啊", "儿", "這", "Hello", "world", ".", ",", "!", "?", ":", ";", "|", "#",
     "@", "%", "/", "\\", "_", "¤", "★", "\u200b", "\u3000", "㐀", "α", "½", "①",
+    "¥199元", "￥99.5", "$5–10", "HK$", "USD 5", "$1.2M", "+5%", "-3.2%", "5‰", "/月",
 ]  # fmt: skip
 adversarial = st.lists(st.sampled_from(PIECES), max_size=30).map("".join)
 unicode_noise = st.text(max_size=40)
@@ -366,6 +415,21 @@ def test_preview_cli(capsys: pytest.CaptureFixture[str]) -> None:
         ("三点了。", []),
         ("再见", []),
     ]
+
+
+def test_preview_cli_reads_money_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    """``chattts-stream preview``: each amount is one rewrite; a model name keeps 。."""
+    assert cli_main(["preview", "原价¥199元，现价￥99.5元。GPT-4o很强。"]) == 0
+    segments = json.loads(capsys.readouterr().out)["segments"]
+    assert [s["spoken"] for s in segments] == [
+        "原价一百九十九元，",
+        "现价九十九点五元。",
+        "G P T 四o很强。",
+    ]
+    rewrites = {r["text"]: r["spoken"] for s in segments for r in s["rewrites"]}
+    assert rewrites["¥199元"] == "一百九十九元"
+    assert rewrites["￥99.5元"] == "九十九点五元"
+    assert all(s["removed"] == [] for s in segments)
 
 
 # -- end to end: the real ChatTTS code path ------------------------------------------

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 
 from streaming.joins import pause_class_for
 from streaming.punctuation import (
+    CLOSER_ALIASES,
     CLOSERS,
     MARKS,
     PAIRS,
@@ -18,15 +21,69 @@ from streaming.punctuation import (
 from streaming.segment import Segmenter
 from streaming.text import REASON_PAUSE, prepare_text
 
-ALL_PAIRS = [*PAIRS.items(), *((q, q) for q in sorted(STRAIGHT_QUOTES))]
+# Unicode blocks Chinese text draws its brackets from: ASCII, the angle brackets of
+# Miscellaneous Technical, CJK Symbols and Punctuation, Vertical Forms, CJK
+# Compatibility Forms, Small Form Variants, Halfwidth and Fullwidth Forms.
+BRACKET_BLOCKS = [
+    (0x0020, 0x0080), (0x2329, 0x232B), (0x3000, 0x3040), (0xFE10, 0xFE20),
+    (0xFE30, 0xFE50), (0xFE50, 0xFE70), (0xFF00, 0xFFF0),
+]  # fmt: skip
 
 
-def cut(text: str) -> list[str]:
+def closing_partner(code: int) -> str:
+    """The closing bracket (Pe) of an opening one: the next Pe in Unicode ("[" -> "]")."""
+    while unicodedata.category(chr(code)) != "Pe":
+        code += 1
+    return chr(code)
+
+
+UNICODE_PAIRS = [
+    (chr(code), closing_partner(code))
+    for low, high in BRACKET_BLOCKS
+    for code in range(low, high)
+    if unicodedata.category(chr(code)) == "Ps"
+]
+ALL_PAIRS = sorted(
+    {
+        *PAIRS.items(),
+        *UNICODE_PAIRS,
+        *((opener, alias) for alias, closer in CLOSER_ALIASES.items() for opener in PAIRS
+          if PAIRS[opener] == closer),
+        *((q, q) for q in STRAIGHT_QUOTES),
+    }
+)  # fmt: skip
+PAIR_IDS = [f"U+{ord(o):04X}{o}{c}" for o, c in ALL_PAIRS]
+
+
+def cut(text: str, chunk_chars: int = 0) -> list[str]:
+    """Segments of ``text`` pushed whole (0) or in chunks of ``chunk_chars``, then flushed."""
     segmenter = Segmenter()
-    return [s.text for s in [*segmenter.push(text), *segmenter.flush()]]
+    step = chunk_chars or len(text) or 1
+    segments = [s for k in range(0, len(text), step) for s in segmenter.push(text[k : k + step])]
+    return [s.text for s in [*segments, *segmenter.flush()]]
 
 
-@pytest.mark.parametrize(("opener", "closer"), ALL_PAIRS, ids=[o + c for o, c in ALL_PAIRS])
+def test_every_bracket_of_chinese_text_is_a_pair() -> None:
+    """Every opening bracket of the blocks Chinese text uses is in the table with its closer."""
+    assert len(UNICODE_PAIRS) > 30
+    missing = [(o, c) for o, c in UNICODE_PAIRS if PAIRS.get(o) != c]
+    assert missing == []
+    assert {c for _, c in UNICODE_PAIRS} <= CLOSERS
+
+
+@pytest.mark.parametrize("chunk_chars", [0, 1, 2, 4])
+@pytest.mark.parametrize(("opener", "closer"), ALL_PAIRS, ids=PAIR_IDS)
+def test_a_closer_stays_with_its_sentence_when_streamed(
+    opener: str, closer: str, chunk_chars: int
+) -> None:
+    """他说〖…完成了。〗明天…: the closer ends the sentence's segment, pushed whole or in chunks."""
+    first = f"他说{opener}任务完成了。{closer}"
+    assert cut(first + "明天再说。", chunk_chars) == [first, "明天再说。"]
+    opening = f"{opener}好的，{closer}我们开始。"
+    assert cut(opening + "然后呢", chunk_chars) == [opening, "然后呢"]
+
+
+@pytest.mark.parametrize(("opener", "closer"), ALL_PAIRS, ids=PAIR_IDS)
 def test_a_sentence_end_inside_a_pair_is_cut_after_its_closer(opener: str, closer: str) -> None:
     """「…。」 and every other pair: the sentence ends after the closer, which stays with it."""
     first = f"{opener}完。{closer}"
@@ -34,7 +91,7 @@ def test_a_sentence_end_inside_a_pair_is_cut_after_its_closer(opener: str, close
     assert pause_class_for(first) == "sentence"
 
 
-@pytest.mark.parametrize(("opener", "closer"), ALL_PAIRS, ids=[o + c for o, c in ALL_PAIRS])
+@pytest.mark.parametrize(("opener", "closer"), ALL_PAIRS, ids=PAIR_IDS)
 def test_no_cut_inside_a_pair(opener: str, closer: str) -> None:
     """A sentence end inside an open pair is not a cut while the pair is open."""
     assert cut(f"他说{opener}好。走{closer}然后") == [f"他说{opener}好。走{closer}然后"]
