@@ -283,21 +283,7 @@ class Connection:
                 context_id=message.context_id,
                 limit=limit,
             )
-        own_seed = None
-        if message.voice is not None:
-            try:
-                own_seed = self._check_voice(message.voice)
-            except ValueError as exc:
-                raise ClientError(
-                    f"field 'voice': {exc}", code="invalid_field", context_id=message.context_id
-                ) from None
-            except ClientError as exc:
-                raise type(exc)(
-                    f"field 'voice': {exc.message}", code=exc.code, context_id=message.context_id
-                ) from None
-        seed = message.seed if message.seed is not None else own_seed
-        if seed is None:
-            seed = self._choose_seed()
+        seed = self._seed(message)
         fallback = self._admit(message.context_id)  # last: nothing refused after it
         voice = ContextVoice(
             message.voice,
@@ -333,6 +319,24 @@ class Connection:
             )
             events.append(Reply(warning))
         return events
+
+    def _seed(self, message: p.Start) -> int:
+        """The context's seed: the client's, else its named voice's own, else a new one
+        (and the voice checked on the way)."""
+        own_seed = None
+        if message.voice is not None:
+            try:
+                own_seed = self._check_voice(message.voice)
+            except ValueError as exc:
+                raise ClientError(
+                    f"field 'voice': {exc}", code="invalid_field", context_id=message.context_id
+                ) from None
+            except ClientError as exc:
+                raise type(exc)(
+                    f"field 'voice': {exc.message}", code=exc.code, context_id=message.context_id
+                ) from None
+        seed = message.seed if message.seed is not None else own_seed
+        return self._choose_seed() if seed is None else seed
 
     def _check_delta(self, text: str, buffered: int, context_id: str) -> None:
         """Refuse a delta beyond the limits, given the ``buffered`` characters unspoken."""

@@ -96,23 +96,7 @@ def parse_client_message(raw: str | bytes) -> ClientMessage:
 
     Binary frames are refused: the client speaks JSON text frames only.
     """
-    if isinstance(raw, bytes | bytearray | memoryview):
-        raise ClientError(
-            "binary frames are not accepted; send JSON text", code="binary_not_supported"
-        )
-    try:
-        obj = json.loads(raw)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise ClientError(f"message is not valid JSON: {exc}", code="bad_json") from None
-    except ValueError:
-        # Python refuses to parse an integer of more than sys.get_int_max_str_digits()
-        # digits (4,300 by default), with a plain ValueError.
-        digits = sys.get_int_max_str_digits()
-        raise ClientError(
-            f"message not accepted: a JSON number has more than {digits} digits", code="bad_json"
-        ) from None
-    if not isinstance(obj, dict):
-        raise ClientError("message must be a JSON object", code="bad_message")
+    obj = _json_object(raw)
     context_id = _context_id(obj)
     kind = obj.get("type")
     if kind is None:
@@ -130,18 +114,7 @@ def parse_client_message(raw: str | bytes) -> ClientMessage:
             context_id=context_id,
         )
     if cls is Text:
-        if "text" not in obj:
-            raise ClientError(
-                "field 'text' is required", code="missing_field", context_id=context_id
-            )
-        text = obj["text"]
-        if not isinstance(text, str):
-            raise ClientError(
-                "field 'text' must be a string", code="invalid_field", context_id=context_id
-            )
-        # U+FFFD takes the place of a lone surrogate: the text around it is kept and
-        # spoken, and the replacement is reported with the segment's removed characters.
-        return Text(context_id, _LONE_SURROGATE.sub("\ufffd", text))
+        return _text(obj, context_id)
     if cls is Start:
         return Start(
             context_id,
@@ -152,6 +125,40 @@ def parse_client_message(raw: str | bytes) -> ClientMessage:
             timestamps=_optional_bool(obj, "timestamps", context_id),
         )
     return cls(context_id)  # type: ignore[call-arg]
+
+
+def _json_object(raw: str | bytes) -> dict[str, Any]:
+    if isinstance(raw, bytes | bytearray | memoryview):
+        raise ClientError(
+            "binary frames are not accepted; send JSON text", code="binary_not_supported"
+        )
+    try:
+        obj = json.loads(raw)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ClientError(f"message is not valid JSON: {exc}", code="bad_json") from None
+    except ValueError:
+        # Python refuses to parse an integer of more than sys.get_int_max_str_digits()
+        # digits (4,300 by default), with a plain ValueError.
+        digits = sys.get_int_max_str_digits()
+        raise ClientError(
+            f"message not accepted: a JSON number has more than {digits} digits", code="bad_json"
+        ) from None
+    if not isinstance(obj, dict):
+        raise ClientError("message must be a JSON object", code="bad_message")
+    return obj
+
+
+def _text(obj: dict[str, Any], context_id: str) -> Text:
+    if "text" not in obj:
+        raise ClientError("field 'text' is required", code="missing_field", context_id=context_id)
+    text = obj["text"]
+    if not isinstance(text, str):
+        raise ClientError(
+            "field 'text' must be a string", code="invalid_field", context_id=context_id
+        )
+    # U+FFFD takes the place of a lone surrogate: the text around it is kept and
+    # spoken, and the replacement is reported with the segment's removed characters.
+    return Text(context_id, _LONE_SURROGATE.sub("\ufffd", text))
 
 
 def _optional_bool(obj: dict[str, Any], name: str, context_id: str) -> bool:
