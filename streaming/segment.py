@@ -368,125 +368,12 @@ class Segmenter:
     def _length_cut(self, final: bool) -> int:
         """Where to cut a segment that would exceed max_chars."""
         start = self._start
-        max_chars = self._config.max_chars
-        last = start + max_chars  # latest allowed cut; buf[last] exists
-        buf = self._buf
+        last = start + self._config.max_chars  # latest allowed cut; buf[last] exists
         lookahead = self._at(last + 1, final)
-        window = buf[start : last + 1] + (lookahead or "")
-
-        def char(i: int) -> str:
-            j = i - start
-            return window[j] if 0 <= j < len(window) else ""
-
-        url_like = [False] * len(window)
-        for match in _ASCII_RUN.finditer(window):
-            if any(marker in match.group() for marker in _URL_MARKERS):
-                url_like[match.start() : match.end()] = [True] * (match.end() - match.start())
-
-        # Interiors of numbers with date/time units: "2024年10月1日", "19点17".
-        numeric = [False] * (len(window) + 1)
-        for match in _NUMERIC_SPAN.finditer(window):
-            numeric[match.start() + 1 : match.end()] = [True] * (match.end() - match.start() - 1)
-
-        # Latest cut of each kind: [outside quotes and brackets, anywhere].
-        best: dict[str, list[int]] = {
-            kind: [0, 0] for kind in ("sentence", "clause", "blank", "cjk", "symbol")
-        }
-        hard = loose = split = 0
-        in_clause = clause_cjk = in_sentence = False
-        awaited: list[str] = []
-        opened_at: list[int] = []  # buffer index of each open quote or bracket
+        scan = _CutScan(self._buf, start, self._buf[start : last + 1] + (lookahead or ""))
         for cut in range(start + 1, last + 1):
-            before, after = char(cut - 1), char(cut)
-            depth = len(awaited)
-            _track_brackets(awaited, buf, cut - 1, start)
-            if len(awaited) > depth:
-                opened_at.append(cut - 1)
-            del opened_at[len(awaited) :]
-            balanced = not awaited
-            if before in _CLAUSE_MARKS:
-                in_clause = True
-                clause_cjk = clause_cjk or before in CJK_CLAUSE_MARKS
-            elif not (in_clause and before in CLOSERS):
-                in_clause = clause_cjk = False
-            if before in _CJK_TERMINATORS or before in "!?":
-                in_sentence = True
-            elif not (in_sentence and (before in CLOSERS or before in _TERMINATORS)):
-                in_sentence = False
-            candidates: list[str] = []
-            if (
-                in_clause
-                and after not in _CLAUSE_MARKS
-                and after not in CLOSERS
-                and (clause_cjk or after.isspace() or not after.isascii())
-            ):
-                candidates.append("clause")
-            if (
-                in_sentence
-                and after not in _TERMINATORS
-                and after not in CLOSERS
-                and not _is_ascii_alnum(after)
-            ):
-                candidates.append("sentence")
-            inside_number = (
-                _is_ascii_digit(before)
-                and after in _NUMBER_SEPARATORS
-                and _is_ascii_digit(char(cut + 1))
-            ) or (
-                before in _NUMBER_SEPARATORS
-                and _is_ascii_digit(after)
-                and _is_ascii_digit(char(cut - 2))
-            )
-            if not before.isspace():  # else the blanks would be a segment of their own
-                if not (
-                    (_is_ascii_letter(before) and _is_ascii_letter(after))
-                    or (_is_ascii_digit(before) and _is_ascii_digit(after))
-                ):
-                    split = cut
-                    if not inside_number:
-                        # Outside a tight number like 3.14 or 0/0, though perhaps inside
-                        # a loose date/time span ("0/ 0/0"): better than inside a number.
-                        loose = cut
-                        if not numeric[cut - start]:
-                            hard = cut
-                # A straight quote with nothing open before it opens a quote: a cut may
-                # go before it (it starts the next segment whole), unlike a closer.
-                opens_quote = balanced and (after == '"' or (after == "'" and not before.isalpha()))
-                if after.isspace():
-                    candidates.append("blank")
-                elif after in _ATTACHING and not opens_quote:
-                    pass
-                elif not (before.isascii() and after.isascii()):
-                    candidates.append("cjk")
-                elif not (
-                    inside_number
-                    or url_like[cut - start]
-                    or (_is_ascii_alnum(before) and _is_ascii_alnum(after))
-                ):
-                    candidates.append("symbol")
-            if numeric[cut - start]:
-                continue
-            for kind in candidates:
-                best[kind][1] = cut
-                if balanced:
-                    best[kind][0] = cut
-        # Leading blanks alone, rather than split the token after them.
-        lead = start + len(window) - len(window.lstrip())
-        lead = lead if start < lead <= last else 0
-        # A quote or bracket still open at the limit: cut before it, so that it starts
-        # the next segment whole (if it is shorter than max_chars).
-        open_quote = opened_at[0] if opened_at and buf[start : opened_at[0]].strip() else 0
-        order = (
-            [open_quote]
-            + [best[kind][0] for kind in ("clause", "blank", "cjk", "symbol")]
-            + [best[kind][1] for kind in ("sentence", "clause", "blank", "cjk", "symbol")]
-            + [lead, hard, loose, split]
-        )
-        for cut in order:
-            if cut:
-                return cut
-        # A single word or number longer than max_chars: the hard limit wins.
-        return last
+            scan.visit(cut)
+        return scan.choice(last)
 
     def _emit(self, cut: int, reason: str) -> Segment:
         text = self._buf[self._start : cut]
@@ -522,3 +409,155 @@ def _track_brackets(awaited: list[str], buf: str, k: int, start: int) -> None:
             return  # "don’t" inside brackets
         while awaited.pop() != closer:
             pass
+
+
+class _CutScan:
+    """The places an over-long segment may be cut, gathered cut by cut
+    (:meth:`Segmenter._length_cut`); :meth:`choice` picks the best one."""
+
+    _KINDS = ("sentence", "clause", "blank", "cjk", "symbol")
+
+    def __init__(self, buf: str, start: int, window: str) -> None:
+        self.buf = buf
+        self.start = start
+        self.window = window
+        self.url_like = [False] * len(window)
+        for match in _ASCII_RUN.finditer(window):
+            if any(marker in match.group() for marker in _URL_MARKERS):
+                self.url_like[match.start() : match.end()] = [True] * (match.end() - match.start())
+        # Interiors of numbers with date/time units: "2024年10月1日", "19点17".
+        self.numeric = [False] * (len(window) + 1)
+        for match in _NUMERIC_SPAN.finditer(window):
+            self.numeric[match.start() + 1 : match.end()] = [True] * (
+                match.end() - match.start() - 1
+            )
+        # Latest cut of each kind: [outside quotes and brackets, anywhere].
+        self.best: dict[str, list[int]] = {kind: [0, 0] for kind in self._KINDS}
+        self.hard = self.loose = self.split = 0
+        self.in_clause = self.clause_cjk = self.in_sentence = False
+        self.awaited: list[str] = []
+        self.opened_at: list[int] = []  # buffer index of each open quote or bracket
+
+    def char(self, i: int) -> str:
+        j = i - self.start
+        return self.window[j] if 0 <= j < len(self.window) else ""
+
+    def visit(self, cut: int) -> None:
+        """Note what cutting before ``buf[cut]`` would be."""
+        before, after = self.char(cut - 1), self.char(cut)
+        balanced = self._track_brackets(cut)
+        candidates = self._mark_candidates(before, after)
+        inside_number = (
+            _is_ascii_digit(before)
+            and after in _NUMBER_SEPARATORS
+            and _is_ascii_digit(self.char(cut + 1))
+        ) or (
+            before in _NUMBER_SEPARATORS
+            and _is_ascii_digit(after)
+            and _is_ascii_digit(self.char(cut - 2))
+        )
+        if not before.isspace():  # else the blanks would be a segment of their own
+            self._note_splits(cut, before, after, inside_number)
+            kind = self._token_kind(cut, before, after, balanced, inside_number)
+            if kind is not None:
+                candidates.append(kind)
+        if self.numeric[cut - self.start]:
+            return
+        for kind in candidates:
+            self.best[kind][1] = cut
+            if balanced:
+                self.best[kind][0] = cut
+
+    def _track_brackets(self, cut: int) -> bool:
+        """Follow quotes and brackets up to ``cut``; True when none is open there."""
+        depth = len(self.awaited)
+        _track_brackets(self.awaited, self.buf, cut - 1, self.start)
+        if len(self.awaited) > depth:
+            self.opened_at.append(cut - 1)
+        del self.opened_at[len(self.awaited) :]
+        return not self.awaited
+
+    def _mark_candidates(self, before: str, after: str) -> list[str]:
+        """A cut after a clause or sentence mark (and the closers that follow it)."""
+        if before in _CLAUSE_MARKS:
+            self.in_clause = True
+            self.clause_cjk = self.clause_cjk or before in CJK_CLAUSE_MARKS
+        elif not (self.in_clause and before in CLOSERS):
+            self.in_clause = self.clause_cjk = False
+        if before in _CJK_TERMINATORS or before in "!?":
+            self.in_sentence = True
+        elif not (self.in_sentence and (before in CLOSERS or before in _TERMINATORS)):
+            self.in_sentence = False
+        candidates: list[str] = []
+        if (
+            self.in_clause
+            and after not in _CLAUSE_MARKS
+            and after not in CLOSERS
+            and (self.clause_cjk or after.isspace() or not after.isascii())
+        ):
+            candidates.append("clause")
+        if (
+            self.in_sentence
+            and after not in _TERMINATORS
+            and after not in CLOSERS
+            and not _is_ascii_alnum(after)
+        ):
+            candidates.append("sentence")
+        return candidates
+
+    def _note_splits(self, cut: int, before: str, after: str, inside_number: bool) -> None:
+        """The last resorts: any cut between two tokens, outside numbers where it can."""
+        if (_is_ascii_letter(before) and _is_ascii_letter(after)) or (
+            _is_ascii_digit(before) and _is_ascii_digit(after)
+        ):
+            return
+        self.split = cut
+        if not inside_number:
+            # Outside a tight number like 3.14 or 0/0, though perhaps inside a loose
+            # date/time span ("0/ 0/0"): better than inside a number.
+            self.loose = cut
+            if not self.numeric[cut - self.start]:
+                self.hard = cut
+
+    def _token_kind(
+        self, cut: int, before: str, after: str, balanced: bool, inside_number: bool
+    ) -> str | None:
+        """A cut at a blank, between CJK and other text, or at a symbol."""
+        # A straight quote with nothing open before it opens a quote: a cut may go
+        # before it (it starts the next segment whole), unlike a closer.
+        opens_quote = balanced and (after == '"' or (after == "'" and not before.isalpha()))
+        if after.isspace():
+            return "blank"
+        if after in _ATTACHING and not opens_quote:
+            return None
+        if not (before.isascii() and after.isascii()):
+            return "cjk"
+        if not (
+            inside_number
+            or self.url_like[cut - self.start]
+            or (_is_ascii_alnum(before) and _is_ascii_alnum(after))
+        ):
+            return "symbol"
+        return None
+
+    def choice(self, last: int) -> int:
+        """The best cut seen, ``last`` (the hard limit) when there is none."""
+        start, window, best = self.start, self.window, self.best
+        # Leading blanks alone, rather than split the token after them.
+        lead = start + len(window) - len(window.lstrip())
+        lead = lead if start < lead <= last else 0
+        # A quote or bracket still open at the limit: cut before it, so that it starts
+        # the next segment whole (if it is shorter than max_chars).
+        opened = self.opened_at
+        open_quote = opened[0] if opened and self.buf[start : opened[0]].strip() else 0
+        order = (
+            [open_quote]
+            + [best[kind][0] for kind in ("clause", "blank", "cjk", "symbol")]
+            + [best[kind][1] for kind in self._KINDS]
+            + [lead, self.hard, self.loose, self.split]
+        )
+        for cut in order:
+            if cut:
+                return cut
+        # A single word or number longer than max_chars: the hard limit wins.
+        return last
