@@ -16,7 +16,11 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
+        for declare in (self._traffic, self._speech, self._engine, self._steps):
+            declare(self.registry)
+
+    def _traffic(self, r: CollectorRegistry) -> None:
+        """Requests, sessions, streams and their refusals."""
         self.http_requests = Counter(
             "tts_http_requests_total",
             "HTTP requests by route and status",
@@ -46,24 +50,37 @@ class Metrics:
         self.active_streams = Gauge(
             "tts_active_streams", "contexts with text accepted and not yet done", registry=r
         )
-        self.fallback_segments = Counter(
-            "tts_fallback_segments_total",
-            "segments spoken by the fallback voice after the main engine failed on them",
-            registry=r,
-        )
-        self.jobs_cancelled = Counter(
-            "tts_engine_jobs_cancelled_total",
-            "segments the engine stopped early or skipped (cancel, disconnect, timeout)",
-            registry=r,
-        )
-        self.queue_depth = Gauge(
-            "tts_engine_queue_depth", "segments waiting for the engine", registry=r
-        )
         self.ttfa = Histogram(
             "tts_time_to_first_audio_seconds",
             "first text of a context (or HTTP request) to its first audio",
             ["route"],
             buckets=_LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.errors = Counter(
+            "tts_errors_total",
+            "errors by kind, and by fault: client (a bad request) or server (ours)",
+            ["kind", "fault"],
+            registry=r,
+        )
+        self.contexts_refused = Counter(
+            "tts_contexts_refused_total",
+            "contexts and requests refused because the engine is at capacity",
+            ["route"],
+            registry=r,
+        )
+        self.contexts_degraded = Counter(
+            "tts_contexts_degraded_total",
+            "contexts and requests served by the fallback voice because the engine is at capacity",
+            ["route"],
+            registry=r,
+        )
+
+    def _speech(self, r: CollectorRegistry) -> None:
+        """What was spoken."""
+        self.fallback_segments = Counter(
+            "tts_fallback_segments_total",
+            "segments spoken by the fallback voice after the main engine failed on them",
             registry=r,
         )
         self.segment_latency = Histogram(
@@ -86,15 +103,20 @@ class Metrics:
             "characters that could not be spoken (reported)",
             registry=r,
         )
-        self.errors = Counter(
-            "tts_errors_total",
-            "errors by kind, and by fault: client (a bad request) or server (ours)",
-            ["kind", "fault"],
+
+    def _engine(self, r: CollectorRegistry) -> None:
+        """The engine thread's state and work."""
+        self.jobs_cancelled = Counter(
+            "tts_engine_jobs_cancelled_total",
+            "segments the engine stopped early or skipped (cancel, disconnect, timeout)",
             registry=r,
+        )
+        self.queue_depth = Gauge(
+            "tts_engine_queue_depth", "segments waiting for the engine", registry=r
         )
         self.engine_state = Gauge(
             "tts_engine_state",
-            "1 for the engine's current state, 0 for the others",
+            "1 for the engine's current state (loading, ready, failed, stalled, stopped), 0 for the others",
             ["state"],
             registry=r,
         )
@@ -123,6 +145,8 @@ class Metrics:
             "tts_engine_ready", "1 when the engine is loaded and warm", ["engine"], registry=r
         )
 
+    def _steps(self, r: CollectorRegistry) -> None:
+        """The engine's steps: batch sizes, cost, capacity."""
         self.batch_size = Histogram(
             "tts_engine_batch_size",
             "segments advanced together in one batched engine step",
@@ -130,7 +154,9 @@ class Metrics:
             registry=r,
         )
         self.engine_steps = Counter(
-            "tts_engine_steps_total", "batched engine steps (GPT steps of the batch)", registry=r
+            "tts_engine_steps_total",
+            "engine steps (a GPT step of the batch; a chunk, for an engine that does not batch)",
+            registry=r,
         )
         self.step_seconds = Histogram(
             "tts_engine_step_seconds",
@@ -147,18 +173,6 @@ class Metrics:
             "tts_capacity_streams",
             "real-time streams the engine carries, as measured (admission holds new "
             "contexts to it; -1 until measured)",
-            registry=r,
-        )
-        self.contexts_refused = Counter(
-            "tts_contexts_refused_total",
-            "contexts and requests refused because the engine is at capacity",
-            ["route"],
-            registry=r,
-        )
-        self.contexts_degraded = Counter(
-            "tts_contexts_degraded_total",
-            "contexts and requests served by the fallback voice because the engine is at capacity",
-            ["route"],
             registry=r,
         )
         self.gpu_memory_bytes = Gauge(
