@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from server.connection_guard import GuardOptions
 from server.engines.chattts.options import ChatTTSOptions
 from server.options import GROUPS, choice_problems, nested, option, reference_markdown, specs
 from server.runtime.admission import AdmissionOptions
@@ -131,6 +132,19 @@ class Settings:
         120.0,
         "a WebSocket session with no open context is closed (1001, reason idle) after this "
         "long without a message from its client, giving its connection slot back (0: never)",
+        group="limits",
+    )
+    header_timeout_s: float = option(
+        10.0,
+        "a connection must complete its request head (HTTP request line and headers, or "
+        "WebSocket upgrade) this soon after it opens or after its previous response, or "
+        "it is closed (408 if it sent part of one)",
+        group="limits",
+    )
+    max_preauth_connections: int = option(
+        256,
+        "connections waiting to send a request head, so not yet authenticated (idle "
+        "kept-alive ones included); one more closes the one that has waited longest",
         group="limits",
     )
     max_contexts: int = option(8, "open contexts per connection", group="limits")
@@ -300,6 +314,14 @@ class Settings:
         )
 
     @property
+    def connection_guard(self) -> GuardOptions:
+        """What a connection may take before its request reaches the app
+        (server.connection_guard)."""
+        return GuardOptions(
+            header_timeout_s=self.header_timeout_s, max_preauth=self.max_preauth_connections
+        )
+
+    @property
     def transport_max_bytes(self) -> int:
         """Frames above this are not even read: the connection closes with 1009."""
         return 4 * self.max_message_bytes
@@ -393,6 +415,8 @@ def validate(settings: Settings) -> None:
         problems.append("engine chattts needs --model-dir (or TTS_MODEL_DIR)")
     positive = (
         "max_connections",
+        "header_timeout_s",
+        "max_preauth_connections",
         "max_contexts",
         "max_message_bytes",
         "max_text_message_chars",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import socket
@@ -13,6 +14,7 @@ from typing import Any
 import uvicorn
 
 from server.config import Settings
+from server.connection_guard import ConnectionGuard, GuardedHttpProtocol
 from server.state import AppState
 
 logger = logging.getLogger(__name__)
@@ -24,9 +26,13 @@ _GOING_AWAY_GRACE_S = 1.0
 def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Config:
     """The one uvicorn configuration the server runs with (``overrides`` for tests and
     benchmarks: log level, graceful-shutdown timeout)."""
+    state: AppState | None = getattr(getattr(app, "state", None), "tts", None)
+    guard = state.guard if state is not None else ConnectionGuard(settings.connection_guard)
     options: dict[str, Any] = {
         "host": settings.host,
         "port": settings.port,
+        # httptools with a header timeout and the pre-authentication limit.
+        "http": functools.partial(GuardedHttpProtocol, guard=guard),
         "ws": "websockets-sansio",
         "loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
         "ws_max_size": settings.transport_max_bytes,

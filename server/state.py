@@ -18,6 +18,7 @@ from fastapi import Request
 
 from server.auth import TokenAuth, bearer_token
 from server.config import Settings
+from server.connection_guard import ConnectionGuard
 from server.engines.select import EngineFactory, engine_factory, fallback_factory
 from server.http.audio import Encoders
 from server.metrics import Metrics
@@ -66,6 +67,8 @@ class AppState:
         self.frontend = frontend
         self.voices = voices
         self.encoders = Encoders()
+        #: Connections still to send a request head (uvicorn's protocol, server.lifecycle).
+        self.guard = ConnectionGuard(settings.connection_guard, metrics)
         self.connections = 0
         self.draining = False
         self.sessions: set[LiveSession] = set()

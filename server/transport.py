@@ -103,7 +103,7 @@ async def drain_then_abort(transport: asyncio.WriteTransport | None, grace_s: fl
     deadline = loop.time() + grace_s
     while transport.get_write_buffer_size():
         if loop.time() >= deadline:
-            logger.info("a client that stopped reading is disconnected at shutdown")
+            logger.info("a client that stopped reading is disconnected")
             transport.abort()
             return
         await asyncio.sleep(0.02)

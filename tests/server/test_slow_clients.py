@@ -1,5 +1,7 @@
 """Clients that hold a connection without using it, on a real server with real sockets:
-idle WebSocket sessions are closed and give their slot back."""
+silent and slowloris connections are closed within the header timeout, the
+pre-authentication limit closes the longest waiting so a real client still gets in, idle
+WebSocket sessions are closed and give their slot back."""
 
 from __future__ import annotations
 
@@ -17,6 +19,132 @@ from streaming import protocol as p
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
 
 IDLE_S = 1.0  # --ws-idle-timeout-s in these tests
+HEADER_S = 1.0  # --header-timeout-s
+MAX_PREAUTH = 8  # --max-preauth-connections
+TOKEN = "s3cret-token"
+#: How late past its bound a closure may come on a loaded machine.
+SLACK_S = TIMEOUT_S / 6
+SLOWLORIS_LINES = [
+    b"GET /v1/stream HTTP/1.1\r\n",
+    b"Host: 127.0.0.1\r\n",
+    b"Upgrade: websocket\r\n",
+    b"Connection: Upgrade\r\n",
+    b"Sec-WebSocket-Version: 13\r\n",
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
+] + [b"X-Padding-%d: x\r\n" % i for i in range(1000)]
+
+
+@pytest.fixture(scope="module")
+def header_server() -> Iterator[LiveServer]:
+    settings = Settings(engine="espeak", header_timeout_s=HEADER_S, tokens=(TOKEN,))
+    with run_live_server(settings) as live:
+        yield live
+
+
+@pytest.fixture(scope="module")
+def preauth_server() -> Iterator[LiveServer]:
+    settings = Settings(
+        engine="espeak",
+        header_timeout_s=TIMEOUT_S * 10,  # only the limit closes connections here
+        max_preauth_connections=MAX_PREAUTH,
+        tokens=(TOKEN,),
+    )
+    with run_live_server(settings) as live:
+        yield live
+
+
+def address(server: LiveServer) -> tuple[str, int]:
+    host, port = server.base_url.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+async def until_closed(reader: asyncio.StreamReader) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    received = b""
+    async with asyncio.timeout(TIMEOUT_S):
+        while True:
+            try:
+                chunk = await reader.read(4096)
+            except ConnectionResetError:
+                return received
+            if not chunk:
+                return received
+            received += chunk
+
+
+async def slowloris(server: LiveServer, every_s: float) -> bytes:
+    """Send an upgrade's header lines ``every_s`` apart, never its end, until the server
+    closes; what the server answered."""
+    reader, writer = await asyncio.open_connection(*address(server))
+    closed = asyncio.ensure_future(until_closed(reader))
+    try:
+        for line in SLOWLORIS_LINES:
+            if closed.done():
+                break
+            writer.write(line)
+            await asyncio.wait([closed], timeout=every_s)
+        return await closed
+    finally:
+        writer.close()
+
+
+async def test_silent_and_slowloris_connections_are_closed_within_the_header_timeout(
+    header_server: LiveServer,
+) -> None:
+    """Connections that never send a byte, and upgrades whose header lines trickle in,
+    are closed within --header-timeout-s of opening (a partial head gets 408); a
+    WebSocket session that finished its upgrade is not, and nothing is left waiting."""
+    loop = asyncio.get_running_loop()
+    async with StreamClient.connect(header_server.ws_url, token=TOKEN) as client:
+        since = loop.time()
+        silent = [await asyncio.open_connection(*address(header_server)) for _ in range(100)]
+        answers = await asyncio.gather(
+            *(until_closed(reader) for reader, _ in silent),
+            *(slowloris(header_server, every_s=HEADER_S / 5) for _ in range(10)),
+        )
+        waited_s = loop.time() - since
+        for _, writer in silent:
+            writer.close()
+        assert answers[:100] == [b""] * 100
+        assert all(a.startswith(b"HTTP/1.1 408 ") for a in answers[100:])
+        assert HEADER_S * 0.9 <= waited_s < HEADER_S + SLACK_S
+        assert header_server.state.guard.waiting == 0  # type: ignore[attr-defined]
+        # The session upgraded before the timeout still works after it.
+        context = await client.open(seed=1)
+        await client.send_text("你好。", context)
+        await client.end(context)
+        result = await client.collect(context, TIMEOUT_S)
+        assert result.done is not None and result.done["cancelled"] is False
+
+
+async def test_a_full_preauth_limit_closes_the_longest_waiting_and_a_client_gets_in(
+    preauth_server: LiveServer,
+) -> None:
+    """With --max-preauth-connections silent connections open, each new connection closes
+    the one that has waited longest: no more than the limit stay open, and a client with
+    a token still connects and speaks."""
+    first = [await asyncio.open_connection(*address(preauth_server)) for _ in range(MAX_PREAUTH)]
+    second = [await asyncio.open_connection(*address(preauth_server)) for _ in range(MAX_PREAUTH)]
+    try:
+        # Each of the second wave closed one of the first, oldest first.
+        answers = await asyncio.gather(*(until_closed(reader) for reader, _ in first))
+        assert answers == [b""] * MAX_PREAUTH
+        assert preauth_server.state.guard.waiting == MAX_PREAUTH  # type: ignore[attr-defined]
+        async with StreamClient.connect(
+            preauth_server.ws_url, token=TOKEN, via="query", open_timeout_s=TIMEOUT_S
+        ) as client:
+            context = await client.open(seed=2)
+            await client.send_text("你好。", context)
+            await client.end(context)
+            result = await client.collect(context, TIMEOUT_S)
+            assert result.done is not None and result.done["cancelled"] is False
+        # Its connection closed the oldest of the second wave.
+        assert await until_closed(second[0][0]) == b""
+        for reader, _ in second[1:]:
+            assert not reader.at_eof()
+    finally:
+        for _, writer in first + second:
+            writer.close()
 
 
 @pytest.fixture(scope="module")
