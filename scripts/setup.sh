@@ -36,16 +36,22 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
     "${pip[@]}" $TORCH_SPEC
 fi
 
-extras=""
-[[ $want_test == 1 ]] && extras="[test]"
-stamp="$VENV/.setup-stamp$extras"
+# One stamp: "<fingerprint of the install files> <extras installed>". An install with the
+# test tools satisfies a plain one (`make serve` after `make test` installs nothing), and a
+# reinstall after the files changed keeps the test tools a previous --test run added.
+stamp="$VENV/.setup-stamp"
 fingerprint=$(cat pyproject.toml client/pyproject.toml constraints.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)
-if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$fingerprint" ]]; then
+read -r stamped_fingerprint stamped_extras < "$stamp" 2>/dev/null || true
+has_test=0
+[[ "${stamped_extras:-}" == "[test]" ]] && has_test=1
+if [[ "${stamped_fingerprint:-}" != "$fingerprint" || $want_test -gt $has_test ]]; then
+    extras=""
+    [[ $want_test == 1 || $has_test == 1 ]] && extras="[test]"
     # The light client first: the project depends on it and it is not on the index.
     log "installing the client (client/) and the project${extras}"
     "${pip[@]}" -e ./client
     "${pip[@]}" -e ".${extras}"
-    echo "$fingerprint" > "$stamp"
+    echo "$fingerprint $extras" > "$stamp"
 fi
 
 # PyPI's torchaudio wheels ship a compiled extension built against a CUDA torch of their
