@@ -98,15 +98,25 @@ def serve(settings: Settings) -> int:
     threading.Thread(
         target=_exit_if_no_engine, args=(server, state), name="engine-watch", daemon=True
     ).start()
+    engine = settings.resolved_engine()
+    where = f" from {settings.model_dir}" if engine == "chattts" else ""
     logger.info(
-        "serving on http://%s:%d (engine: %s)",
+        "listening on http://%s:%d; loading the %s engine%s",
         settings.host,
         settings.port,
-        settings.resolved_engine(),
+        engine,
+        where,
     )
     server.run()
     if state.worker.status.state == "failed":
-        logger.critical("exiting: no engine could be loaded (%s)", state.worker.status.detail)
+        hint = (
+            "; --fallback-on-load-failure true would serve the fallback voice instead"
+            if engine == "chattts"
+            else ""
+        )
+        logger.critical(
+            "exiting: no engine could be loaded (%s)%s", state.worker.status.detail, hint
+        )
         return 1
     return 0
 

@@ -110,8 +110,15 @@ class Settings:
         group="engine",
     )
     fallback_on_load_failure: bool = option(
+        False,
+        "when the named ChatTTS model fails to load, serve the fallback voice (degraded) "
+        "instead of exiting with status 1",
+        group="engine",
+    )
+    ready_when_degraded: bool = option(
         True,
-        "when ChatTTS fails to load, serve the fallback voice (degraded) instead of exiting",
+        "while the fallback voice serves in place of a model that failed to load, /ready "
+        "answers 200 (false: 503, so a load balancer sends it no traffic)",
         group="engine",
     )
     fallback_on_synthesis_failure: bool = option(
@@ -127,25 +134,25 @@ class Settings:
     tokens: tuple[str, ...] = field(default=(), repr=False)
 
     # Limits
-    max_connections: int = option(64, "WebSocket connections per server", group="limits")
+    max_connections: int = option(64, "WebSocket connections per server", group="connections")
     ws_idle_timeout_s: float = option(
         120.0,
         "a WebSocket session with no open context is closed (1001, reason idle) after this "
         "long without a message from its client, giving its connection slot back (0: never)",
-        group="limits",
+        group="connections",
     )
     header_timeout_s: float = option(
         10.0,
         "a connection must complete its request head (HTTP request line and headers, or "
         "WebSocket upgrade) this soon after it opens or after its previous response, or "
         "it is closed (408 if it sent part of one)",
-        group="limits",
+        group="connections",
     )
     max_preauth_connections: int = option(
         256,
         "connections waiting to send a request head, so not yet authenticated (idle "
         "kept-alive ones included); one more closes the one that has waited longest",
-        group="limits",
+        group="connections",
     )
     max_contexts: int = option(8, "open contexts per connection", group="limits")
     max_message_bytes: int = option(
@@ -167,7 +174,7 @@ class Settings:
         30.0,
         "a streamed HTTP response whose client reads nothing for this long is cut (its "
         "engine work stops, its slot is freed)",
-        group="limits",
+        group="connections",
     )
     max_voices: int = option(1000, "voices that can be created per engine", group="limits")
     max_voice_clip_seconds: float = option(
@@ -210,13 +217,13 @@ class Settings:
         "bytes a WebSocket connection may hold in its socket and transport buffers; beyond "
         "it audio waits where a cancel drops it. It also caps one connection's throughput "
         "near this much per round trip (0: the operating system's default, autotuned)",
-        group="limits",
+        group="connections",
     )
     drain_timeout_s: float = option(
         30.0,
         "on SIGTERM, refuse new work and let audio in progress finish for up to this long "
         "(0: close at once)",
-        group="limits",
+        group="connections",
     )
 
     # Segmentation and streaming

@@ -19,7 +19,12 @@ from fastapi import Request
 from server.auth import TokenAuth, bearer_token
 from server.config import Settings
 from server.connection_guard import ConnectionGuard
-from server.engines.select import EngineFactory, engine_factory, fallback_factory
+from server.engines.select import (
+    EngineFactory,
+    engine_factory,
+    fallback_factory,
+    has_random_weights,
+)
 from server.http.audio import Encoders
 from server.metrics import Metrics
 from server.runtime.admission import Admission
@@ -69,6 +74,8 @@ class AppState:
         self.encoders = Encoders()
         #: Connections still to send a request head (uvicorn's protocol, server.lifecycle).
         self.guard = ConnectionGuard(settings.connection_guard, metrics)
+        #: The named model is a random-weight checkpoint (reported by /ready).
+        self.random_weights = has_random_weights(settings)
         self.connections = 0
         self.draining = False
         self.sessions: set[LiveSession] = set()

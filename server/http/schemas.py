@@ -88,7 +88,12 @@ class Readiness(BaseModel):
     state: str = Field(description="loading, ready, failed, stopped or draining")
     text_frontend: TextFrontendStatus
     engine: str | None
-    degraded: bool
+    degraded: bool = Field(
+        description="the fallback voice serves because the named model failed to load"
+    )
+    random_weights: bool = Field(
+        description="the model is a generated random-weight checkpoint: it speaks noise"
+    )
     detail: str | None
     load_seconds: float | None
     sample_rate: int | None

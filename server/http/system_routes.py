@@ -22,7 +22,8 @@ def _readiness(state: AppState) -> tuple[bool, dict[str, object]]:
     status = state.worker.status
     # Without warm-up the normaliser loads on first use, so it cannot hold /ready back.
     text_ready = state.frontend.loaded or not state.settings.warm_up
-    ready = state.worker.ready and text_ready and not state.draining
+    degraded_ok = not status.degraded or state.settings.ready_when_degraded
+    ready = state.worker.ready and text_ready and not state.draining and degraded_ok
     body = {
         "ready": ready,
         "state": "draining" if state.draining else status.state,
@@ -33,6 +34,7 @@ def _readiness(state: AppState) -> tuple[bool, dict[str, object]]:
         },
         "engine": status.engine,
         "degraded": status.degraded,
+        "random_weights": state.random_weights and status.engine == "chattts",
         "detail": status.detail,
         "load_seconds": status.load_seconds,
         "sample_rate": state.worker.engine.sample_rate_hz if state.worker.engine else None,

@@ -54,7 +54,10 @@ class EngineThread:
             if worker.options.warm_up:
                 engine.warm_up()
         except Exception as exc:
-            logger.exception("engine failed to load")
+            # An operator's problem (a missing or damaged model), told in one line; the
+            # traceback only at debug level.
+            logger.error("the engine failed to load: %s: %s", type(exc).__name__, exc)
+            logger.debug("engine load failure", exc_info=True)
             worker.loaded("failed", None, detail=f"{type(exc).__name__}: {exc}")
             worker.inbox.refuse_queued(worker.handoff)
             return

@@ -256,11 +256,12 @@ class EngineWorker:
         if name is not None:
             self.metrics.engine_ready.labels(engine=name).set(int(state == "ready"))
         if state == "ready":
-            logger.info(
-                "engine %s ready in %.2f s%s",
+            logger.log(
+                logging.WARNING if degraded else logging.INFO,
+                "serving with the %s engine (ready in %.2f s)%s",
                 name,
                 load_s,
-                f" (degraded: {detail})" if degraded else "",
+                f", degraded: {detail}" if degraded else "",
             )
         self._loaded.set()
 

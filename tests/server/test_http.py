@@ -120,7 +120,7 @@ def test_ready_is_503_while_the_engine_loads() -> None:
 def test_ready_reports_degraded_when_chattts_fails_and_fallback_is_on(tmp_path: Path) -> None:
     """ChatTTS failing to load (empty model dir) with fallback on: ready, engine espeak,
     degraded, and the detail names the failure."""
-    settings = Settings(engine="chattts", model_dir=tmp_path)
+    settings = Settings(engine="chattts", model_dir=tmp_path, fallback_on_load_failure=True)
     with (
         run_live_server(settings) as live,
         httpx.Client(base_url=live.base_url, timeout=TIMEOUT_S) as http,

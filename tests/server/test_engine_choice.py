@@ -1,0 +1,131 @@
+"""Which engine serves, and what the server says about it: a named model that fails to
+load, a degraded server behind a balancer, random weights, a fast engine's capacity."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import httpx
+from chattts_client import StreamClient
+
+from server.config import Settings
+from server.engines.chattts.options import ChatTTSOptions
+from server.engines.select import RANDOM_WEIGHTS_MAX_NEW_TOKEN, chattts_options
+from tests.live import TIMEOUT_S, run_live_server
+
+SERVE = [sys.executable, "-m", "server", "serve", "--port", "0"]
+
+
+def test_a_named_model_that_fails_to_load_exits_with_one_clear_line(tmp_path: Path) -> None:
+    """--model-dir naming nothing loadable: exit status 1, the reason in one line, no
+    traceback, and a hint at the setting that would serve the fallback voice instead."""
+    done = subprocess.run(
+        [*SERVE, "--model-dir", str(tmp_path / "missing")],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S * 4,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    exit_lines = [line for line in done.stderr.splitlines() if "exiting" in line]
+    assert len(exit_lines) == 1
+    assert str(tmp_path / "missing") in exit_lines[0]
+    assert "--fallback-on-load-failure true" in exit_lines[0]
+
+
+def test_the_log_names_the_engine_actually_serving(tmp_path: Path) -> None:
+    """A model that failed to load with the fallback allowed: the log says the espeak
+    engine serves, degraded, and never that ChatTTS does."""
+    command = [*SERVE, "--model-dir", str(tmp_path), "--fallback-on-load-failure", "true"]
+    lines: list[str] = []
+    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True) as process:
+        deadline = threading.Timer(TIMEOUT_S * 4, process.kill)  # bounds the read below
+        deadline.start()
+        try:
+            assert process.stderr is not None
+            for line in process.stderr:
+                lines.append(line)
+                if "serving with" in line:
+                    break
+        finally:
+            deadline.cancel()
+            process.terminate()
+            process.wait(TIMEOUT_S)
+    serving = lines[-1]
+    assert "serving with the espeak engine" in serving and "degraded" in serving
+    assert not any("serving with the chattts" in line for line in lines)
+
+
+def test_ready_can_refuse_a_degraded_server(tmp_path: Path) -> None:
+    """--ready-when-degraded false: /ready answers 503 (degraded) so a balancer sends no
+    traffic, while the fallback voice still answers requests sent to it directly."""
+    settings = Settings(
+        engine="chattts",
+        model_dir=tmp_path,
+        fallback_on_load_failure=True,
+        ready_when_degraded=False,
+    )
+    with (
+        run_live_server(settings) as live,
+        httpx.Client(base_url=live.base_url, timeout=TIMEOUT_S) as http,
+    ):
+        ready = http.get("/ready")
+        assert ready.status_code == 503
+        assert ready.json()["degraded"] is True and ready.json()["engine"] == "espeak"
+        assert http.post("/v1/tts", json={"text": "你好。"}).status_code == 200
+
+
+def test_ready_and_the_log_say_the_model_has_random_weights(tiny_checkpoint: Path) -> None:
+    """A generated checkpoint: /ready says random_weights, and its segments are held to a
+    short max_new_token unless the setting was changed."""
+    settings = Settings(
+        engine="chattts", model_dir=tiny_checkpoint, chattts=ChatTTSOptions(device="cpu")
+    )
+    assert chattts_options(settings).max_new_token == RANDOM_WEIGHTS_MAX_NEW_TOKEN
+    chosen = Settings(
+        engine="chattts",
+        model_dir=tiny_checkpoint,
+        chattts=ChatTTSOptions(device="cpu", max_new_token=96, min_new_token=96),
+    )
+    assert chattts_options(chosen).max_new_token == 96
+    with (
+        run_live_server(settings.replace(chattts=chosen.chattts)) as live,
+        httpx.Client(base_url=live.base_url, timeout=TIMEOUT_S) as http,
+    ):
+        body = http.get("/ready").json()
+        assert body["random_weights"] is True and body["engine"] == "chattts"
+    with (
+        run_live_server(Settings(engine="espeak")) as live,
+        httpx.Client(base_url=live.base_url, timeout=TIMEOUT_S) as http,
+    ):
+        assert http.get("/ready").json()["random_weights"] is False
+
+
+async def test_a_fast_engine_takes_more_streams_than_segments_in_flight() -> None:
+    """The fallback voice makes audio far faster than real time: once its speed is
+    measured, more concurrent streams than --max-active-segments are all admitted."""
+    streams = 12
+    settings = Settings(engine="espeak", max_active_segments=4)
+    with run_live_server(settings) as live:
+        async with StreamClient.connect(live.ws_url) as warm:  # measure the engine first
+            await warm.open()
+            await warm.send_text("先说一句话，让服务器量一量速度。")
+            await warm.end()
+            assert (await warm.collect(timeout_s=TIMEOUT_S)).done is not None
+        capacity = live.state.worker.capacity()  # type: ignore[attr-defined]
+        assert capacity is not None and capacity > streams
+
+        async def speak(i: int) -> bool:
+            async with StreamClient.connect(live.ws_url) as tts:
+                await tts.open(attempts=1)
+                await tts.send_text(f"第{i}个流在说话。")
+                await tts.end()
+                result = await tts.collect(timeout_s=TIMEOUT_S)
+                return result.done is not None and result.samples > 0
+
+        assert all(await asyncio.gather(*(speak(i) for i in range(streams))))
