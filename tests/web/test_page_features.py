@@ -181,7 +181,6 @@ def test_banner_says_the_server_is_degraded(page: Any, tmp_path: Path) -> None:
     assert "degraded" in text and readiness["detail"] in text
 
 
-@pytest.mark.xfail(strict=True, reason="/ready has no random_weights field yet (issue 20)")
 def test_banner_says_the_model_has_random_weights(page: Any, tiny_checkpoint: Path) -> None:
     """A server on a random-weight checkpoint (its speech is noise) says so in a banner."""
     with run_live_server(Settings(engine="chattts", model_dir=tiny_checkpoint)) as server:
