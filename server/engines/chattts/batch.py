@@ -1,33 +1,35 @@
-"""Continuous batching of ChatTTS: many utterances advance in one GPT forward per step.
-
-:class:`BatchedGPT` runs ChatTTS's ``LlamaModel`` layer by layer (the modules of
-:mod:`server.engines.chattts.static_cache`) against one key/value store shaped
-``(layers, rows, kv_heads, tokens, head_dim)``: a row per utterance, each with its own
-position. A step takes any set of rows: the layers' linear projections run on all of
-them at once (one GEMM per weight, the cost a batch shares), each row's keys and values
-are written at its own position, and attention reads each row's own filled prefix, so
-no row sees another's keys. Attention runs either row by row over views of the store
-(``attention="rows"``: no copies, any subset of rows, no padding) or as one masked SDPA
-over the rows gathered (``"masked"``: fewer calls, for CUDA); "auto" takes rows on the
-CPU (measured faster there, ``bench/batch_step.py``) and masked on CUDA.
-
-The store grows on demand (rows and tokens, by doubling up to ``max_rows`` and
-``max_tokens``), so memory follows what is in flight.
+"""Continuous batching of ChatTTS: many utterances advance in one step of tensor work.
 
 :class:`BatchedDecoder` is the generation loop of
-:class:`~server.engines.chattts.decoder.StreamingDecoder` spread over a batch. Each
-utterance keeps its own sampling state (its :class:`Sampler`: temperature, top-P/top-K,
-repetition penalty over its own last 16 tokens, its seed re-seeded every step as ChatTTS
-does, its EOS and ``min_new_token``) and its own chunk schedule
-(:class:`ChunkWindows`: a row whose listener is short of audio cuts its next chunk as
-soon as a minimal one is ready, so growing chunks never starve a stream under load). Prefill runs one utterance alone (its prompt from position
-0); steps run together. Chunks due at the same step with windows of the same length are
-vocoded in one call.
+:class:`~server.engines.chattts.decoder.StreamingDecoder` spread over a batch. A row
+(:class:`Row`) is one utterance: it joins with its prompt prefilled alone (from position
+0, into its own row of :class:`~server.engines.chattts.batch_gpt.BatchedGPT`'s store),
+then steps with the others, and leaves when it ends or is closed.
 
-Same output: an utterance's prefill is the single-utterance arithmetic exactly, and a
-step differs from a batch of one only in how a GEMM over several rows rounds, so a
-seeded utterance gives the same tokens alone or with others (tests/server/
-test_batch.py), its hidden states equal to float tolerance.
+A step is the same few hundred tensor operations whatever the batch size: the input
+embeddings of every row's last tokens, one forward through the GPT, the heads, the
+sampler for all rows at once (:class:`~server.engines.chattts.sampling.RowSampling`:
+ChatTTS's temperature, repetition penalty, top-P, top-K, EOS below ``min_new_token``
+and per-row seeds, drawn in one operation), and the bookkeeping (positions, steps,
+histories, end flags) as in-place updates of preallocated tensors
+(:class:`~server.engines.chattts.batch_rows.RowTable`). The host reads the device once
+per step: every row's end flag together. From that it updates its own mirror of each
+row's progress with numpy operations, and only rows whose chunk is due get Python
+work: their window is vocoded (equal lengths in one call) and joined to what they sent
+(:class:`~server.engines.chattts.vocoding.ChunkWindows`).
+
+Shapes: on the CPU a step covers rows ``0 .. n - 1`` (``n`` one past the highest row in
+use; free and sitting-out rows among them compute, and nothing of theirs is kept) and
+attends over the longest active row's positions. With ``static_shapes`` (implied by
+``cuda_graphs``) the row count and span are rounded up to buckets, so each step is one
+of a few fixed-shape functions, which ``cuda_graphs`` captures once per bucket
+(:mod:`server.engines.chattts.batch_graphs`); the CPU runs the very same function.
+
+Same output: a prefill is the single-utterance arithmetic exactly and a step differs
+from a batch of one only in how a GEMM over several rows rounds, so a seeded utterance
+gives the same tokens alone or with others (tests/server/test_batch_step.py). The
+sampler's ``"fast"`` mode (serving's) keeps ChatTTS's tokens but for rounding ties;
+``sampling="parity"`` is ChatTTS's warpers op for op (see the sampling module).
 
 Not thread-safe: the engine thread drives it.
 """
@@ -36,182 +38,68 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
+from server.engines.chattts.batch_gpt import BatchedGPT
+from server.engines.chattts.batch_graphs import MIN_SPAN, StepGraphs, bucket
+from server.engines.chattts.batch_rows import RowTable
 from server.engines.chattts.decoder import GenerationParams, StreamingDecoder
-from server.engines.chattts.generation import Sampler
-from server.engines.chattts.static_cache import attend, layer_inputs, layer_output
+from server.engines.chattts.sampling import RowSampling
 from server.engines.chattts.vocoding import ChunkWindows
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["BatchedDecoder", "BatchedGPT", "Row"]
 
-_INITIAL_ROWS = 4
-_MAX_GROUP_ROWS = 150  # x 4 codebooks stays below ChatTTS's 625-row penalty guard
-_INITIAL_TOKENS = 1024
-
-
-class BatchedGPT:
-    """Prefill and batched one-token steps of ChatTTS's ``LlamaModel`` on rows of one store."""
-
-    def __init__(
-        self, model: Any, *, max_rows: int, max_tokens: int, attention: str = "auto"
-    ) -> None:
-        if max_rows < 1 or max_tokens < 2:
-            raise ValueError("max_rows must be >= 1 and max_tokens >= 2")
-        if attention not in ("auto", "rows", "masked"):
-            raise ValueError("attention must be auto, rows or masked")
-        self.model = model
-        config = model.config
-        self.layers = list(model.layers[: config.num_hidden_layers])
-        first = self.layers[0].self_attn
-        self.head_dim = int(first.head_dim)
-        self.heads = int(config.num_attention_heads)
-        self.kv_heads = int(config.num_key_value_heads)
-        self.scaling = float(first.scaling)
-        self.max_rows = max_rows
-        self.max_tokens = max_tokens
-        self.device = next(model.parameters()).device
-        self.dtype = next(model.parameters()).dtype
-        if attention == "auto":
-            attention = "masked" if self.device.type == "cuda" else "rows"
-        self.attention = attention
-        self.keys = self._store(min(_INITIAL_ROWS, max_rows), min(_INITIAL_TOKENS, max_tokens))
-        self.values = torch.zeros_like(self.keys)
-        self._used: set[int] = set()
-
-    def _store(self, rows: int, tokens: int) -> torch.Tensor:
-        shape = (len(self.layers), rows, self.kv_heads, tokens, self.head_dim)
-        return torch.zeros(shape, dtype=self.dtype, device=self.device)
-
-    @property
-    def rows(self) -> int:
-        return int(self.keys.size(1))
-
-    @property
-    def tokens(self) -> int:
-        return int(self.keys.size(3))
-
-    def acquire(self, tokens: int) -> int | None:
-        """A free row for an utterance of up to ``tokens`` positions, or None (full, too long)."""
-        if tokens > self.max_tokens:
-            return None
-        if len(self._used) >= self.rows:
-            if self.rows >= self.max_rows:
-                return None
-            self._grow(rows=min(self.max_rows, 2 * self.rows))
-        row = min(r for r in range(self.rows) if r not in self._used)
-        self._used.add(row)
-        return row
-
-    def release(self, row: int) -> None:
-        self._used.discard(row)
-
-    def reserve(self, tokens: int) -> None:
-        """Make room for position ``tokens - 1`` in every row (doubling, once in a while)."""
-        if tokens > self.tokens:
-            self._grow(tokens=min(self.max_tokens, max(tokens, 2 * self.tokens)))
-
-    def _grow(self, *, rows: int | None = None, tokens: int | None = None) -> None:
-        rows, tokens = rows or self.rows, tokens or self.tokens
-        for name in ("keys", "values"):
-            old = getattr(self, name)
-            new = self._store(rows, tokens)
-            new[:, : old.size(1), :, : old.size(3)].copy_(old)
-            setattr(self, name, new)
-
-    @torch.inference_mode()
-    def prefill(self, row: int, embeds: torch.Tensor) -> torch.Tensor:
-        """Run a prompt ``(1, T, hidden)`` into ``row`` from position 0; ``(1, T, hidden)``."""
-        tokens = int(embeds.size(1))
-        self.reserve(tokens)
-        x = embeds.to(self.device, self.dtype)
-        positions = torch.arange(tokens, device=self.device).unsqueeze(0)
-        cos_sin = self.model.rotary_emb(x, position_ids=positions)
-        for index, layer in enumerate(self.layers):
-            residual, q, k, v = layer_inputs(layer, x, cos_sin, self.head_dim)
-            keys = self.keys[index, row : row + 1]
-            values = self.values[index, row : row + 1]
-            keys[:, :, :tokens].copy_(k)
-            values[:, :, :tokens].copy_(v)
-            attended = attend(
-                q, keys[:, :, :tokens], values[:, :, :tokens], None, self.scaling,
-                enable_gqa=self.kv_heads != self.heads,
-            )  # fmt: skip
-            x = layer_output(layer, residual, attended)
-        out: torch.Tensor = self.model.norm(x)
-        return out
-
-    @torch.inference_mode()
-    def step(
-        self, rows: Sequence[int], positions: Sequence[int], embeds: torch.Tensor
-    ) -> torch.Tensor:
-        """One token per row: ``embeds`` ``(n, 1, hidden)`` at each row's position; ``(n, 1, hidden)``."""
-        n = len(rows)
-        self.reserve(max(positions) + 1)
-        x = embeds.to(self.device, self.dtype)
-        row_index = torch.tensor(list(rows), device=self.device)
-        position_index = torch.tensor(list(positions), device=self.device)
-        cos_sin = self.model.rotary_emb(x, position_ids=position_index.view(n, 1))
-        gqa = self.kv_heads != self.heads
-        mask = None
-        span = max(positions) + 1
-        if self.attention == "masked" and n > 1:
-            mask = (torch.arange(span, device=self.device) <= position_index[:, None]).view(
-                n, 1, 1, span
-            )
-        for index, layer in enumerate(self.layers):
-            residual, q, k, v = layer_inputs(layer, x, cos_sin, self.head_dim)
-            keys, values = self.keys[index], self.values[index]
-            keys[row_index, :, position_index] = k[:, :, 0]
-            values[row_index, :, position_index] = v[:, :, 0]
-            if mask is not None:
-                attended = attend(
-                    q, keys[row_index, :, :span], values[row_index, :, :span], mask,
-                    self.scaling, enable_gqa=gqa,
-                )  # fmt: skip
-            else:
-                attended = torch.cat(
-                    [
-                        attend(
-                            q[i : i + 1],
-                            keys[row : row + 1, :, : position + 1],
-                            values[row : row + 1, :, : position + 1],
-                            None,
-                            self.scaling,
-                            enable_gqa=gqa,
-                        )
-                        for i, (row, position) in enumerate(zip(rows, positions, strict=True))
-                    ]
-                )
-            x = layer_output(layer, residual, attended)
-        out: torch.Tensor = self.model.norm(x)
-        return out
-
 
 @dataclass(eq=False)
 class Row:
-    """One utterance's generation state in the batch."""
+    """One utterance in the batch: its settings, chunk windows and audio not yet taken.
+
+    Its progress lives in the batch's tables while it holds a row (``row``); once closed,
+    the last figures stay here.
+    """
 
     params: GenerationParams
-    sampler: Sampler
     windows: ChunkWindows
     prompt_tokens: int
-    ids: torch.Tensor  # (max_new, num_vq) sampled tokens
-    hiddens: torch.Tensor  # (max_new, hidden) the states that sampled them
+    table: RowTable
+    #: Its row of the batch (None before the prefill and after close).
     row: int | None = None
-    steps: int = 0
-    done: bool = False
+    #: The caller's object for this utterance (the engine's batcher keeps its own there).
+    owner: Any = None
+    chunks: list[np.ndarray] = field(default_factory=list)
+    _steps: int = 0
+    _done: bool = False
 
     @property
-    def position(self) -> int:
-        """Where the next step's input (the last token) goes."""
-        return self.prompt_tokens + self.steps - 1
+    def steps(self) -> int:
+        """Tokens generated and kept (the EOS step is not one)."""
+        return self._steps if self.row is None else int(self.table.host_steps[self.row])
+
+    @property
+    def done(self) -> bool:
+        """Ended: EOS sampled or ``max_new_token`` reached."""
+        return self._done if self.row is None else bool(self.table.host_done[self.row])
+
+    @property
+    def ids(self) -> torch.Tensor:
+        """``(max_steps, num_vq)`` its tokens so far in the first :attr:`steps` rows."""
+        if self.row is None:
+            raise RuntimeError("the row is not in the batch")
+        return self.table.ids[self.row]
+
+    @property
+    def hiddens(self) -> torch.Tensor:
+        """``(max_steps, hidden)`` the GPT states that sampled its tokens, likewise."""
+        if self.row is None:
+            raise RuntimeError("the row is not in the batch")
+        return self.table.hiddens[self.row]
 
 
 class BatchedDecoder:
@@ -231,158 +119,178 @@ class BatchedDecoder:
         max_tokens: int,
         attention: str = "auto",
         batch_vocoder: bool = True,
+        sampling: str = "fast",
+        static_shapes: bool = False,
+        cuda_graphs: bool = False,
     ) -> None:
         self.stream = stream
+        self.generation = stream.generation
+        self.options = stream.options
         self.gpt = BatchedGPT(
             stream.chat.gpt.gpt, max_rows=max_batch, max_tokens=max_tokens, attention=attention
         )
+        if cuda_graphs and self.gpt.attention != "masked":
+            raise ValueError("cuda_graphs needs the masked attention")
         self.batch_vocoder = batch_vocoder
         config = stream.chat.config.gpt
         self.num_vq = int(config.num_vq)
         self.eos_token = int(config.num_audio_tokens) - 1
-        self.hidden_size = int(config.hidden_size)
         self.device = torch.device(stream.chat.device)
-        self._audio: dict[int, list[np.ndarray]] = {}
+        self.static_shapes = static_shapes or cuda_graphs
+        rows = self.gpt.rows
+        self.table = RowTable(
+            rows=rows, steps=1, num_vq=self.num_vq, hidden=int(config.hidden_size),
+            device=self.device,
+        )  # fmt: skip
+        self.sampling = RowSampling(
+            rows=rows, num_vq=self.num_vq, vocab=self.eos_token + 1, device=self.device,
+            mode=sampling,
+        )  # fmt: skip
+        # ChatTTS's default top-K: a captured step then serves the default voice as is.
+        self.sampling.candidates = min(self.eos_token + 1, max(self.options.top_k, 3))
+        self._heads = self.generation.head_weights()
+        self._one = torch.ones(1, dtype=torch.bool, device=self.device)
+        self.graphs: StepGraphs | None = None
+        if cuda_graphs:
+            self.graphs = StepGraphs(self._advance, lambda: self.table.active, self.device)
+        if self.static_shapes:
+            # Fixed addresses for the graphs: every row and position allocated now.
+            self.gpt.allocate()
+            self._ensure(self.gpt.max_rows, max_tokens)
         #: Windows vocoded, and vocoder calls made (several windows in one call when batched).
         self.vocoded_windows = 0
         self.vocoder_calls = 0
 
+    # -- rows join and leave --------------------------------------------------------------
+
     def open(self, text: str, params: GenerationParams) -> tuple[Row, Any]:
         """A row for ``text`` (not yet in the store): its prompt is built now."""
-        input_ids, attention_mask, embeds = self.stream.prompt(text, params)
+        input_ids, attention_mask, embeds = self.generation.prompt(text, params)
         if not bool(attention_mask.all()):
             raise ValueError("a padded prompt cannot join the batch")
-        max_new = params.max_new_token
         row = Row(
             params=params,
-            sampler=self.stream.sampler(params),
-            windows=ChunkWindows(self.stream.options, max_new),
+            windows=ChunkWindows(self.options, params.max_new_token),
             prompt_tokens=int(input_ids.size(1)),
-            ids=torch.zeros(max_new, self.num_vq, dtype=torch.long, device=self.device),
-            hiddens=torch.empty(max_new, self.hidden_size, dtype=torch.float, device=self.device),
+            table=self.table,
         )
-        self._audio[id(row)] = []
         return row, embeds
 
     @torch.inference_mode()
     def prefill(self, row: Row, embeds: torch.Tensor) -> bool:
         """Put ``row`` in the store and sample its first token; False when the store is full."""
-        slot = self.gpt.acquire(row.prompt_tokens + row.params.max_new_token)
+        max_new = row.params.max_new_token
+        slot = self.gpt.acquire(row.prompt_tokens + max_new)
         if slot is None:
             return False
+        self._ensure(self.gpt.rows, max_new)
         row.row = slot
+        grown = self.sampling.assign(slot, row.params, self.generation.chat.gpt.generator)
+        if grown and self.graphs is not None:
+            self.graphs.clear()  # more candidates: new shapes
+        self.table.open(slot, row, row.prompt_tokens, max_new, row.windows.next_boundary)
         states = self.gpt.prefill(slot, embeds).to(self.device, dtype=torch.float)
-        logits = self.stream.head_logits(states)[0]
-        self._accept(row, logits, states[0, -1])
-        self._vocode([row])
+        tokens = self.sampling.sample(
+            self.generation.head_logits(states), slot, self.table.steps[slot : slot + 1]
+        )
+        kept = self.table.commit(slot, tokens, states[:, -1], self._one, self.eos_token)
+        self.sampling.remember(slot, tokens, kept)
+        self.table.advance_one(slot, bool(self.table.ended[slot]))
+        if row.steps and (row.done or row.windows.due(row.steps)):
+            self._vocode(np.array([slot]))
         return True
 
-    @torch.inference_mode()
-    def step(self, rows: Sequence[Row], hurry: Sequence[bool] | None = None) -> None:
-        """Advance each of ``rows`` by one token, together; vocode the chunks now due."""
-        last = torch.stack([row.ids[row.steps - 1] for row in rows]).view(len(rows), 1, self.num_vq)
-        embeds = self.stream.code_embeds(last)
-        slots = [row.row for row in rows]
-        assert all(slot is not None for slot in slots), "step() before prefill()"
-        out = self.gpt.step(
-            [int(slot) for slot in slots if slot is not None],
-            [row.position for row in rows],
-            embeds.to(dtype=self.gpt.dtype),
-        )
-        states = out.to(self.device, dtype=torch.float)
-        tokens = self._sample_rows(rows, self.stream.head_logits(states))
-        for i, row in enumerate(rows):
-            self._keep(row, tokens[i], states[i, 0])
-        self._vocode(rows, hurry)
-
     def take_audio(self, row: Row) -> list[np.ndarray]:
-        chunks = self._audio[id(row)]
-        self._audio[id(row)] = []
+        chunks, row.chunks = row.chunks, []
         return chunks
 
+    @torch.inference_mode()
     def close(self, row: Row) -> None:
+        """``row`` leaves (ended, cancelled or failed): its row is free for the next."""
         if row.row is not None:
+            row._steps, row._done = row.steps, row.done
+            self.table.close(row.row)
             self.gpt.release(row.row)
             row.row = None
-        self._audio.pop(id(row), None)
+        row.chunks = []
 
-    def _accept(self, row: Row, logits: torch.Tensor, hidden: torch.Tensor) -> None:
-        """Sample the row's next token from its ``(num_vq, V)`` logits (alone)."""
-        history = row.ids[: row.steps].t()
-        self._keep(row, row.sampler.sample(logits, history, row.steps).view(-1), hidden)
+    def _ensure(self, rows: int, steps: int) -> None:
+        if rows > self.table.rows or steps > self.table.max_steps:
+            self.table.grow(rows, steps)
+            if self.graphs is not None:
+                self.graphs.clear()
+        if rows > self.sampling.rows:
+            self.sampling.grow(rows)
 
-    def _sample_rows(self, rows: Sequence[Row], logits: torch.Tensor) -> list[torch.Tensor]:
-        """Each row's next tokens from ``(n, num_vq, V)`` logits.
+    # -- the step -------------------------------------------------------------------------
 
-        Rows with one sampling policy are transformed together (temperature, repetition
-        penalty, top-P, top-K: row-wise operations, so each row's values are what it would
-        get alone); each row then draws with its own seed.
+    @torch.inference_mode()
+    def step(self, rows: Sequence[Row], hurry: Sequence[bool] | None = None) -> list[Row]:
+        """Advance each of ``rows`` by one token, together; vocode the chunks now due.
+
+        ``hurry[i]``: row ``i``'s listener is short of audio (its next chunk is cut as
+        soon as a minimal one is ready). Returns the rows that made audio or ended.
         """
-        n, num_vq, vocab = logits.shape
-        groups: dict[Any, list[int]] = {}
-        for i, row in enumerate(rows):
-            groups.setdefault(row.sampler.policy, []).append(i)
-        tokens: list[torch.Tensor] = [logits.new_empty(0)] * n
-        for members in groups.values():
-            # ChatTTS's penalty zeroes frequencies past row 625 (its max_input_ids guard,
-            # meant for the vocabulary): groups stay below that so no row is touched.
-            for start in range(0, len(members), _MAX_GROUP_ROWS):
-                chunk = members[start : start + _MAX_GROUP_ROWS]
-                sampler = rows[chunk[0]].sampler
-                flat = logits[chunk].reshape(-1, vocab)
-                flat /= sampler.temperature.repeat(len(chunk), 1)
-                if sampler.penalty is not None:
-                    flat = self._penalise(flat, [rows[i] for i in chunk], sampler.penalty)
-                for warper in sampler.warpers:
-                    flat = warper(None, flat)
-                for j, i in enumerate(chunk):
-                    row = rows[i]
-                    drawn = row.sampler.draw(flat[j * num_vq : (j + 1) * num_vq], row.steps)
-                    tokens[i] = drawn.view(-1)
-        return tokens
+        if not rows:
+            return []
+        try:
+            slots = np.fromiter((row.row for row in rows), dtype=np.int64, count=len(rows))
+        except TypeError:
+            raise ValueError("step() before prefill(), or after close()") from None
+        table = self.table
+        if table.host_done[slots].any():
+            raise ValueError("a finished row cannot step")
+        high = self.gpt.high
+        span = int(table.host_positions(high)[slots].max()) + 1
+        if self.static_shapes:
+            n = bucket(high, 1, self.gpt.max_rows)
+            span = bucket(span, MIN_SPAN, self.gpt.max_tokens)
+        else:
+            n = high
+            self.gpt.reserve(span)
+        hurried = None if hurry is None else np.fromiter(hurry, dtype=bool, count=len(rows))
+        table.set_active(slots, hurried, n)
+        if self.graphs is not None:
+            ended = self.graphs.run(n, span, self.sampling.candidates)
+        else:
+            ended = self._advance(n, span)
+        # The step's one read of the device: every row's end flag together.
+        finished = table.advance(n, np.array(ended.tolist(), dtype=bool))
+        due = table.due(n, self.options.first_chunk_steps)
+        if due.any():
+            self._vocode(np.flatnonzero(due))
+        return [table.entries[slot] for slot in np.flatnonzero(due | finished).tolist()]
 
-    def _penalise(self, flat: torch.Tensor, rows: list[Row], penalty: Any) -> torch.Tensor:
-        """ChatTTS's repetition penalty for several rows: the same per-row arithmetic, with
-        each row's window (its last ``past_window`` tokens, fewer at its start)."""
-        window = int(penalty.past_window)
-        num_vq = self.num_vq
-        ids = torch.zeros(len(rows), window, num_vq, dtype=torch.long, device=flat.device)
-        valid = torch.zeros(len(rows), window, num_vq, dtype=torch.long, device=flat.device)
-        for j, row in enumerate(rows):
-            taken = min(window, row.steps)
-            if taken:
-                ids[j, window - taken :] = row.ids[row.steps - taken : row.steps]
-                valid[j, window - taken :] = 1
-        ids = ids.permute(0, 2, 1).reshape(-1, window)
-        valid = valid.permute(0, 2, 1).reshape(-1, window)
-        freq = torch.zeros(flat.shape, dtype=torch.long, device=flat.device)
-        freq.scatter_add_(1, ids, valid)
-        alpha = torch.pow(penalty.penalty, freq)
-        flat = flat.contiguous()
-        return torch.where(flat < 0, flat.multiply(alpha), flat.divide(alpha))
+    def _advance(self, n: int, span: int) -> torch.Tensor:
+        """The device work of a step for rows ``0 .. n - 1``, attention over ``span``
+        positions: returns the rows' end flags ``(n,)``. A fixed-shape function of the
+        tables for given ``n`` and ``span`` (what a CUDA graph captures)."""
+        table = self.table
+        last = table.last_ids[:n].view(n, 1, self.num_vq)
+        embeds = self.generation.code_embeds(last)
+        host_positions = None
+        if self.gpt.attention == "rows":
+            host_positions = table.host_positions(n)
+        out = self.gpt.step(embeds, table.positions[:n], span, host_positions)
+        states = out[:, 0].to(self.device, dtype=torch.float)
+        logits = torch.stack([F.linear(states, weight) for weight in self._heads], dim=1)
+        tokens = self.sampling.sample(logits, 0, table.steps[:n])
+        kept = table.commit(0, tokens, states, table.active[:n], self.eos_token)
+        self.sampling.remember(0, tokens, kept)
+        return table.ended[:n]
 
-    def _keep(self, row: Row, idx: torch.Tensor, hidden: torch.Tensor) -> None:
-        """Record the row's sampled ``(num_vq,)`` tokens: EOS ends it."""
-        if bool(idx.eq(self.eos_token).any()):
-            row.done = True
-            return
-        row.ids[row.steps].copy_(idx)
-        row.hiddens[row.steps].copy_(hidden)
-        row.steps += 1
-        if row.steps >= row.params.max_new_token:
-            row.done = True
+    # -- vocoding -------------------------------------------------------------------------
 
-    def _vocode(self, rows: Sequence[Row], hurry: Sequence[bool] | None = None) -> None:
-        """Vocode every window now due (a chunk boundary, or the end), equal lengths together."""
-        due: dict[int, list[tuple[Row, int, bool]]] = {}
-        hurried = hurry or [False] * len(rows)
-        for row, short in zip(rows, hurried, strict=True):
-            final = row.done
-            if row.steps and (final or row.windows.due(row.steps, hurry=short)):
-                first = row.windows.first_step()
-                due.setdefault(row.steps - first, []).append((row, first, final))
+    def _vocode(self, slots: np.ndarray) -> None:
+        """Vocode the window due of each row in ``slots``, equal lengths together."""
+        table = self.table
+        due: dict[int, list[tuple[Row, int, int]]] = {}
+        for slot in slots.tolist():
+            row = table.entries[slot]
+            first = row.windows.first_step()
+            due.setdefault(row.steps - first, []).append((row, slot, first))
         for group in due.values():
-            windows = [row.hiddens[first : row.steps] for row, first, _ in group]
+            windows = [table.hiddens[slot, first : row.steps] for row, slot, first in group]
             if self.batch_vocoder:
                 audio = self.stream.vocode_many(windows)
                 self.vocoder_calls += 1
@@ -390,7 +298,9 @@ class BatchedDecoder:
                 audio = [self.stream.vocode(window) for window in windows]
                 self.vocoder_calls += len(windows)
             self.vocoded_windows += len(windows)
-            for (row, first, final), samples in zip(group, audio, strict=True):
-                chunk = row.windows.join(samples, first, row.steps, final=final)
+            for (row, slot, first), samples in zip(group, audio, strict=True):
+                chunk = row.windows.join(samples, first, row.steps, final=row.done)
+                table.next_boundary[slot] = row.windows.next_boundary
+                table.last_cut[slot] = row.windows.last_cut
                 if chunk.size:
-                    self._audio[id(row)].append(chunk)
+                    row.chunks.append(chunk)

@@ -122,6 +122,17 @@ _TINY_OVERRIDES: dict[str, Any] = {
 }
 
 
+def _size_overrides(size: str) -> dict[str, Any]:
+    if size == "full":
+        return {}
+    overrides = copy.deepcopy(_TINY_OVERRIDES)
+    if size == "deep":  # ChatTTS's real layer counts on the tiny widths
+        overrides["gpt"]["num_hidden_layers"] = 20
+        overrides["decoder"]["n_layer"] = 12
+        overrides["vocos"]["backbone"]["init_args"]["num_layers"] = 8
+    return overrides
+
+
 class ModelLoadError(TTSError):
     """A model directory cannot be loaded: missing, incomplete, or rejected by ChatTTS."""
 
@@ -129,19 +140,21 @@ class ModelLoadError(TTSError):
 
 
 def write_checkpoint(
-    path: str | Path, *, size: Literal["tiny", "full"] = "tiny", seed: int = 0
+    path: str | Path, *, size: Literal["tiny", "deep", "full"] = "tiny", seed: int = 0
 ) -> Path:
     """Write a random-weight ChatTTS checkpoint plus its manifest under ``path``.
 
     ``"tiny"`` (GPT 64 hidden x 2 layers, ~12 MB) is for tests; ``"full"`` has ChatTTS's
-    stock dimensions (GPT 768 x 20, ~1 GB) for honest speed benchmarks. The same
-    ``seed`` writes the same weights. Returns ``path`` as a :class:`Path`.
+    stock dimensions (GPT 768 x 20, ~1 GB) for honest speed benchmarks; ``"deep"`` has
+    the tiny widths with ChatTTS's real layer counts (GPT 20, Decoder 12, Vocos 8), for
+    measuring the host's work per step (bench/host_overhead.py). The same ``seed``
+    writes the same weights. Returns ``path`` as a :class:`Path`.
     """
-    if size not in ("tiny", "full"):
-        raise ValueError(f"size must be 'tiny' or 'full', not {size!r}")
+    if size not in ("tiny", "deep", "full"):
+        raise ValueError(f"size must be 'tiny', 'deep' or 'full', not {size!r}")
     root = Path(path)
-    overrides = copy.deepcopy(_TINY_OVERRIDES) if size == "tiny" else {}
-    if size == "tiny":
+    overrides = _size_overrides(size)
+    if size != "full":
         overrides["spk_stat"] = _random_speaker_stat(_TINY_GPT_HIDDEN, seed)
     config = apply_config_overrides(Config(), overrides)
 
@@ -154,6 +167,7 @@ def write_checkpoint(
         torch.manual_seed(seed)
         _write_weights(asset, config)
     _write_tokenizer(asset / "tokenizer")
+    _give_weights_the_default_mode(asset)
 
     manifest = {
         "format": MANIFEST_FORMAT,
@@ -306,6 +320,20 @@ def _write_weights(asset: Path, config: Any) -> None:
         pad_token_id=None,
     )
     LlamaModel(llama_config).save_pretrained(asset / "gpt")
+
+
+def _give_weights_the_default_mode(asset: Path) -> None:
+    # safetensors writes its files 0600 whatever the umask, so a checkpoint written as
+    # root is unreadable for the image's non-root user: give them the mode any new file
+    # gets here (0644 under the usual umask 022), read off a probe file.
+    probe = asset / ".mode-probe"
+    probe.touch()
+    try:
+        mode = probe.stat().st_mode & 0o777
+    finally:
+        probe.unlink()
+    for weights in asset.rglob("*.safetensors"):
+        weights.chmod(mode)
 
 
 def _save(module: torch.nn.Module, target: Path) -> None:

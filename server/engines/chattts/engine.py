@@ -165,6 +165,7 @@ class ChatTTSEngine:
             max_tokens=options.gpt_cache_tokens,
             attention=options.batch_attention,
             batch_vocoder=options.batch_vocoder,
+            cuda_graphs=options.batch_cuda_graphs,
         )
         return _ChatTTSBatcher(self, decoder)
 
@@ -375,7 +376,9 @@ class _ChatTTSBatcher:
     def open(self, request: SynthesisRequest) -> Utterance:
         params = self._engine.generation_params(request, self._engine.max_new_token)
         row, embeds = self._decoder.open(request.text, params)
-        return Utterance(request, state=(row, embeds))
+        utterance = Utterance(request, state=(row, embeds))
+        row.owner = utterance
+        return utterance
 
     def prefill(self, utterance: Utterance) -> None:
         row, embeds = utterance.state
@@ -385,9 +388,10 @@ class _ChatTTSBatcher:
         self._collect(utterance)
 
     def step(self, utterances: Sequence[Utterance]) -> None:
-        self._decoder.step([u.state[0] for u in utterances], [u.hurry for u in utterances])
-        for utterance in utterances:
-            self._collect(utterance)
+        # Only the rows that made audio or ended have news: the others are left alone.
+        rows = [u.state[0] for u in utterances]
+        for row in self._decoder.step(rows, [u.hurry for u in utterances]):
+            self._collect(row.owner)
 
     def close(self, utterance: Utterance) -> None:
         self._decoder.close(utterance.state[0])

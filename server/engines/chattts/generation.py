@@ -104,12 +104,6 @@ class Sampler:
         penalty = processors[0] if processors else None
         return cls(params, penalty, tuple(warpers), temperature, eos_token, generator)
 
-    @property
-    def policy(self) -> tuple[float, float | None, int | None, float]:
-        """What decides the transformation of the logits (rows alike can share it)."""
-        p = self.params
-        return (p.temperature, p.top_p, p.top_k, p.repetition_penalty)
-
     def sample(self, logits: torch.Tensor, history: torch.Tensor, step: int) -> torch.Tensor:
         """``(num_vq, V)`` logits (modified) and ``(num_vq, steps)`` history -> ``(num_vq, 1)``."""
         logits /= self.temperature
@@ -290,7 +284,7 @@ class Generation:
         """The output heads' weights, weight norm applied: what :meth:`head_logits`
         computes them to, for callers that apply them many times."""
         with parametrize.cached():
-            return [head.weight.detach().clone() for head in self.chat.gpt.head_code]
+            return [head.weight.detach().clone() for head in self.chat.embed.head_code]
 
     def head_logits(self, states: torch.Tensor) -> torch.Tensor:
         """``(B, T, hidden)`` float GPT states -> ``(B, num_vq, V)`` logits of the last position.

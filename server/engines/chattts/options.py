@@ -105,10 +105,16 @@ class ChatTTSOptions:
     )
     batch_attention: str = option(
         "auto",
-        "batched steps: attention row by row over the cache (rows), or one masked call "
-        "(masked); auto: rows on the CPU, masked on CUDA",
+        "batched steps: one masked attention call over all rows (masked), or one per row "
+        "over its own prefix (rows); auto: masked",
         group="chattts",
         choices=("auto", "rows", "masked"),
+    )
+    batch_cuda_graphs: bool = option(
+        False,
+        "CUDA: capture the batched step as a CUDA graph per batch size bucket (1, 2, 4, ... "
+        "--max-batch) and attention span, and replay it (docs/batching.md)",
+        group="chattts",
     )
     batch_vocoder: bool = option(
         True,
@@ -192,4 +198,8 @@ class ChatTTSOptions:
             )
         if self.cuda_graphs and self.device == "cpu":
             problems.append("cuda_graphs needs a CUDA device, not cpu")
+        if self.batch_cuda_graphs and self.device == "cpu":
+            problems.append("batch_cuda_graphs needs a CUDA device, not cpu")
+        if self.batch_cuda_graphs and self.batch_attention == "rows":
+            problems.append("batch_cuda_graphs needs batch_attention masked (or auto)")
         return problems

@@ -80,7 +80,8 @@ def attend(
 ) -> torch.Tensor:
     """Scaled dot-product attention; causal when unmasked with more than one query.
 
-    ``mask`` (bool, True takes part) broadcasts to ``(B, heads, T, S)``.
+    ``mask`` (bool, True takes part; or additive, 0 or -inf, in ``q``'s dtype)
+    broadcasts to ``(B, heads, T, S)``.
     """
     causal = mask is None and q.size(2) > 1
     if mask is not None and q.is_cuda:
