@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -64,6 +65,24 @@ def test_same_seed_writes_same_weights(tiny_checkpoint: Path, tmp_path: Path) ->
         other["sha256"]["asset/gpt/model.safetensors"]
         != (original["sha256"]["asset/gpt/model.safetensors"])
     )
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o027, 0o640)])
+def test_every_file_gets_the_mode_a_new_file_gets(tmp_path: Path, umask: int, mode: int) -> None:
+    """Weights are as readable as the manifest (0644 under umask 022: a non-root server
+    user can load what root wrote), not 0600."""
+    previous = os.umask(umask)
+    try:
+        root = write_checkpoint(tmp_path / "modes")
+    finally:
+        os.umask(previous)
+    modes = {
+        str(path.relative_to(root)): oct(path.stat().st_mode & 0o777)
+        for path in root.rglob("*")
+        if path.is_file()
+    }
+    assert len(modes) == len(ASSET_FILES) + 1
+    assert modes == dict.fromkeys(modes, oct(mode))
 
 
 def test_tokenizer_has_chattts_control_token_ids(tiny_checkpoint: Path) -> None:

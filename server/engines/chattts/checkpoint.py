@@ -167,6 +167,7 @@ def write_checkpoint(
         torch.manual_seed(seed)
         _write_weights(asset, config)
     _write_tokenizer(asset / "tokenizer")
+    _give_weights_the_default_mode(asset)
 
     manifest = {
         "format": MANIFEST_FORMAT,
@@ -319,6 +320,20 @@ def _write_weights(asset: Path, config: Any) -> None:
         pad_token_id=None,
     )
     LlamaModel(llama_config).save_pretrained(asset / "gpt")
+
+
+def _give_weights_the_default_mode(asset: Path) -> None:
+    # safetensors writes its files 0600 whatever the umask, so a checkpoint written as
+    # root is unreadable for the image's non-root user: give them the mode any new file
+    # gets here (0644 under the usual umask 022), read off a probe file.
+    probe = asset / ".mode-probe"
+    probe.touch()
+    try:
+        mode = probe.stat().st_mode & 0o777
+    finally:
+        probe.unlink()
+    for weights in asset.rglob("*.safetensors"):
+        weights.chmod(mode)
 
 
 def _save(module: torch.nn.Module, target: Path) -> None:
