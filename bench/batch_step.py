@@ -4,10 +4,11 @@ For each setting (float32; INT8 GPT; INT8 GPT and vocoder) and batch size (1, 2,
 (``server.engines.chattts.batch``) on a random-weight checkpoint with ChatTTS's real
 dimensions (speed depends on the architecture, not on the weight values) and reports:
 
-- ms per GPT step (batched forward, heads, each row's sampling; vocoding excluded);
+- ms per GPT step (batched forward, heads, every row's sampling; vocoding excluded);
 - ms of vocoding per second of audio;
 - audio seconds produced per wall second over whole utterances (steps + vocoding): the
-  number of real-time streams that setting carries; ``realtime_streams`` is the best;
+  number of real-time streams that setting carries (``realtime_streams_best`` per
+  setting); ``realtime_streams`` is the best of all;
 - the fitted step cost ``a + b * batch`` (the ``cpu`` preset of bench/capacity.py);
 - INT8's numerical effect: logits of the quantised GPT against the float one on the same
   tokens (teacher-forced): mean cosine and top-1 agreement per codebook, over
@@ -18,6 +19,7 @@ dimensions (speed depends on the architecture, not on the weight values) and rep
 
     .venv/bin/python bench/batch_step.py                 # about 10 minutes
     .venv/bin/python bench/batch_step.py --quick         # batches 1, 4, 16; fewer steps
+    .venv/bin/python bench/batch_step.py --smoke         # tiny checkpoint (a test)
 
 Ends with one JSON line of the headline figures.
 """
@@ -28,6 +30,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -127,12 +130,14 @@ def teacher_forced_logits(
     p = GenerationParams(spk_emb=speaker(chat, 0), seed=0, max_new_token=tokens.size(0))
     row, embeds = batch.open(TEXTS[0], p)
     slot = batch.gpt.acquire(row.prompt_tokens + tokens.size(0))
-    assert slot is not None
+    assert slot == 0  # a step covers rows 0 .. n - 1
     states = batch.gpt.prefill(slot, embeds).float()
     out = [decoder.head_logits(states)[0]]
     for k in range(tokens.size(0) - 1):
         embed = decoder.code_embeds(tokens[k].view(1, 1, -1))
-        state = batch.gpt.step([slot], [row.prompt_tokens + k], embed.to(batch.gpt.dtype)).float()
+        position = row.prompt_tokens + k
+        batch.gpt.reserve(position + 1)
+        state = batch.gpt.step(embed, torch.tensor([position]), position + 1).float()
         out.append(decoder.head_logits(state)[0])
     return out
 
@@ -196,13 +201,75 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare-steps", type=int, default=300)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--smoke", action="store_true", help="a tiny checkpoint and a few steps (a test)"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.batches, args.steps, args.compare_steps = [1, 4, 16], 48, 100
     torch.set_num_threads(args.threads)
-    if not (args.checkpoint / "asset").is_dir():
-        print(f"writing a real-dims random checkpoint to {args.checkpoint} (~1.1 GB)", flush=True)
-        write_checkpoint(args.checkpoint, size="full", seed=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.smoke:
+            args.checkpoint = Path(tmp) / "tiny"
+            args.batches, args.steps, args.compare_steps = [1, 2], 14, 8
+            write_checkpoint(args.checkpoint, size="tiny", seed=0)
+        elif not (args.checkpoint / "asset").is_dir():
+            print(f"writing a real-dims random checkpoint to {args.checkpoint} (~1.1 GB)")
+            write_checkpoint(args.checkpoint, size="full", seed=0)
+        summary = run(args)
+    print(json.dumps(summary))
+    return 0
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Every measurement in turn; the summary of the final JSON line."""
+    results, decoders = ramp(args)
+    extras = comparisons(args, decoders)
+    best_precision, best_batch = max(
+        ((p, b) for p in results for b in results[p]),
+        key=lambda pb: results[pb[0]][pb[1]]["realtime_streams"],
+    )
+    best = results[best_precision][best_batch]
+    a32, b32 = fit({b: r["step_ms"] for b, r in results["float32"].items()})
+    a8, b8 = fit({b: r["step_ms"] for b, r in results["int8"].items()})
+    print(
+        f"step cost fit: float32 {a32:.1f} + {b32:.2f} x batch ms; int8 {a8:.1f} + {b8:.2f} x batch ms"
+    )
+    print(
+        f"best: {best_precision} at batch {best_batch}: {best['realtime_streams']:.2f} real-time streams"
+    )
+
+    def each(key: str, digits: int) -> dict[str, dict[int, float]]:
+        return {
+            p: {b: round(r[key], digits) for b, r in rows.items()} for p, rows in results.items()
+        }
+
+    return {
+        "bench": "batch_step",
+        "smoke": args.smoke,
+        "threads": args.threads,
+        "step_ms": each("step_ms", 1),
+        "vocoder_ms_per_audio_s": each("vocoder_ms_per_audio_s", 1),
+        "realtime_streams_by_setting": each("realtime_streams", 2),
+        # The best batch of each setting: float32, INT8 GPT, INT8 GPT and vocoder.
+        "realtime_streams_best": {
+            p: round(max(r["realtime_streams"] for r in rows.values()), 2)
+            for p, rows in results.items()
+        },
+        "realtime_streams": round(best["realtime_streams"], 2),
+        "best": {"precision": best_precision, "batch": best_batch},
+        "step_fit_ms": {
+            "float32": [round(a32, 1), round(b32, 2)],
+            "int8": [round(a8, 1), round(b8, 2)],
+        },
+        **extras,
+    }
+
+
+def ramp(
+    args: argparse.Namespace,
+) -> tuple[dict[str, dict[int, dict[str, float]]], dict[str, tuple[StreamingDecoder, Any]]]:
+    """Each setting at each batch size (the server's default attention)."""
     results: dict[str, dict[int, dict[str, float]]] = {}
     decoders: dict[str, tuple[StreamingDecoder, Any]] = {}
     for precision, (gpt_q, vocoder_q) in CONFIGS.items():
@@ -212,9 +279,9 @@ def main(argv: list[str] | None = None) -> int:
         decoders[precision] = (decoder, chat)
         results[precision] = {}
         # Warm-up: every window length of the schedule (oneDNN builds a kernel per shape).
-        measure(decoder, chat, 2, args.steps, "rows")
+        measure(decoder, chat, 2, args.steps, "auto")
         for size in args.batches:
-            row = measure(decoder, chat, size, args.steps, "rows")
+            row = measure(decoder, chat, size, args.steps, "auto")
             results[precision][size] = row
             print(
                 f"{precision:12} batch {size:3d}: {row['step_ms']:7.1f} ms/step, vocoder "
@@ -222,6 +289,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"{row['realtime_streams']:5.2f} real-time streams",
                 flush=True,
             )
+    return results, decoders
+
+
+def comparisons(
+    args: argparse.Namespace, decoders: dict[str, tuple[StreamingDecoder, Any]]
+) -> dict[str, Any]:
+    """Attention modes, batched and INT8 vocoding, INT8's effect on the logits."""
     attention = {}
     for size in [b for b in args.batches if b >= 4][-1:]:
         decoder, chat = decoders["float32"]
@@ -243,47 +317,12 @@ def main(argv: list[str] | None = None) -> int:
         f"INT8 against float32 over {args.compare_steps} steps: logit cosine "
         f"{effect['logit_cosine']:.4f}, top-1 agreement {effect['top1_agreement']:.3f}"
     )
-    best_precision, best_batch = max(
-        ((p, b) for p in results for b in results[p]),
-        key=lambda pb: results[pb[0]][pb[1]]["realtime_streams"],
-    )
-    best = results[best_precision][best_batch]
-    a32, b32 = fit({b: r["step_ms"] for b, r in results["float32"].items()})
-    a8, b8 = fit({b: r["step_ms"] for b, r in results["int8"].items()})
-    # The decoders hold a loaded model each: compare precision before freeing them.
-    print(
-        f"step cost fit: float32 {a32:.1f} + {b32:.2f} x batch ms; int8 {a8:.1f} + {b8:.2f} x batch ms"
-    )
-    print(
-        f"best: {best_precision} at batch {best_batch}: {best['realtime_streams']:.2f} real-time streams"
-    )
-    summary = {
-        "bench": "batch_step",
-        "threads": args.threads,
-        "step_ms": {
-            p: {b: round(r["step_ms"], 1) for b, r in rows.items()} for p, rows in results.items()
-        },
-        "vocoder_ms_per_audio_s": {
-            p: {b: round(r["vocoder_ms_per_audio_s"], 1) for b, r in rows.items()}
-            for p, rows in results.items()
-        },
-        "realtime_streams_by_setting": {
-            p: {b: round(r["realtime_streams"], 2) for b, r in rows.items()}
-            for p, rows in results.items()
-        },
-        "realtime_streams": round(best["realtime_streams"], 2),
-        "best": {"precision": best_precision, "batch": best_batch},
-        "step_fit_ms": {
-            "float32": [round(a32, 1), round(b32, 2)],
-            "int8": [round(a8, 1), round(b8, 2)],
-        },
+    return {
         "int8": {k: round(v, 4) for k, v in effect.items()},
         "vocoder_batching_ms": {k: round(v, 1) for k, v in vocoder.items()},
         "vocoder_int8_snr_db": round(vocoder_snr, 1),
         "attention_ms": {k: round(v, 1) for k, v in attention.items()},
     }
-    print(json.dumps(summary))
-    return 0
 
 
 if __name__ == "__main__":

@@ -17,14 +17,16 @@ time to first audio <= 1 s and zero underruns (ramped by doubling, ``--growth``,
 bisected: ``--quick`` is coarser).
 
 Engine models: ``--engine modelled`` (default): a GPT step of a batch of n costs
-``a + b * n`` (``server.engines.modelled.ModelledEngine``), with presets ``gpu`` (a = 10 ms,
-b = 0.15 ms: bound by per-step overhead, as on a GPU) and ``cpu`` (measured on the
-real-dims checkpoint on these 2 cores by bench/batch_step.py), or ``--a-ms/--b-ms``;
+``a + b * n`` (``server.engines.modelled.ModelledEngine``), with presets ``gpu`` (the host's
+cost measured by bench/host_overhead.py plus a modelled H200 device step: bound by
+per-step overhead, as on a GPU) and ``cpu`` (measured on the real-dims checkpoint on
+these 2 cores by bench/batch_step.py), or ``--a-ms/--b-ms``;
 ``--engine chattts``: the real ChatTTS code on the tiny checkpoint (CPU).
 
     .venv/bin/python bench/capacity.py --quick            # gpu preset, < 50 s
     .venv/bin/python bench/capacity.py --preset cpu
     .venv/bin/python bench/capacity.py --engine chattts
+    .venv/bin/python bench/capacity.py --smoke            # 1 and 2 streams (a test)
 
 The server runs in a child process (its own GIL); the clients run here. Prints a table
 and a final JSON line: capacity per design and the ratios.
@@ -55,8 +57,15 @@ from streaming.speech import SpeechSettings  # noqa: E402
 # An assistant's answer: a first clause of six characters (the earliest the server cuts
 # for first audio), then sentences.
 TEXT = "今天天气很好，我们一起去公园散步吧。欢迎使用流式语音合成服务，有问题随时问我。"
+#: A GPU's batched step, ``a + b * n`` ms: the host's cost measured by
+#: bench/host_overhead.py on these 2 cores (the deep checkpoint, one thread: launching the
+#: step's ~830 operations eagerly plus the bookkeeping around them, whatever the batch)
+#: and the device's as modelled there (an H200: the weights read once, 2.5 us a kernel,
+#: each row's keys and values at position 512). See docs/batching.md.
+GPU_HOST_MS = (6.9, 0.0007)
+GPU_DEVICE_MS = (2.17, 0.0073)
 PRESETS = {
-    "gpu": (10.0, 0.15),
+    "gpu": (GPU_HOST_MS[0] + GPU_DEVICE_MS[0], GPU_HOST_MS[1] + GPU_DEVICE_MS[1]),
     # bench/batch_step.py on these 2 cores, real dims: float32 96 ms at batch 1, 191 ms
     # at 16 (docs/batching.md); "cpu-int8": the INT8 GPT, 33 ms at 1, 92 ms at 16.
     "cpu": (90.0, 6.3),
@@ -374,12 +383,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="17 characters a stream, 1 s spread, levels x4 then 2 bisection steps (< 50 s)",
     )
+    parser.add_argument(
+        "--smoke", action="store_true", help="6 characters, at most 2 streams (a test)"
+    )
     args = parser.parse_args(argv)
     preset_a, preset_b = PRESETS[args.preset]
     args.a_ms = preset_a if args.a_ms is None else args.a_ms
     args.b_ms = preset_b if args.b_ms is None else args.b_ms
     if args.quick:
         args.chars, args.spread_s, args.growth, args.bisect = 17, 1.0, 4, 2
+    if args.smoke:
+        args.chars, args.spread_s, args.max_streams, args.bisect = 6, 0.2, 2, 0
     if args.engine == "chattts" and not (args.checkpoint / "asset").is_dir():
         from server.engines.chattts.checkpoint import write_checkpoint
 
@@ -416,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps(
             {
                 "bench": "capacity",
+                "smoke": args.smoke,
                 "engine": args.engine,
                 "a_ms": args.a_ms if args.engine == "modelled" else None,
                 "b_ms": args.b_ms if args.engine == "modelled" else None,

@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from server.engines.chattts.batch_gpt import BatchedGPT
-from server.engines.chattts.batch_graphs import MIN_SPAN, StepGraphs, bucket
+from server.engines.chattts.batch_graphs import MIN_SPAN, StepGraphs, bucket, buckets
 from server.engines.chattts.batch_rows import RowTable
 from server.engines.chattts.decoder import GenerationParams, StreamingDecoder
 from server.engines.chattts.sampling import RowSampling
@@ -160,6 +160,16 @@ class BatchedDecoder:
         #: Windows vocoded, and vocoder calls made (several windows in one call when batched).
         self.vocoded_windows = 0
         self.vocoder_calls = 0
+
+    def prepare(self) -> None:
+        """With ``cuda_graphs``, capture the step for every bucket now (largest first, so
+        the smaller ones fit in the memory the larger reserved): the engine's warm-up
+        calls this so that no request pays a capture."""
+        if self.graphs is None:
+            return
+        for span in reversed(buckets(MIN_SPAN, self.gpt.max_tokens)):
+            for n in reversed(buckets(1, self.gpt.max_rows)):
+                self.graphs.capture(n, span, self.sampling.candidates)
 
     # -- rows join and leave --------------------------------------------------------------
 

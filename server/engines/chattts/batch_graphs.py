@@ -25,7 +25,7 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["StepGraphs", "bucket"]
+__all__ = ["StepGraphs", "bucket", "buckets"]
 
 #: The smallest attention span captured (positions); spans double from it.
 MIN_SPAN = 64
@@ -37,6 +37,14 @@ def bucket(value: int, smallest: int, largest: int) -> int:
     while size < value:
         size *= 2
     return min(size, largest)
+
+
+def buckets(smallest: int, largest: int) -> list[int]:
+    """Every value :func:`bucket` rounds to between ``smallest`` and ``largest``."""
+    sizes = [smallest]
+    while sizes[-1] < largest:
+        sizes.append(min(2 * sizes[-1], largest))
+    return sizes
 
 
 class StepGraphs:
@@ -72,14 +80,18 @@ class StepGraphs:
 
     def run(self, rows: int, span: int, candidates: int) -> torch.Tensor:
         """The step's output for this bucket, from its graph (captured on first use)."""
+        graph, output = self.capture(rows, span, candidates)
+        graph.replay()
+        self.replays += 1
+        return output
+
+    def capture(self, rows: int, span: int, candidates: int) -> tuple[Any, torch.Tensor]:
+        """This bucket's graph and output, captured now unless it was already."""
         key = (rows, span, candidates)
         entry = self._graphs.get(key)
         if entry is None:
             entry = self._graphs[key] = self._capture(rows, span)
-        graph, output = entry
-        graph.replay()
-        self.replays += 1
-        return output
+        return entry
 
     def _capture(self, rows: int, span: int) -> tuple[Any, torch.Tensor]:
         if self._stream is None:

@@ -167,6 +167,7 @@ class ChatTTSEngine:
             batch_vocoder=options.batch_vocoder,
             cuda_graphs=options.batch_cuda_graphs,
         )
+        decoder.prepare()  # every bucket's CUDA graph (with batch_cuda_graphs) up front
         return _ChatTTSBatcher(self, decoder)
 
     def generation_params(self, request: SynthesisRequest, max_new_token: int) -> GenerationParams:

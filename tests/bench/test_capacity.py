@@ -1,0 +1,16 @@
+"""bench/capacity.py runs (its smoke mode, as a subprocess) and reports its figures."""
+
+from __future__ import annotations
+
+from tests.bench.smoke import figure, run_bench
+
+
+def test_smoke_run_reports_each_design_with_the_gpu_preset() -> None:
+    """At most two streams: every design's server started, its trials ran and a capacity
+    is reported, on the gpu preset's modelled step."""
+    report = run_bench("capacity.py", "--smoke")
+    assert (report["bench"], report["smoke"], report["engine"]) == ("capacity", True, "modelled")
+    assert figure(report, "a_ms") > 0 and figure(report, "b_ms") > 0
+    assert set(report["capacity"]) == {"seed", "interleave", "batched"}
+    assert {trial["design"] for trial in report["trials"]} == set(report["capacity"])
+    assert all(0 <= n <= 2 for n in report["capacity"].values())
