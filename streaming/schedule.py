@@ -167,6 +167,14 @@ class StepCosts:
     samples: dict[int, int] = field(default_factory=dict)
     audio_s: float = 0.0
     row_steps: int = 0
+    #: Work and audio summed over recent steps, each step's weight falling by ``decay``
+    #: per step after it: the real-time factor of an engine whose steps differ widely
+    #: (one long step, then many short ones), where an average of step costs misleads.
+    decay: float = 0.999
+    work_s: float = 0.0
+    made_s: float = 0.0
+    #: Audio to have seen before :meth:`rtf` is trusted.
+    min_audio_s: float = 2.0
 
     def observe(self, batch: int, seconds: float, audio_s: float | None = None) -> None:
         """A step of ``batch`` rows took ``seconds`` and made ``audio_s`` of audio in all."""
@@ -176,6 +184,15 @@ class StepCosts:
         if audio_s is not None:
             self.audio_s += audio_s
             self.row_steps += batch
+            self.work_s = self.work_s * self.decay + seconds
+            self.made_s = self.made_s * self.decay + audio_s
+
+    def rtf(self) -> float | None:
+        """Seconds of work per second of audio made, over recent steps; None until
+        ``min_audio_s`` of audio has been seen."""
+        if self.audio_s < self.min_audio_s or self.made_s <= 0:
+            return None
+        return self.work_s / self.made_s
 
     def audio_per_row_step(self) -> float:
         """Seconds of audio one row gets from one step."""
@@ -204,16 +221,20 @@ def capacity(
     costs: StepCosts, max_batch: int, headroom: float = 0.8, *, time_shared: bool = False
 ) -> int | None:
     """How many real-time streams the engine carries (0 when not even one); None before
-    any step was measured.
+    enough was measured.
 
     A batching engine keeps a row in every step until its segment ends, so it carries
     the largest batch whose step makes a row's audio in ``headroom`` of that audio's
-    duration. A ``time_shared`` engine (steps of ``max_batch`` rows that take turns, a
-    chunk at a time: an engine that does not batch) carries as many streams as its
-    throughput allows: ``headroom`` times the audio it makes per second of work, however
-    many segments that takes (a fast engine serves many more streams than it has
-    segments in flight).
+    duration. A ``time_shared`` engine (one that does not batch: its segments take turns,
+    a chunk at a time) carries as many streams as its throughput allows: ``headroom``
+    over its real-time factor, however many segments that takes (a fast engine serves
+    many more streams than it has segments in flight).
     """
+    if time_shared:
+        rtf = costs.rtf()
+        if rtf is None:
+            return None
+        return int(headroom / rtf) if rtf > 0 else None
     if costs.estimate(1) is None:
         return None
     audio_s = costs.audio_per_row_step()
@@ -222,8 +243,4 @@ def capacity(
         cost = costs.estimate(batch)
         if cost is not None and cost <= headroom * audio_s:
             best = batch
-    if time_shared:
-        cost = costs.estimate(max_batch)
-        if cost is not None and cost > 0:
-            best = max(best, int(headroom * max_batch * audio_s / cost))
     return best

@@ -16,6 +16,7 @@ from server.config import Settings
 from server.engines.chattts.options import ChatTTSOptions
 from server.engines.select import RANDOM_WEIGHTS_MAX_NEW_TOKEN, chattts_options
 from tests.live import TIMEOUT_S, run_live_server
+from tests.scripted_engine import ScriptedEngine
 
 SERVE = [sys.executable, "-m", "server", "serve", "--port", "0"]
 
@@ -107,14 +108,16 @@ def test_ready_and_the_log_say_the_model_has_random_weights(tiny_checkpoint: Pat
 
 
 async def test_a_fast_engine_takes_more_streams_than_segments_in_flight() -> None:
-    """The fallback voice makes audio far faster than real time: once its speed is
-    measured, more concurrent streams than --max-active-segments are all admitted."""
-    streams = 12
-    settings = Settings(engine="espeak", max_active_segments=4)
-    with run_live_server(settings) as live:
+    """An engine much faster than real time (20 ms of work per 100 ms chunk): once its
+    speed is measured, admission holds streams to its throughput, not to
+    --max-active-segments, and more concurrent streams than that are all admitted."""
+    streams = 8
+    engine = ScriptedEngine(chunk_ms=100, chunk_delay_s=0.002, ms_per_char=100)
+    settings = Settings(engine="espeak", max_active_segments=2)
+    with run_live_server(settings, engine=lambda: (engine, False, None)) as live:
         async with StreamClient.connect(live.ws_url) as warm:  # measure the engine first
             await warm.open()
-            await warm.send_text("先说一句话，让服务器量一量速度。")
+            await warm.send_text("先说一句长一点的话，让服务器量一量这个引擎的速度。")
             await warm.end()
             assert (await warm.collect(timeout_s=TIMEOUT_S)).done is not None
         capacity = live.state.worker.capacity()  # type: ignore[attr-defined]

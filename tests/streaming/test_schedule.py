@@ -147,3 +147,21 @@ def test_step_costs_fit_a_line_and_capacity_follows() -> None:
     slow = StepCosts()
     slow.observe(1, 0.05)
     assert capacity(slow, 16) == 0  # slower than real time even alone
+
+
+def test_a_time_shared_engines_capacity_is_its_throughput() -> None:
+    """An engine that does not batch, with one long step then many short ones per segment
+    (the fallback voice): capacity is headroom over the real-time factor of all its work,
+    not what the typical (short) step suggests; unmeasured until 2 s of audio were made."""
+    costs = StepCosts()
+    for _segment in range(20):
+        costs.observe(1, 0.020, audio_s=0.1)  # the synthesis, with the first chunk
+        for _chunk in range(49):
+            costs.observe(1, 0.00002, audio_s=0.1)
+    rtf = (0.020 + 49 * 0.00002) / 5.0
+    assert costs.rtf() == pytest.approx(rtf, rel=0.05)
+    assert capacity(costs, 1, 0.8, time_shared=True) == pytest.approx(0.8 / rtf, rel=0.05)
+    early = StepCosts()
+    early.observe(1, 0.2, audio_s=0.1)
+    assert capacity(early, 1, 0.8, time_shared=True) is None
+
