@@ -8,8 +8,12 @@ admission control would derive from those step costs (``streaming.schedule.capac
 80 % headroom) and the TTFA at it. Float32 and bfloat16 GPT.
 
     python bench/gpu_batch.py --checkpoint checkpoints/full       # from bench/gpu_check.sh
+    .venv/bin/python bench/gpu_batch.py --smoke   # does it run? (tiny, batches 1 and 2;
+                                                  # on the CPU when there is no CUDA)
 
-Ends with one JSON line. Needs torch with CUDA and ChatTTS only (not the web stack).
+The same measurement runs on the CPU with ``--device cpu`` (float32 only: half
+precision is for CUDA; no memory curve). Ends with one JSON line. Needs torch and
+ChatTTS only (not the web stack).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -36,15 +41,26 @@ from server.engines.chattts.decoder import StreamingDecoder  # noqa: E402
 from server.engines.chattts.options import ChatTTSOptions  # noqa: E402
 from streaming.schedule import STEPS_PER_AUDIO_SECOND, StepCosts, capacity  # noqa: E402
 
+#: GPT precisions measured on each kind of device (half precision is CUDA only).
+DTYPES = {"cuda": ("float32", "bfloat16"), "cpu": ("float32",)}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
 
 def measure(decoder: StreamingDecoder, chat: Any, size: int, steps: int) -> dict[str, float]:
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
+    """Whole fixed-length utterances for ``size`` rows: step and vocoder costs, throughput."""
+    device = torch.device(chat.device)
+    _sync(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     batch = BatchedDecoder(decoder, max_batch=size, max_tokens=1024)
     clock = VocoderClock(batch)
     prefill_started = time.perf_counter()
     rows = open_rows(batch, chat, size, steps)
-    torch.cuda.synchronize()
+    _sync(device)
     prefill_s = (time.perf_counter() - prefill_started) / size
     clock.seconds = 0.0
     started = time.perf_counter()
@@ -53,70 +69,99 @@ def measure(decoder: StreamingDecoder, chat: Any, size: int, steps: int) -> dict
         before = clock.seconds
         t0 = time.perf_counter()
         batch.step(live)
-        torch.cuda.synchronize()
+        _sync(device)
         step_times.append(time.perf_counter() - t0 - (clock.seconds - before))
     wall = time.perf_counter() - started
     audio_s = sum(sum(c.size for c in batch.take_audio(row)) for row in rows) / 24000
     step_s = statistics.median(step_times)
     first_chunk = decoder.options.first_chunk_steps
-    return {
+    figures = {
         "step_ms": step_s * 1000,
         "vocoder_ms_per_audio_s": clock.seconds * 1000 / audio_s,
         "realtime_streams": audio_s / wall,
-        "memory_mb": torch.cuda.max_memory_allocated() / 2**20,
         "ttfa_estimate_ms": (prefill_s + first_chunk * step_s) * 1000,
+    }
+    if device.type == "cuda":
+        figures["memory_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return figures
+
+
+def ramp(
+    checkpoint: Path, device: str, dtype: str, batches: list[int], steps: int, warm_up: bool
+) -> dict[str, Any]:
+    """The batch sizes in turn on a fresh model with a ``dtype`` GPT, then the capacity."""
+    chat = load_chat(checkpoint, device=device)
+    decoder = StreamingDecoder(chat, ChatTTSOptions(device=device, gpt_dtype=dtype))
+    if warm_up:
+        measure(decoder, chat, 2, steps)
+    costs = StepCosts(smoothing=1.0)
+    rows: dict[int, dict[str, float]] = {}
+    for size in batches:
+        try:
+            rows[size] = row = measure(decoder, chat, size, steps)
+        except torch.OutOfMemoryError:
+            print(f"{dtype} batch {size}: out of memory")
+            break
+        # A step as the server times it: the GPT and the chunks vocoded in it.
+        vocoder_s = row["vocoder_ms_per_audio_s"] / STEPS_PER_AUDIO_SECOND * size
+        costs.observe(size, (row["step_ms"] + vocoder_s) / 1000)
+        memory = f", {row['memory_mb']:7.0f} MB" if "memory_mb" in row else ""
+        print(
+            f"{dtype:9} batch {size:4d}: {row['step_ms']:6.2f} ms/step, vocoder "
+            f"{row['vocoder_ms_per_audio_s']:6.1f} ms/audio s, {row['realtime_streams']:6.1f} "
+            f"real-time streams{memory}, TTFA ~{row['ttfa_estimate_ms']:.0f} ms",
+            flush=True,
+        )
+    streams = capacity(costs, max(rows), headroom=0.8)
+    at = min((s for s in rows if s >= (streams or 1)), default=max(rows))
+    print(
+        f"{dtype}: capacity {streams} real-time streams (TTFA ~{rows[at]['ttfa_estimate_ms']:.0f} ms)"
+    )
+    chat.unload()
+    del decoder, chat
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return {
+        "by_batch": {s: {k: round(v, 2) for k, v in r.items()} for s, r in rows.items()},
+        "capacity_streams": streams,
+        "ttfa_ms_at_capacity": round(rows[at]["ttfa_estimate_ms"], 1),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoint", type=Path, default=ROOT / "checkpoints" / "full")
+    parser.add_argument("--checkpoint", type=Path, default=None,
+                        help="default: checkpoints/full (a temporary tiny one with --smoke)")  # fmt: skip
+    parser.add_argument(
+        "--device", default=None, help="default: cuda (cpu with --smoke and no CUDA)"
+    )
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128])
     parser.add_argument("--steps", type=int, default=96)
+    parser.add_argument("--smoke", action="store_true",
+                        help="batches 1 and 2, 16 steps, no warm-up, a tiny checkpoint: checks "
+                        "it runs (the suite runs it), on CUDA when there is one, else on the CPU")  # fmt: skip
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("no CUDA device")
+    device = args.device or ("cpu" if args.smoke and not torch.cuda.is_available() else "cuda")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        print("no CUDA device: run on a GPU host, or pass --device cpu (or --smoke)")
         return 3
-    if not (args.checkpoint / "asset").is_dir():
-        write_checkpoint(args.checkpoint, size="full", seed=0)
-    report: dict[str, Any] = {"bench": "gpu_batch", "device": torch.cuda.get_device_name()}
-    for dtype in ("float32", "bfloat16"):
-        chat = load_chat(args.checkpoint, device="cuda")
-        decoder = StreamingDecoder(chat, ChatTTSOptions(device="cuda", gpt_dtype=dtype))
-        measure(decoder, chat, 2, args.steps)  # warm-up
-        costs = StepCosts(smoothing=1.0)
-        rows: dict[int, dict[str, float]] = {}
-        for size in args.batches:
-            try:
-                rows[size] = row = measure(decoder, chat, size, args.steps)
-            except torch.OutOfMemoryError:
-                print(f"{dtype} batch {size}: out of memory")
-                break
-            # A step as the server times it: the GPT and the chunks vocoded in it.
-            costs.observe(
-                size,
-                (row["step_ms"] + row["vocoder_ms_per_audio_s"] / STEPS_PER_AUDIO_SECOND * size)
-                / 1000,
-            )
-            print(
-                f"{dtype:9} batch {size:4d}: {row['step_ms']:6.2f} ms/step, vocoder "
-                f"{row['vocoder_ms_per_audio_s']:6.1f} ms/audio s, {row['realtime_streams']:6.1f} "
-                f"real-time streams, {row['memory_mb']:7.0f} MB, TTFA ~{row['ttfa_estimate_ms']:.0f} ms",
-                flush=True,
-            )
-        streams = capacity(costs, max(rows), headroom=0.8)
-        at = min((s for s in rows if s >= (streams or 1)), default=max(rows))
-        report[dtype] = {
-            "by_batch": {s: {k: round(v, 2) for k, v in r.items()} for s, r in rows.items()},
-            "capacity_streams": streams,
-            "ttfa_ms_at_capacity": round(rows[at]["ttfa_estimate_ms"], 1),
-        }
-        print(
-            f"{dtype}: capacity {streams} real-time streams (TTFA ~{rows[at]['ttfa_estimate_ms']:.0f} ms)"
+    if args.smoke:
+        args.batches, args.steps = [1, 2], 16
+    report: dict[str, Any] = {
+        "bench": "gpu_batch",
+        "smoke": args.smoke,
+        "device": torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu",
+    }
+    with tempfile.TemporaryDirectory() as scratch:
+        checkpoint = args.checkpoint or (
+            Path(scratch) / "tiny" if args.smoke else ROOT / "checkpoints" / "full"
         )
-        chat.unload()
-        del decoder, chat
-        torch.cuda.empty_cache()
+        if not (checkpoint / "asset").is_dir():
+            write_checkpoint(checkpoint, size="tiny" if args.smoke else "full", seed=0)
+        for dtype in DTYPES["cuda" if device.startswith("cuda") else "cpu"]:
+            report[dtype] = ramp(
+                checkpoint, device, dtype, args.batches, args.steps, warm_up=not args.smoke
+            )
     print(json.dumps(report))
     return 0
 

@@ -13,6 +13,7 @@ total, and each streamed route's TTFB against the buffered one's.
     .venv/bin/python bench/http_streaming.py                    # ChatTTS, tiny checkpoint
     .venv/bin/python bench/http_streaming.py --engine espeak
     .venv/bin/python bench/http_streaming.py --checkpoint checkpoints/full --steps 40
+    .venv/bin/python bench/http_streaming.py --smoke      # does it run? (one run, 12 steps)
 
 ChatTTS runs on the CPU with random weights, so every segment is ``--steps`` GPT steps
 long (random weights end at random). Ends with one JSON line of the headline figures.
@@ -84,48 +85,53 @@ def timed(http: Any, path: str, body: dict[str, Any]) -> tuple[float, float, int
     return first or 0.0, time.perf_counter() - started, size
 
 
-def main(argv: list[str] | None = None) -> int:
+def wait_ready(http: Any, deadline_s: float) -> None:
+    """Until /ready answers 200 (the socket is bound before uvicorn listens on it)."""
     import httpx
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--engine", choices=("chattts", "espeak"), default="chattts")
-    parser.add_argument("--checkpoint", type=Path, default=ROOT / "checkpoints" / "tiny")
-    parser.add_argument("--steps", type=int, default=60, help="GPT steps per segment (chattts)")
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args(argv)
-    if args.engine == "chattts" and not (args.checkpoint / "asset").is_dir():
-        from server.engines.chattts.checkpoint import write_checkpoint
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            if http.get("/ready").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise SystemExit("the server did not become ready")
+        time.sleep(0.2)
 
-        print(f"writing a tiny random-weight checkpoint to {args.checkpoint}", file=sys.stderr)
-        write_checkpoint(args.checkpoint, size="tiny", seed=0)
+
+def measure(
+    engine: str, checkpoint: Path, steps: int, repeats: int, warm_up: bool = True
+) -> dict[str, list[Any]]:
+    """Start the server in a child process; (TTFB, total, bytes) of each route's runs."""
+    import httpx
 
     ctx = multiprocessing.get_context("spawn")
     port_queue = ctx.Queue()
-    child = ctx.Process(
-        target=serve, args=(args.engine, args.checkpoint, args.steps, port_queue), daemon=True
-    )
+    child = ctx.Process(target=serve, args=(engine, checkpoint, steps, port_queue), daemon=True)
     child.start()
     port = port_queue.get(timeout=120)
-    base = f"http://127.0.0.1:{port}"
-    results: dict[str, list[tuple[float, float, int]]] = {name: [] for name in ROUTES}
+    port_queue.close()
+    results: dict[str, list[Any]] = {name: [] for name in ROUTES}
     try:
-        with httpx.Client(base_url=base, timeout=600) as http:
-            deadline = time.monotonic() + 300
-            while http.get("/ready").status_code != 200:
-                if time.monotonic() > deadline:
-                    raise SystemExit("the server did not become ready")
-                time.sleep(0.2)
-            for path, body in ROUTES.values():  # warm: ffmpeg, caches, the first requests
-                timed(http, path, body)
-            for _ in range(args.repeats):
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600) as http:
+            wait_ready(http, deadline_s=300)
+            for path, body in ROUTES.values() if warm_up else ():
+                timed(http, path, body)  # warm: ffmpeg, caches, the first requests
+            for _ in range(repeats):
                 for name, (path, body) in ROUTES.items():
                     results[name].append(timed(http, path, body))
     finally:
         child.terminate()
         child.join(10)
+    return results
 
-    headline: dict[str, Any] = {"bench": "http_streaming", "engine": args.engine,
-                                "repeats": args.repeats}  # fmt: skip
+
+def report(args: argparse.Namespace, results: dict[str, list[Any]]) -> dict[str, Any]:
+    """Print the table; the headline figures."""
+    headline: dict[str, Any] = {"bench": "http_streaming", "smoke": args.smoke,
+                                "engine": args.engine, "repeats": args.repeats}  # fmt: skip
     base_ttfb = statistics.median(r[0] for r in results["tts_buffered"])
     print(f"engine {args.engine}, three segments ({len(TEXT)} characters), {args.repeats} runs")
     print(f"{'route':<14} {'TTFB p50':>9} {'TTFB p95':>9} {'total p50':>10} {'TTFB/total':>11}"
@@ -141,7 +147,28 @@ def main(argv: list[str] | None = None) -> int:
     headline["streamed_ttfb_vs_buffered"] = round(
         headline["tts_streamed_ttfb_ms"] / headline["tts_buffered_ttfb_ms"], 3
     )
-    print(json.dumps(headline))
+    return headline
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engine", choices=("chattts", "espeak"), default="chattts")
+    parser.add_argument("--checkpoint", type=Path, default=ROOT / "checkpoints" / "tiny")
+    parser.add_argument("--steps", type=int, default=60, help="GPT steps per segment (chattts)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--smoke", action="store_true",
+                        help="one run of each route, 12 GPT steps a segment, no warm-up: checks "
+                        "it runs (the suite runs it)")  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.repeats, args.steps = 1, 12
+    if args.engine == "chattts" and not (args.checkpoint / "asset").is_dir():
+        from server.engines.chattts.checkpoint import write_checkpoint
+
+        print(f"writing a tiny random-weight checkpoint to {args.checkpoint}", file=sys.stderr)
+        write_checkpoint(args.checkpoint, size="tiny", seed=0)
+    results = measure(args.engine, args.checkpoint, args.steps, args.repeats, not args.smoke)
+    print(json.dumps(report(args, results)))
     return 0
 
 

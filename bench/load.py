@@ -10,6 +10,7 @@ stream's text arrives as an LLM would send it (small deltas at a fixed token rat
     .venv/bin/python bench/load.py --model-dir checkpoints/tiny
     .venv/bin/python bench/load.py --model-dir checkpoints/tiny --ramp --max-new-token 240
     .venv/bin/python bench/load.py --url ws://HOST:8000/v1/stream --token T
+    .venv/bin/python bench/load.py --smoke              # does it run? (1 and 2 streams)
 
 Prints a table and a final JSON line. Loopback only unless --url names your own server.
 """
@@ -214,10 +215,10 @@ async def main_async(args: argparse.Namespace, ws_url: str, base_url: str) -> di
         f"p50/p95/p99 = {http['p50_ms']}/{http['p95_ms']}/{http['p99_ms']} ms errors={http['errors']}",
         flush=True,
     )
-    return {"bench": "load", "websocket": levels, "http": http}
+    return {"bench": "load", "smoke": args.smoke, "websocket": levels, "http": http}
 
 
-def main() -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -259,7 +260,20 @@ def main() -> int:
     parser.add_argument("--delta-interval-ms", type=float, default=40.0)
     parser.add_argument("--http-requests", type=int, default=20)
     parser.add_argument("--http-concurrency", type=int, default=4)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="1 and 2 streams fed fast, 2 HTTP requests: checks it runs (the suite runs it)",
+    )
+    return parser
+
+
+def main() -> int:
+    args = _parser().parse_args()
+    if args.smoke:
+        args.concurrency, args.ramp = [1, 2], False
+        args.chars_per_delta, args.delta_interval_ms = 8, 10.0
+        args.http_requests = args.http_concurrency = 2
     if args.url:
         base_url = (
             args.url.replace("ws://", "http://").replace("wss://", "https://").rsplit("/v1/", 1)[0]

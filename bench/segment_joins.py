@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/segment_joins.py                 # espeak + tiny ChatTTS, ~20 s
     .venv/bin/python bench/segment_joins.py --engines espeak
+    .venv/bin/python bench/segment_joins.py --smoke         # does it run? (two segments)
 
 A multi-sentence text is cut by the production segmenter, each segment synthesised by
 a real engine (espeak: real speech with real silences; ChatTTS on a generated tiny
@@ -52,6 +53,8 @@ TEXT = (
     "你觉得呢？我想，未来会更好；不过还有很多问题要解决：比如隐私、安全和公平。"
     "好了，就说到这里"
 )
+#: --smoke: two segments, one join.
+SMOKE_TEXT = "今天天气很好，我们一起去公园散步吧。"
 SILENCE_POWER = 10 ** (-45 / 10)
 
 Synth = Callable[[str], Iterator[np.ndarray]]
@@ -69,13 +72,13 @@ def _espeak() -> tuple[Synth, int, Callable[[], None]]:
     return synth, engine.sample_rate_hz, engine.close
 
 
-def _chattts(tmp: Path) -> tuple[Synth, int, Callable[[], None]]:
+def _chattts(tmp: Path, steps: int) -> tuple[Synth, int, Callable[[], None]]:
     from server.engines.chattts.checkpoint import write_checkpoint
     from server.engines.chattts.engine import ChatTTSEngine
 
     model_dir = write_checkpoint(tmp / "tiny", size="tiny", seed=0)
     engine = ChatTTSEngine(
-        model_dir, ChatTTSOptions(device="cpu", max_new_token=72, min_new_token=72)
+        model_dir, ChatTTSOptions(device="cpu", max_new_token=steps, min_new_token=steps)
     )
     voice = VoiceSpec(seed=7)
 
@@ -131,9 +134,9 @@ def _join_figures(segments: list[np.ndarray], rate: int) -> dict[str, float]:
     }
 
 
-def run_engine(name: str, synth: Synth, rate: int) -> dict[str, Any]:
+def run_engine(name: str, synth: Synth, rate: int, text: str = TEXT) -> dict[str, Any]:
     segmenter = Segmenter()
-    texts = [s.text for s in [*segmenter.push(TEXT), *segmenter.flush()]]
+    texts = [s.text for s in [*segmenter.push(text), *segmenter.flush()]]
     raw: list[list[np.ndarray]] = [[np.asarray(c, np.float32) for c in synth(t)] for t in texts]
     joiner = SegmentJoiner(rate)
     shaped: list[np.ndarray] = []
@@ -194,16 +197,22 @@ def run_engine(name: str, synth: Synth, rate: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--engines", nargs="+", default=["espeak", "chattts"])
+    parser.add_argument("--steps", type=int, default=72,
+                        help="ChatTTS: GPT steps per segment (random weights end at random)")  # fmt: skip
+    parser.add_argument("--smoke", action="store_true",
+                        help="a quick run that checks it works (the suite runs it): two "
+                        "segments, 24 ChatTTS steps each")  # fmt: skip
     args = parser.parse_args()
+    text, steps = (SMOKE_TEXT, 24) if args.smoke else (TEXT, args.steps)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.engines:
-            synth, rate, close = _espeak() if name == "espeak" else _chattts(Path(tmp))
+            synth, rate, close = _espeak() if name == "espeak" else _chattts(Path(tmp), steps)
             try:
-                results.append(run_engine(name, synth, rate))
+                results.append(run_engine(name, synth, rate, text))
             finally:
                 close()
-    print(json.dumps({"bench": "segment_joins", "results": results}))
+    print(json.dumps({"bench": "segment_joins", "smoke": args.smoke, "results": results}))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ first (they stay open together); the streams then start spread over ``--spread-s
 
     .venv/bin/python bench/server_overhead.py                # 1,000 streams
     .venv/bin/python bench/server_overhead.py --streams 200
+    .venv/bin/python bench/server_overhead.py --smoke   # does it run? (40 streams)
 
 Ends with one JSON line of the headline figures. Goal: CPU <= 1.3x the bare server's,
 p99 added time to first audio <= 20 ms.
@@ -137,6 +138,24 @@ def serve_bare(port_queue: Any, script: list[Any]) -> None:
     uvloop.run(main())
 
 
+def wait_ready(port: int, deadline_s: float = 120) -> None:
+    """Until our server's /ready answers 200: listening, engine and text front-end loaded."""
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=5) as answer:
+                if answer.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):  # not listening yet, or 503 not ready
+            pass
+        if time.monotonic() > deadline:
+            raise SystemExit("our server did not become ready")
+        time.sleep(0.1)
+
+
 def start(target: Any, *args: Any) -> tuple[multiprocessing.Process, int]:
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
@@ -243,33 +262,15 @@ def measure(
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    import uvloop
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--streams", type=int, default=1000)
-    parser.add_argument(
-        "--spread-s", type=float, default=5.0, help="the streams start spread over this"
-    )
-    args = parser.parse_args(argv)
-    ours, port = start(serve_ours)
-    url = f"ws://127.0.0.1:{port}/v1/stream"
-    time.sleep(3)  # the text front-end loads on its thread
-    script = uvloop.run(record_script(url))
-    figures = {"ours": measure(ours, url, args.streams, args.spread_s)}
-    ours.terminate()
-    ours.join(10)
-    bare, port = start(serve_bare, script)
-    figures["bare"] = measure(bare, f"ws://127.0.0.1:{port}", args.streams, args.spread_s)
-    bare.terminate()
-    bare.join(10)
+def report(args: argparse.Namespace, figures: dict[str, dict[str, float]], messages: int) -> None:
+    """Print the figures and the final JSON line."""
     cpu_ratio = (
         figures["ours"]["cpu_ms_per_100ms_audio"] / figures["bare"]["cpu_ms_per_100ms_audio"]
     )
     added = {
         q: figures["ours"][f"ttfa_{q}_ms"] - figures["bare"][f"ttfa_{q}_ms"] for q in ("p50", "p99")
     }
-    print(f"{args.streams} concurrent streams, {len(script) - 1} messages each")
+    print(f"{args.streams} concurrent streams, {messages} messages each")
     for name, row in figures.items():
         print(
             f"{name:5}: {row['cpu_ms_per_100ms_audio']:.3f} ms CPU per 100 ms of audio "
@@ -284,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps(
             {
                 "bench": "server_overhead",
+                "smoke": args.smoke,
                 "streams": args.streams,
                 "cpu_ratio_vs_bare": round(cpu_ratio, 2),
                 "added_ttfa_ms": {q: round(v, 1) for q, v in added.items()},
@@ -296,6 +298,34 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    import uvloop
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--streams", type=int, default=1000)
+    parser.add_argument(
+        "--spread-s", type=float, default=5.0, help="the streams start spread over this"
+    )
+    parser.add_argument("--smoke", action="store_true",
+                        help="40 streams over 0.5 s: checks it runs (the suite runs it)")  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.smoke:
+        # Enough streams that the bare server's CPU spans several clock ticks (10 ms).
+        args.streams, args.spread_s = 40, 0.5
+    ours, port = start(serve_ours)
+    url = f"ws://127.0.0.1:{port}/v1/stream"
+    wait_ready(port)
+    script = uvloop.run(record_script(url))
+    figures = {"ours": measure(ours, url, args.streams, args.spread_s)}
+    ours.terminate()
+    ours.join(10)
+    bare, port = start(serve_bare, script)
+    figures["bare"] = measure(bare, f"ws://127.0.0.1:{port}", args.streams, args.spread_s)
+    bare.terminate()
+    bare.join(10)
+    report(args, figures, len(script) - 1)
     return 0
 
 

@@ -1,7 +1,8 @@
 """Benchmark: our streaming decoder against ChatTTS's own stream and non-stream infer.
 
-    .venv/bin/python bench/stream_decoder.py            # CPU, full dims, ~6-9 min on 2 cores
+    .venv/bin/python bench/stream_decoder.py --threads 1   # CPU, full dims, ~15 min on 2 cores
     python bench/stream_decoder.py --device cuda --lengths 10 30 --repeats 3   # GPU host
+    .venv/bin/python bench/stream_decoder.py --smoke       # does it run? (tiny, seconds)
 
 Runs on a random-weight checkpoint with ChatTTS's real dimensions (written once to
 ``checkpoints/full``, reused after), fixed-length utterances (min_new_token =
@@ -38,6 +39,7 @@ import logging
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -50,7 +52,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from server.engines.chattts.checkpoint import load_chat, write_checkpoint  # noqa: E402
+from server.engines.chattts.checkpoint import (  # noqa: E402
+    load_chat,
+    read_manifest,
+    write_checkpoint,
+)
 from server.engines.chattts.decoder import (  # noqa: E402
     SAMPLES_PER_FRAME,
     GenerationParams,
@@ -130,10 +136,10 @@ def _timed(fn: Callable[[], Any], device: str) -> tuple[float, Any]:
 
 
 def first_audio(
-    chat: Any, ours: StreamingDecoder, speaker: str, repeats: int, device: str
+    chat: Any, ours: StreamingDecoder, speaker: str, repeats: int, device: str, steps: int
 ) -> dict[str, Any]:
-    """Seconds and steps to the first non-empty chunk, ChatTTS's stream defaults vs ours."""
-    steps = 200
+    """Seconds and steps to the first non-empty chunk, ChatTTS's stream defaults vs ours
+    (``steps``: the utterance's length, more than ChatTTS's 72 before its first chunk)."""
     chattts_s: list[float] = []
     ours_s: list[float] = []
     ours_steps = 0
@@ -305,7 +311,7 @@ def context_sweep(chat: Any, ours: StreamingDecoder, hiddens: torch.Tensor) -> d
                 decoder = StreamingDecoder(
                     chat,
                     dataclasses.replace(
-                        ours.settings,
+                        ours.options,
                         left_context_frames=context,
                         lookahead_frames=lookahead,
                         compile_vocoder=False,
@@ -340,8 +346,8 @@ def gpt_cache(chat: Any, ours: StreamingDecoder, speaker: str, steps: int, repea
     reference_hidden: torch.Tensor | None = None
     for label, overrides in variants:
         settings = dataclasses.replace(
-            ours.settings, compile_vocoder=False, vocoder_backend="torch", gpt_cache_slots=1,
-            gpt_cache_tokens=max(ours.settings.gpt_cache_tokens, steps + 512), **overrides,
+            ours.options, compile_vocoder=False, vocoder_backend="torch", gpt_cache_slots=1,
+            gpt_cache_tokens=max(ours.options.gpt_cache_tokens, steps + 512), **overrides,
         )  # fmt: skip
         try:
             decoder = StreamingDecoder(chat, settings)
@@ -395,12 +401,10 @@ def gpt_cache(chat: Any, ours: StreamingDecoder, speaker: str, steps: int, repea
 
 
 def _seam_dict(report: Any) -> dict[str, Any]:
-    return {
-        "joins": report.joins,
-        "step_ratio_median": round(report.step_ratio_median, 2),
-        "step_ratio_max": round(report.step_ratio_max, 2),
-        "flux_ratio_median": round(report.flux_ratio_median, 2),
-        "flux_ratio_max": round(report.flux_ratio_max, 2),
+    names = ("step_ratio_median", "step_ratio_max", "flux_ratio_median", "flux_ratio_max")
+    # No joins (one chunk): no ratios, null rather than NaN (which is not JSON).
+    return {"joins": report.joins} | {
+        name: round(getattr(report, name), 2) if report.joins else None for name in names
     }
 
 
@@ -452,10 +456,15 @@ def onnx_vocoder(chat: Any, device: str, window_steps: int, repeats: int) -> dic
     return figures
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoint", type=Path, default=ROOT / "checkpoints" / "full")
-    parser.add_argument("--size", choices=["full", "tiny"], default="full")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a quick run that checks every part works (the suite runs it): a "
+                        "tiny checkpoint, 0.5 s utterances, few steps; its figures mean nothing")  # fmt: skip
+    parser.add_argument("--checkpoint", type=Path, default=None,
+                        help="default: checkpoints/SIZE (a temporary directory with --smoke)")  # fmt: skip
+    parser.add_argument("--size", choices=["full", "tiny"], default="full",
+                        help="the random-weight checkpoint written when there is none")  # fmt: skip
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--lengths", type=float, nargs="+", default=[10.0, 30.0],
                         help="utterance lengths in seconds of audio")  # fmt: skip
@@ -478,17 +487,69 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--clock", choices=["cpu", "wall"], default=None,
                         help="what to time with (default: cpu on CPU, wall on CUDA)")  # fmt: skip
-    args = parser.parse_args(argv)
+    return parser
+
+
+#: What --smoke changes: every part runs, on the least work that still exercises it
+#: (ChatTTS's stream reaches its first chunk at step 72, and has a join at 1 s).
+SMOKE = {"size": "tiny", "lengths": [1.0], "repeats": 1, "long_repeats": 1,
+         "first_audio_repeats": 1, "gpt_cache_steps": 16}  # fmt: skip
+FIRST_AUDIO_STEPS = {"full": 200, "smoke": 80}
+ONNX_REPEATS = {"full": 7, "smoke": 1}
+
+
+def _open_checkpoint(args: argparse.Namespace, scratch: Path) -> tuple[Any, str]:
+    """The loaded ``Chat`` and its checkpoint's size, writing the checkpoint if missing."""
+    checkpoint = args.checkpoint or (
+        scratch / "tiny" if args.smoke else ROOT / "checkpoints" / args.size
+    )
+    manifest = read_manifest(checkpoint) if checkpoint.is_dir() else None
+    if manifest is None:
+        print(f"writing a {args.size} random-weight checkpoint to {checkpoint} ...")
+        write_checkpoint(checkpoint, size=args.size)
+        manifest = read_manifest(checkpoint)
+    assert manifest is not None
+    return load_chat(checkpoint, device=args.device), str(manifest["size"])
+
+
+def _header(args: argparse.Namespace, ours: StreamingDecoder, size: str) -> dict[str, Any]:
+    device_name = (
+        torch.cuda.get_device_name(0)
+        if args.device.startswith("cuda")
+        else platform.processor() or platform.machine()
+    )
+    results = {
+        "bench": "stream_decoder",
+        "smoke": args.smoke,
+        "device": args.device,
+        "device_name": device_name,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "clock": CLOCK["name"],
+        "checkpoint": size,
+        "settings": {k: getattr(ours.options, k) for k in (
+            "first_chunk_steps", "chunk_growth", "max_chunk_steps", "left_context_frames",
+            "lookahead_frames", "overlap_samples", "gpt_dtype", "decoder_dtype",
+            "compile_vocoder", "vocoder_backend", "gpt_cache", "cuda_graphs")},
+    }  # fmt: skip
+    if ours.static_gpt is not None:
+        # Whether the stream figures below ran on graphs (a failed capture turns them off).
+        results["cuda_graphs_active"] = ours.static_gpt.cuda_graphs
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.smoke:
+        for name, value in SMOKE.items():
+            setattr(args, name, value)
+    mode = "smoke" if args.smoke else "full"
     CLOCK["name"] = args.clock or ("wall" if args.device.startswith("cuda") else "cpu")
     logging.basicConfig(level=logging.ERROR)
     if args.threads:
         torch.set_num_threads(args.threads)
-
-    manifest = args.checkpoint / "chattts-stream.json"
-    if not manifest.is_file():
-        print(f"writing a {args.size} random-weight checkpoint to {args.checkpoint} ...")
-        write_checkpoint(args.checkpoint, size=args.size)
-    chat = load_chat(args.checkpoint, device=args.device)
+    with tempfile.TemporaryDirectory() as scratch:
+        chat, size = _open_checkpoint(args, Path(scratch))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(3)
         speaker = chat.sample_random_speaker()
@@ -513,22 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.decoder_dtype == "float32":
         list(_chattts_infer(chat, _chattts_params(chat, speaker, 40), stream=False))
 
-    results: dict[str, Any] = {
-        "bench": "stream_decoder",
-        "device": args.device,
-        "device_name": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else platform.processor() or platform.machine(),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "clock": CLOCK["name"],
-        "checkpoint": args.size,
-        "settings": {k: getattr(ours.settings, k) for k in (
-            "first_chunk_steps", "chunk_growth", "max_chunk_steps", "left_context_frames",
-            "lookahead_frames", "overlap_samples", "gpt_dtype", "decoder_dtype", "compile_vocoder",
-            "vocoder_backend", "gpt_cache", "cuda_graphs")},
-    }  # fmt: skip
-    if ours.static_gpt is not None:
-        # Whether the stream figures below ran on graphs (a failed capture turns them off).
-        results["cuda_graphs_active"] = ours.static_gpt.cuda_graphs
+    results = _header(args, ours, size)
     if args.gpt_cache_steps:
         results["gpt_cache"] = gpt_cache(
             chat, ours, speaker, args.gpt_cache_steps, max(args.repeats, 1), args.device
@@ -538,7 +584,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.decoder_dtype == "float32":
         results["first_audio"] = first_audio(
-            chat, ours, speaker, args.first_audio_repeats, args.device
+            chat, ours, speaker, args.first_audio_repeats, args.device, FIRST_AUDIO_STEPS[mode]
         )
         results["lengths"] = {}
         for index, seconds in enumerate(args.lengths):
@@ -547,7 +593,9 @@ def main(argv: list[str] | None = None) -> int:
                 chat, ours, speaker, seconds, repeats, args.device, with_chattts_stream=index == 0
             )
     if not args.no_onnx:
-        results["onnx"] = onnx_vocoder(chat, args.device, window_steps=96 + 14, repeats=7)
+        results["onnx"] = onnx_vocoder(
+            chat, args.device, window_steps=96 + 14, repeats=ONNX_REPEATS[mode]
+        )
     print(json.dumps(results, ensure_ascii=False))
     return 0
 

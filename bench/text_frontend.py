@@ -1,6 +1,7 @@
 """Cost of the text front-end per segment: WeTextProcessing load, then prepare_text.
 
     .venv/bin/python bench/text_frontend.py [--rounds N]
+    .venv/bin/python bench/text_frontend.py --smoke     # does it run? (one round)
 
 Segments come from realistic LLM output (prose, numbers, dates, markdown, English), cut
 by the server's segmenter. Each is prepared with a cold cache (the normaliser's LRU
@@ -58,7 +59,12 @@ def percentile(values: list[float], q: float) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--smoke", action="store_true", help="one round: checks it runs (the suite runs it)"
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.rounds = 1
 
     started = time.perf_counter()
     normalizer = load_wetext()
@@ -97,7 +103,12 @@ def main() -> int:
         )
     print(
         json.dumps(
-            {"bench": "text_frontend", "load_ms": round(load_s * 1000), "per_segment": results}
+            {
+                "bench": "text_frontend",
+                "smoke": args.smoke,
+                "load_ms": round(load_s * 1000),
+                "per_segment": results,
+            }
         )
     )
     return 0

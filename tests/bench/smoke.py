@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -14,12 +15,21 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_bench(script: str, *args: str, timeout_s: float = 600) -> dict[str, Any]:
-    """Run ``bench/<script> <args>`` from the repository root; its final JSON line,
-    parsed. The run must exit 0 and end with one JSON object."""
+#: For ``run_bench(env=...)``: torch and numpy on one thread. On a few shared cores a
+#: second one mostly spins: a smoke run then costs several times the CPU of its work.
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+
+
+def run_bench(
+    script: str, *args: str, timeout_s: float = 600, env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Run ``bench/<script> <args>`` from the repository root (``env`` added to this
+    process's environment); its final JSON line, parsed. The run must exit 0 and end
+    with one JSON object."""
     done = subprocess.run(
         [sys.executable, str(ROOT / "bench" / script), *args],
         cwd=ROOT,
+        env={**os.environ, **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -42,3 +52,15 @@ def figure(report: Mapping[str, Any], key: str) -> float:
     assert isinstance(value, int | float) and not isinstance(value, bool), f"{key}: {value!r}"
     assert math.isfinite(value), f"{key}: {value!r}"
     return float(value)
+
+
+def assert_all_finite(report: Any, where: str = "report") -> None:
+    """Every number anywhere in ``report`` is finite (json.loads reads NaN and Infinity)."""
+    if isinstance(report, dict):
+        for key, value in report.items():
+            assert_all_finite(value, f"{where}.{key}")
+    elif isinstance(report, list):
+        for index, value in enumerate(report):
+            assert_all_finite(value, f"{where}[{index}]")
+    elif isinstance(report, float):
+        assert math.isfinite(report), f"{where}: {report!r}"

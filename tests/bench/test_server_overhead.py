@@ -1,0 +1,25 @@
+"""bench/server_overhead.py runs (its smoke mode, as a subprocess) and compares both servers."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.bench.smoke import ONE_THREAD, assert_all_finite, figure, run_bench
+
+
+@pytest.mark.slow
+def test_smoke_run_measures_ours_and_the_bare_server_on_the_same_audio() -> None:
+    """Both servers send every stream the same audio; CPU and TTFA are measured for each."""
+    report = run_bench("server_overhead.py", "--smoke", timeout_s=180, env=ONE_THREAD)
+    assert_all_finite(report)
+    assert (report["bench"], report["smoke"], report["streams"]) == ("server_overhead", True, 40)
+    for server in ("ours", "bare"):
+        assert figure(report, f"figures.{server}.cpu_s") > 0
+        assert figure(report, f"figures.{server}.cpu_ms_per_100ms_audio") > 0
+        p50 = figure(report, f"figures.{server}.ttfa_p50_ms")
+        assert 0 < p50 <= figure(report, f"figures.{server}.ttfa_p99_ms")
+    audio_s = figure(report, "figures.ours.audio_s")
+    assert audio_s > 40 * 1.0 and audio_s == figure(report, "figures.bare.audio_s")
+    assert figure(report, "cpu_ratio_vs_bare") > 0
+    for path in ("added_ttfa_ms.p50", "added_ttfa_ms.p99", "ttfa_median_both_ms"):
+        figure(report, path)  # present and finite (an added time may be negative)
