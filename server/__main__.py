@@ -1,5 +1,5 @@
 import sys
 
-from server.cli import main
+from server.launch import main
 
 sys.exit(main())

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI, WebSocket
 from fastapi.middleware.cors import CORSMiddleware
 
-from server import __version__
+from server import __version__, blas
 from server.config import Settings
 from server.engines.select import EngineFactory
 from server.http.errors import install_error_handlers
@@ -29,7 +29,6 @@ from server.http.voice_routes import voice_routes
 from server.state import AppState
 from server.transport import TransportTap
 from server.ws.endpoint import DenialLogFilter, run_websocket
-from streaming.errors import Unavailable
 
 __all__ = ["AppState", "create_app"]
 
@@ -45,6 +44,7 @@ async def _watch(state: AppState, period_s: float = 1.0) -> None:
 
 def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> FastAPI:
     """The app for ``settings``; ``engine`` overrides the engine choice (tests use it)."""
+    blas.limit_threads()  # before the engine thread exists (server.blas says why)
     state = AppState.build(settings, engine)
     denials = DenialLogFilter()
 
@@ -54,11 +54,6 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
             logger.warning(
                 "no tokens configured (--token-file / TTS_TOKENS): the API is open to anyone"
             )
-        try:
-            await state.voices.registry.open()
-        except Unavailable as exc:
-            logger.critical("exiting: %s", exc.message)
-            raise
         uvicorn_log = logging.getLogger("uvicorn.error")
         uvicorn_log.addFilter(denials)
         state.worker.start()
@@ -73,7 +68,6 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
             await state.encoders.close()
             uvicorn_log.removeFilter(denials)
             await asyncio.to_thread(state.worker.stop)
-            await state.voices.registry.close()
 
     app = FastAPI(
         title="chattts-stream",

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from server.app import create_app
 from server.config import Settings
@@ -70,3 +72,20 @@ def run_live_server(
         server.should_exit = True
         thread.join(TIMEOUT_S)
         sock.close()
+
+
+def child_pids(command: str) -> set[int]:
+    """This process's children named ``command``, running or not yet reaped (zombies):
+    what an in-process server started and still owes a wait."""
+    children = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :]
+        if name == command and int(fields.split()[1]) == os.getpid():
+            children.add(int(entry.name))
+    return children

@@ -10,7 +10,9 @@ as soon as there are any, so a response can start after the first segment:
   Whole (not streamed) WAV files get the exact sizes.
 - ``mp3``, ``opus`` (Ogg), ``ogg`` (Opus in Ogg, this server's older name), ``aac``
   (ADTS), ``flac``: an ``ffmpeg`` process reading PCM on stdin and writing the format on
-  stdout, read as it comes.
+  stdout, read as it comes; started with ``posix_spawn``, never ``fork()``
+  (:mod:`server.child_process` says why). Decoded, each gives every sample of the PCM,
+  after only the codec's own priming (MP3 1,105 samples, AAC 1,024, Opus and FLAC none).
 
 A ``tempo`` other than 1 time-stretches the audio without changing its pitch (ffmpeg's
 ``atempo``, chained for factors below 0.5), for speeds beyond the engine's own range;
@@ -28,6 +30,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 import numpy as np
 
+from server.child_process import ChildProcess, spawn
 from streaming.audio import float_to_pcm16
 from streaming.errors import Unavailable
 
@@ -112,65 +115,72 @@ def _ffmpeg_args(fmt: str, rate_hz: int, tempo: float) -> tuple[str, ...]:
     filters = ["-filter:a", tempo_filters(tempo)] if tempo != 1.0 else []
     return (
         "ffmpeg", "-hide_banner", "-loglevel", "error", "-nostdin",
-        # Raw input needs no probing: without these ffmpeg reads ~0.3 s of it first.
-        "-probesize", "32", "-analyzeduration", "0", "-fflags", "nobuffer",
+        # Raw input needs no probing: without these ffmpeg reads ~0.3 s of it first. Not
+        # "-fflags nobuffer": it discards the packet read while probing (the first 40 ms).
+        "-probesize", "32", "-analyzeduration", "0",
         "-f", "s16le", "-ar", str(rate_hz), "-ac", "1", "-i", "pipe:0",
         *filters, *codec, "-flush_packets", "1", "-f", muxer, "pipe:1",
     )  # fmt: skip
 
 
-async def _spawn(args: tuple[str, ...]) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        # Not a pipe: one nobody reads while ffmpeg runs would block it once full.
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-
-
 class Encoders:
-    """ffmpeg processes started ahead of need: one spare per encoding in use.
+    """ffmpeg processes started ahead of need: at most one spare per encoding in use.
 
     Starting ffmpeg costs ~100 ms (measured here: mp3's first byte 147 ms after the
     request with a fresh process, against 18 ms for raw PCM), which a streamed response
     would add to its time to first byte. A spare waits on its stdin, costing a few MB
     and no CPU. Encodings with a time-stretch are started on demand (their factor varies).
-    Use from one event loop; :meth:`close` at shutdown kills the spares.
+    Every child handed out is the caller's to end (:meth:`ChildProcess.aclose`);
+    :meth:`close` at shutdown kills the spares and any child still running.
+    Use from one event loop.
     """
 
     def __init__(self, *, max_kinds: int = 8) -> None:
         self._max_kinds = max_kinds
-        self._spares: dict[tuple[str, ...], asyncio.Task[asyncio.subprocess.Process]] = {}
+        self._spares: dict[tuple[str, ...], asyncio.Task[ChildProcess]] = {}
+        self._children: set[ChildProcess] = set()
         self._closed = False
 
-    async def process(self, fmt: str, rate_hz: int, tempo: float) -> asyncio.subprocess.Process:
+    async def process(self, fmt: str, rate_hz: int, tempo: float) -> ChildProcess:
         """A started ffmpeg encoding PCM at ``rate_hz`` to ``fmt``, the caller's to end."""
         args = _ffmpeg_args(fmt, rate_hz, tempo)
         spare = self._spares.pop(args, None)
+        # The next spare is started before any wait, so no other caller can have put one
+        # in its place meanwhile: one spare per encoding, whatever the concurrency.
+        if tempo == 1.0 and not self._closed and len(self._spares) < self._max_kinds:
+            self._spares[args] = asyncio.get_running_loop().create_task(self._spawn(args))
         process = None
         if spare is not None:
-            with contextlib.suppress(Exception):
-                process = await spare
+            try:
+                process = await asyncio.shield(spare)
+            except asyncio.CancelledError:
+                spare.add_done_callback(_kill_spawned)  # the caller left: nobody will use it
+                raise
+            except Exception:  # that spare failed to start: start one now
+                process = None
         if process is None or process.returncode is not None:
-            process = await _spawn(args)
-        if (
-            tempo == 1.0
-            and not self._closed
-            and (len(self._spares) < self._max_kinds or args in self._spares)
-        ):
-            self._spares[args] = asyncio.get_running_loop().create_task(_spawn(args))
+            process = await self._spawn(args)
+        return process
+
+    async def _spawn(self, args: tuple[str, ...]) -> ChildProcess:
+        process = await spawn(args)
+        self._children.add(process)
+        process.add_exit_callback(self._children.discard)
         return process
 
     async def close(self) -> None:
+        """Kill the spares and every child still running, and reap them all."""
         self._closed = True
         spares, self._spares = list(self._spares.values()), {}
         for spare in spares:
             with contextlib.suppress(Exception):
-                process = await spare
-                if process.returncode is None:
-                    process.kill()
-                    await process.wait()
+                await spare  # started: now in self._children
+        await asyncio.gather(*(child.aclose() for child in list(self._children)))
+
+
+def _kill_spawned(task: asyncio.Task[ChildProcess]) -> None:
+    if not task.cancelled() and task.exception() is None:
+        task.result().kill()
 
 
 async def encode(
@@ -195,12 +205,15 @@ async def encode(
         if encoders is not None:
             process = await encoders.process(fmt, rate_hz, tempo)
         else:
-            process = await _spawn(_ffmpeg_args(fmt, rate_hz, tempo))
-        # aclosing: leaving early must end ffmpeg now (async for does not close what it
-        # iterates; the generator would linger until garbage collection).
-        async with contextlib.aclosing(_ffmpeg(frames, fmt, process)) as encoded:
-            async for chunk in encoded:
-                yield chunk
+            process = await spawn(_ffmpeg_args(fmt, rate_hz, tempo))
+        try:
+            # aclosing: leaving early must end ffmpeg now (async for does not close what
+            # it iterates; the generator would linger until garbage collection).
+            async with contextlib.aclosing(_ffmpeg(frames, fmt, process)) as encoded:
+                async for chunk in encoded:
+                    yield chunk
+        finally:  # done, failed, or the client left: ffmpeg ends and is reaped, always
+            await process.aclose()
 
 
 def fill_wav_sizes(wav: bytes) -> bytes:
@@ -209,7 +222,7 @@ def fill_wav_sizes(wav: bytes) -> bytes:
 
 
 async def _ffmpeg(
-    frames: AsyncIterator[np.ndarray], fmt: str, process: asyncio.subprocess.Process
+    frames: AsyncIterator[np.ndarray], fmt: str, process: ChildProcess
 ) -> AsyncGenerator[bytes]:
     assert process.stdin is not None and process.stdout is not None
     stdin, stdout = process.stdin, process.stdout
@@ -236,6 +249,3 @@ async def _ffmpeg(
             feeder.cancel()
             with contextlib.suppress(BaseException):
                 await feeder
-        if process.returncode is None:
-            process.kill()
-            await process.wait()

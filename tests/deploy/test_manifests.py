@@ -157,13 +157,8 @@ def k8s_objects() -> dict[tuple[str, str], dict[str, Any]]:
     return objects
 
 
-#: The objects of the shared voice store (redis.yaml), apart from the server's own.
-VOICE_STORE = "chattts-stream-redis"
-
-
 def one(kind: str) -> dict[str, Any]:
-    """The server's one object of ``kind`` (the voice store's own left aside)."""
-    found = [obj for (k, name), obj in k8s_objects().items() if k == kind and name != VOICE_STORE]
+    found = [obj for (k, _), obj in k8s_objects().items() if k == kind]
     assert len(found) == 1, f"expected one {kind}, found {len(found)}"
     return found[0]
 

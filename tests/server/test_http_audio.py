@@ -10,7 +10,9 @@ from collections.abc import AsyncGenerator
 import numpy as np
 import pytest
 
+from server.child_process import ChildProcess
 from server.http import audio as http_audio
+from tests.live import child_pids
 
 
 def test_a_streamed_wav_header_says_unknown_length_and_filling_it_gives_exact_sizes() -> None:
@@ -61,14 +63,14 @@ async def test_closing_the_stream_midway_kills_ffmpeg_and_closes_the_frames(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     closed = asyncio.Event()
-    started: list[asyncio.subprocess.Process] = []
-    spawn = http_audio._spawn
+    started: list[ChildProcess] = []
+    spawn = http_audio.spawn
 
-    async def recorded(args: tuple[str, ...]) -> asyncio.subprocess.Process:
+    async def recorded(args: tuple[str, ...]) -> ChildProcess:
         started.append(await spawn(args))
         return started[-1]
 
-    monkeypatch.setattr(http_audio, "_spawn", recorded)
+    monkeypatch.setattr(http_audio, "spawn", recorded)
 
     async def endless() -> AsyncGenerator[np.ndarray]:
         try:
@@ -84,3 +86,40 @@ async def test_closing_the_stream_midway_kills_ffmpeg_and_closes_the_frames(
     assert closed.is_set()
     (process,) = started
     assert process.returncode is not None  # killed and reaped, not left running
+
+
+async def test_concurrent_requests_for_one_encoding_leave_one_spare() -> None:
+    """Twelve requests for mp3 at once each get their own ffmpeg, and once they are done
+    exactly one spare waits: none is started and forgotten."""
+    before = child_pids("ffmpeg")
+    encoders = http_audio.Encoders()
+    processes = await asyncio.gather(*(encoders.process("mp3", 24000, 1.0) for _ in range(12)))
+    assert len({p.pid for p in processes}) == 12
+    await asyncio.gather(*(p.aclose() for p in processes))
+    await asyncio.gather(*encoders._spares.values())
+    assert len(child_pids("ffmpeg") - before) == 1
+    await encoders.close()
+    assert child_pids("ffmpeg") - before == set()
+
+
+async def test_a_request_that_leaves_while_its_encoder_starts_leaves_no_process() -> None:
+    """A caller cancelled while waiting for the spare it took (the client left) leaves no
+    ffmpeg behind but the next spare, and close() reaps that and any child handed out."""
+    before = child_pids("ffmpeg")
+    encoders = http_audio.Encoders()
+    first = asyncio.ensure_future(encoders.process("flac", 24000, 1.0))  # starts a spare
+    second = asyncio.ensure_future(encoders.process("flac", 24000, 1.0))  # takes it
+    await asyncio.sleep(0)
+    assert not second.done()
+    second.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    process = await first
+    (spare,) = [await task for task in encoders._spares.values()]
+    deadline = asyncio.get_running_loop().time() + 5
+    while child_pids("ffmpeg") - before != {process.pid, spare.pid}:
+        assert asyncio.get_running_loop().time() < deadline, "the abandoned spare was left"
+        await asyncio.sleep(0.02)
+    await encoders.close()
+    assert process.returncode is not None and spare.returncode is not None
+    assert child_pids("ffmpeg") - before == set()
