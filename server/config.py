@@ -109,6 +109,19 @@ class Settings:
         "where named voices are kept (default: ~/.local/share/chattts-stream/voices)",
         group="engine",
     )
+    voices_store: str | None = option(
+        None,
+        "keep named voices in Redis instead of --voices-dir, shared by every replica of a "
+        "fleet: redis://[:password@]host:port/db (rediss:// for TLS); run Redis with "
+        "appendonly yes and appendfsync always (docs/scaling.md)",
+        group="engine",
+    )
+    voices_store_timeout_s: float = option(
+        5.0,
+        "how long one call to --voices-store may take, and how long start-up waits to reach "
+        "it, before it counts as unreachable (start-up then exits with status 3)",
+        group="engine",
+    )
     fallback_on_load_failure: bool = option(
         False,
         "when the named ChatTTS model fails to load, serve the fallback voice (degraded) "
@@ -211,6 +224,13 @@ class Settings:
     )
     busy_retry_after_ms: int = option(
         2000, "the retry hint sent with a busy refusal", group="limits"
+    )
+    busy_at_upgrade: bool = option(
+        False,
+        "while no new stream would be admitted, refuse a WebSocket upgrade with 503 busy "
+        "instead of accepting it and refusing its start: behind a balancer that retries a "
+        "503 on another replica (deploy/haproxy), the stream lands where there is room",
+        group="limits",
     )
     ws_send_buffer_bytes: int = option(
         64 * 1024,
@@ -440,6 +460,7 @@ def validate(settings: Settings) -> None:
         "max_http_body_bytes",
         "http_stall_timeout_s",
         "max_voices",
+        "voices_store_timeout_s",
         "segment_max_chars",
         "frame_ms",
         "first_frame_ms",
@@ -466,6 +487,10 @@ def validate(settings: Settings) -> None:
         or settings.first_segment_min_chars > settings.segment_max_chars
     ):
         problems.append("first_segment_min_chars must be between 1 and segment_max_chars")
+    if settings.voices_store is not None and not settings.voices_store.startswith(
+        ("redis://", "rediss://", "unix://")
+    ):
+        problems.append("voices_store must be a redis://, rediss:// or unix:// URL")
     if not 0 <= settings.port <= 65535:
         problems.append("port must be in 0..65535")
     if problems:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
@@ -49,6 +51,20 @@ class Metrics:
         )
         self.active_streams = Gauge(
             "tts_active_streams", "contexts with text accepted and not yet done", registry=r
+        )
+        # Read when scraped (follow_admission): what a balancer or autoscaler compares.
+        self.admitted_streams = Gauge(
+            "tts_admitted_streams",
+            "streams (WebSocket contexts and HTTP requests) speaking on the main engine now, "
+            "as admission counts them against tts_stream_limit",
+            registry=r,
+        )
+        self.stream_limit = Gauge(
+            "tts_stream_limit",
+            "streams admission takes on the main engine before new ones are busy: "
+            "--max-streams, else the measured capacity at --admission-headroom (-1 while "
+            "nothing bounds it: not yet measured)",
+            registry=r,
         )
         self.ttfa = Histogram(
             "tts_time_to_first_audio_seconds",
@@ -187,6 +203,11 @@ class Metrics:
         self.engine_steps.inc()
         self.batch_size.observe(batch)
         self.step_seconds.observe(seconds)
+
+    def follow_admission(self, streams: Callable[[], float], limit: Callable[[], float]) -> None:
+        """Report admission's count and limit, read at each scrape."""
+        self.admitted_streams.set_function(streams)
+        self.stream_limit.set_function(limit)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

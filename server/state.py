@@ -31,7 +31,7 @@ from server.runtime.admission import Admission
 from server.runtime.worker import EngineWorker
 from server.textnorm import TextFrontend
 from server.transport import pending_bytes
-from server.voices import VoiceRegistry, Voices
+from server.voices import VoiceRegistry, Voices, voice_store
 from streaming.errors import Unauthorized, Unavailable
 
 __all__ = ["AppState"]
@@ -93,7 +93,8 @@ class AppState:
         frontend = TextFrontend(
             allow_control_tags=settings.allow_control_tags, cache_dir=settings.text_cache_dir
         )
-        voices = Voices(VoiceRegistry(settings.voices_dir), worker)
+        voices = Voices(VoiceRegistry(voice_store(settings)), worker)
+        metrics.follow_admission(lambda: admission.streams, lambda: _stream_limit(admission))
         return cls(
             settings,
             metrics=metrics,
@@ -128,3 +129,10 @@ class AppState:
             return any(session.holds_unspoken_text for session in list(self.sessions))
         except RuntimeError:  # a dict changed size under us: ask again later
             return True
+
+
+def _stream_limit(admission: Admission) -> int:
+    """Admission's limit for the metrics; -1 while unbounded (an engine that interleaves,
+    not measured yet, takes any number: admission's stand-in is 2**30)."""
+    limit = admission.limit()
+    return -1 if limit >= 1 << 30 else limit

@@ -8,7 +8,8 @@ interface says about it.
     │   └── Conflict             conflict           HTTP 409   a voice name taken, a preset
     ├── Unauthorized             unauthorized       HTTP 401
     ├── Unavailable              unavailable        HTTP 503   not_ready, draining, too_many_connections,
-    │                                                          busy (at capacity: retry_after_ms)
+    │                                                          busy (at capacity: retry_after_ms),
+    │                                                          voices_unavailable (the voice store)
     ├── SynthesisError           synthesis_failed   HTTP 500   the engine failed on a segment
     │   └── SynthesisTimeout     synthesis_timeout  HTTP 504
     └── (the engines' own, caught inside the server, never sent as they are)

@@ -40,7 +40,10 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: _error("missing or invalid bearer token"),
     413: _error("the text exceeds --max-http-text-chars, or the body --max-http-body-bytes"),
     422: _error("a body that does not decode or does not match the schema"),
-    503: _error("not ready, draining, busy (Retry-After), or a format without ffmpeg"),
+    503: _error(
+        "not ready, draining, busy (Retry-After), a format without ffmpeg, or a voice name "
+        "not seen while the voices store is unreachable"
+    ),
     504: _error("not spoken within --http-timeout-s"),
 }
 #: The errors of the voice routes.
@@ -54,7 +57,7 @@ VOICE_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         "or no room for another voice (--max-voices)"
     ),
     422: _error("a body that does not decode or does not match the schema"),
-    503: _error("the engine is not ready"),
+    503: _error("the engine is not ready, or the voices store is unreachable (voices_unavailable)"),
 }
 
 

@@ -107,11 +107,12 @@ def voice_routes(state: AppState) -> APIRouter:
     async def list_voices(engine: str | None = Query(None)) -> dict[str, Any]:
         """The voices of the main engine (or of ``engine``): presets first."""
         chosen = engine_of(engine)
-        return {"engine": chosen, "data": [v.public() for v in registry.list(chosen)]}
+        voices = await registry.fetch_list(chosen)
+        return {"engine": chosen, "data": [v.public() for v in voices]}
 
     @router.get("/v1/voices/{name}", response_model=VoiceOut, responses=VOICE_ERROR_RESPONSES)
     async def get_voice(name: str, engine: str | None = Query(None)) -> dict[str, Any]:
-        return registry.require(engine_of(engine), name).public()
+        return (await registry.fetch(engine_of(engine), name)).public()
 
     @router.post(
         "/v1/voices", response_model=VoiceOut, status_code=201, responses=VOICE_ERROR_RESPONSES
@@ -120,14 +121,14 @@ def voice_routes(state: AppState) -> APIRouter:
         engine = engine_of(body.engine)
         registry.check_room(engine, body.name, state.settings.max_voices)  # before any work
         voice = await _make_voice(state, body, engine)
-        return registry.add(voice, limit=state.settings.max_voices).public()
+        return (await registry.add(voice, limit=state.settings.max_voices)).public()
 
     @router.delete(
         "/v1/voices/{name}", status_code=204, response_class=Response,
         responses=VOICE_ERROR_RESPONSES,
     )  # fmt: skip
     async def delete_voice(name: str, engine: str | None = Query(None)) -> Response:
-        registry.delete(engine_of(engine), name)
+        await registry.delete(engine_of(engine), name)
         return Response(status_code=204)
 
     return router

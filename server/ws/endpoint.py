@@ -1,4 +1,5 @@
-"""The WebSocket endpoint: authenticate the upgrade, apply the connection limit, run a
+"""The WebSocket endpoint: authenticate the upgrade, apply the connection limit (and, with
+``--busy-at-upgrade``, refuse it while the engine is full), run a
 :class:`~server.ws.session.Session`."""
 
 from __future__ import annotations
@@ -61,7 +62,24 @@ def _refusal(state: AppState, websocket: WebSocket, offered: list[str]) -> TTSEr
             code="too_many_connections",
             limit=limit,
         )
-    return None
+    return _no_room(state)
+
+
+def _no_room(state: AppState) -> Unavailable | None:
+    """With --busy-at-upgrade: ``busy`` while a new stream would be refused, so that a
+    balancer retries the upgrade on another replica (nothing reached the client yet).
+    Not with --when-busy fallback: there a full server still speaks, on the fallback."""
+    settings, admission = state.settings, state.admission
+    if not settings.busy_at_upgrade or settings.when_busy != "refuse":
+        return None
+    limit = admission.limit()
+    if admission.streams < limit:
+        return None
+    return Unavailable(
+        f"the engine is at capacity ({limit} real-time streams); try again later",
+        code="busy",
+        retry_after_ms=settings.busy_retry_after_ms,
+    )
 
 
 async def run_websocket(state: AppState, websocket: WebSocket, denials: DenialLogFilter) -> None:

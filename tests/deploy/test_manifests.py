@@ -157,8 +157,13 @@ def k8s_objects() -> dict[tuple[str, str], dict[str, Any]]:
     return objects
 
 
+#: The objects of the shared voice store (redis.yaml), apart from the server's own.
+VOICE_STORE = "chattts-stream-redis"
+
+
 def one(kind: str) -> dict[str, Any]:
-    found = [obj for (k, _), obj in k8s_objects().items() if k == kind]
+    """The server's one object of ``kind`` (the voice store's own left aside)."""
+    found = [obj for (k, name), obj in k8s_objects().items() if k == kind and name != VOICE_STORE]
     assert len(found) == 1, f"expected one {kind}, found {len(found)}"
     return found[0]
 

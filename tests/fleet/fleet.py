@@ -278,9 +278,9 @@ class Balancer:
         assert HAPROXY is not None, _missing()
         path = self.directory / "haproxy.cfg"
         path.write_text(self.config(), encoding="utf-8")
-        env = {**os.environ, "TTS_HAPROXY_BIND": f"127.0.0.1:{self.port}",
-               "TTS_HAPROXY_ADMIN_SOCKET": str(self.admin_socket),
-               "TTS_HAPROXY_CHECK_INTERVAL": "200ms"}  # fmt: skip
+        env = {**os.environ, "LB_BIND": f"127.0.0.1:{self.port}",
+               "LB_ADMIN_SOCKET": str(self.admin_socket),
+               "LB_CHECK_INTERVAL": "200ms"}  # fmt: skip
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 [HAPROXY, "-db", "-f", str(path)], stdout=log, stderr=subprocess.STDOUT, env=env

@@ -1,4 +1,5 @@
-"""Named voices: the registry on disk, its routes, and the name used from every route."""
+"""Named voices: the registry over the directory store, its routes, and the name used from
+every route (the Redis store of a fleet: tests/fleet/test_voices.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from chattts_client import StreamClient
 
 from server.config import Settings
 from server.engines.base import VoiceSpec
-from server.voices import PRESET_NAMES, Voice, VoiceRegistry
+from server.voices import PRESET_NAMES, DirectoryStore, Voice, VoiceRegistry
 from streaming.errors import ClientError, Conflict, NotFound
 from tests.conftest import fixed_length_chattts
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
@@ -26,7 +27,7 @@ from tests.scripted_engine import ScriptedEngine
 
 
 def test_each_engine_has_every_openai_name_as_a_preset(tmp_path: Path) -> None:
-    registry = VoiceRegistry(tmp_path)
+    registry = VoiceRegistry(DirectoryStore(tmp_path))
     for engine in ("chattts", "espeak"):
         voices = registry.list(engine)
         assert [v.name for v in voices] == sorted(PRESET_NAMES)
@@ -38,11 +39,11 @@ def test_each_engine_has_every_openai_name_as_a_preset(tmp_path: Path) -> None:
     assert len(chattts) == len(espeak) == len(PRESET_NAMES)
 
 
-def test_created_voices_are_files_read_back_by_a_new_registry(tmp_path: Path) -> None:
-    registry = VoiceRegistry(tmp_path)
-    registry.add(Voice("narrator", "chattts", speaker_seed=42, seed=7, temperature=0.2))
+async def test_created_voices_are_files_read_back_by_a_new_registry(tmp_path: Path) -> None:
+    registry = VoiceRegistry(DirectoryStore(tmp_path))
+    await registry.add(Voice("narrator", "chattts", speaker_seed=42, seed=7, temperature=0.2))
     assert (tmp_path / "chattts" / "narrator.json").is_file()
-    again = VoiceRegistry(tmp_path).get("chattts", "narrator")
+    again = VoiceRegistry(DirectoryStore(tmp_path)).get("chattts", "narrator")
     assert again == Voice("narrator", "chattts", speaker_seed=42, seed=7, temperature=0.2)
     assert again.spec(seed=None, speed=1.5) == VoiceSpec(
         voice=None, seed=7, speed=1.5, speaker_seed=42, temperature=0.2
@@ -50,21 +51,23 @@ def test_created_voices_are_files_read_back_by_a_new_registry(tmp_path: Path) ->
     assert again.spec(seed=3, speed=1.0).seed == 3  # the client's seed wins
 
 
-def test_the_registry_refuses_what_it_cannot_keep(tmp_path: Path) -> None:
-    registry = VoiceRegistry(tmp_path)
-    registry.add(Voice("mine", "espeak", speaker="m3"))
+async def test_the_registry_refuses_what_it_cannot_keep(tmp_path: Path) -> None:
+    registry = VoiceRegistry(DirectoryStore(tmp_path))
+    await registry.add(Voice("mine", "espeak", speaker="m3"))
     with pytest.raises(Conflict):
-        registry.add(Voice("mine", "espeak", speaker="f1"))
+        await registry.add(Voice("mine", "espeak", speaker="f1"))
     with pytest.raises(Conflict):
-        registry.delete("espeak", "alloy")  # a preset
+        await registry.add(Voice("alloy", "espeak", speaker="f1"))  # a preset's name
+    with pytest.raises(Conflict):
+        await registry.delete("espeak", "alloy")  # a preset
     with pytest.raises(NotFound):
-        registry.delete("espeak", "nobody")
+        await registry.delete("espeak", "nobody")
     with pytest.raises(ClientError):
-        registry.add(Voice("../escape", "espeak"))
+        await registry.add(Voice("../escape", "espeak"))
     with pytest.raises(ClientError):
         registry.resolve("espeak", "nobody", check_raw=lambda name: (_ for _ in ()).throw(
             ValueError("not a variant")))  # fmt: skip
-    registry.delete("espeak", "mine")
+    await registry.delete("espeak", "mine")
     assert not (tmp_path / "espeak" / "mine.json").exists()
 
 
@@ -72,8 +75,21 @@ def test_an_unreadable_voice_file_is_skipped_not_fatal(tmp_path: Path) -> None:
     (tmp_path / "espeak").mkdir()
     (tmp_path / "espeak" / "broken.json").write_text("{not json")
     (tmp_path / "espeak" / "fine.json").write_text('{"name": "fine", "engine": "espeak"}')
-    names = VoiceRegistry(tmp_path).names("espeak")
+    names = VoiceRegistry(DirectoryStore(tmp_path)).names("espeak")
     assert "fine" in names and "broken" not in names
+
+
+async def test_a_write_a_crash_interrupted_leaves_no_trace_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    """A staging file left by a crash mid-write is removed at start; the voice written
+    before it is read back whole."""
+    await VoiceRegistry(DirectoryStore(tmp_path)).add(Voice("kept", "espeak", speaker="f2"))
+    staging = tmp_path / "espeak" / ".half.x1y2z3"
+    staging.write_text('{"name": "half", "eng')
+    registry = VoiceRegistry(DirectoryStore(tmp_path))
+    assert not staging.exists()
+    assert [v.name for v in registry.list("espeak") if not v.preset] == ["kept"]
 
 
 # --- the routes, and the name from every route ----------------------------------------
@@ -208,8 +224,9 @@ def test_a_reference_clip_voice_end_to_end_on_chattts(
         # ChatTTS's own encoding: its Speaker decodes it back to DVAE codes, one row per
         # codebook, about one column per 2 mel frames (2 s at 24 kHz: ~94 columns).
         chat = live.state.worker.engine._loaded()  # type: ignore[attr-defined]
-        reference = VoiceRegistry(tmp_path).require("chattts", "cloned").reference
-        codes = chat.speaker.decode_prompt(reference)
+        cloned = VoiceRegistry(DirectoryStore(tmp_path)).get("chattts", "cloned")
+        assert cloned is not None and cloned.reference is not None
+        codes = chat.speaker.decode_prompt(cloned.reference)
         assert codes.shape[0] == chat.config.gpt.num_vq and 80 <= codes.shape[1] <= 110
 
         spoken = http.post("/v1/tts", json={"text": "你好。", "voice": "cloned", "format": "pcm"})
@@ -235,7 +252,7 @@ def test_files_that_are_not_voices_are_skipped_at_start(
     (folder / "seed.json").write_text('{"name": "seed", "engine": "espeak", "seed": "7"}')
     (folder / "good.json").write_text('{"name": "good", "engine": "espeak", "seed": 7}')
     with caplog.at_level("WARNING", logger="server.voices"):
-        registry = VoiceRegistry(tmp_path)
+        registry = VoiceRegistry(DirectoryStore(tmp_path))
     assert len([r for r in caplog.records if "skipped" in r.getMessage()]) == 4
     created = [v.name for v in registry.list("espeak") if not v.preset]
     assert created == ["good"]
@@ -253,10 +270,11 @@ def test_a_busy_context_on_the_fallback_voice_takes_its_own_voice_of_that_name(
         def check_voice(self, voice: str) -> None:
             pass
 
-    voices = Voices(VoiceRegistry(tmp_path), Worker())  # type: ignore[arg-type]
+    voices = Voices(VoiceRegistry(DirectoryStore(tmp_path)), Worker())  # type: ignore[arg-type]
     main = voices.spec("echo", seed=None, speed=1.0)
     fallback = voices.spec("echo", seed=None, speed=1.0, fallback=True)
-    echo = VoiceRegistry(tmp_path).require("espeak", "echo")
+    echo = VoiceRegistry(DirectoryStore(tmp_path)).get("espeak", "echo")
+    assert echo is not None
     assert main.speaker_seed is not None and main.voice is None
     assert (fallback.voice, fallback.seed) == (echo.speaker, echo.seed)
     # A name the fallback voice does not have: its default, with the seed given.
