@@ -29,6 +29,7 @@ from server.http.voice_routes import voice_routes
 from server.state import AppState
 from server.transport import TransportTap
 from server.ws.endpoint import DenialLogFilter, run_websocket
+from streaming.errors import Unavailable
 
 __all__ = ["AppState", "create_app"]
 
@@ -54,6 +55,11 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
             logger.warning(
                 "no tokens configured (--token-file / TTS_TOKENS): the API is open to anyone"
             )
+        try:
+            await state.voices.registry.open()
+        except Unavailable as exc:
+            logger.critical("exiting: %s", exc.message)
+            raise
         uvicorn_log = logging.getLogger("uvicorn.error")
         uvicorn_log.addFilter(denials)
         state.worker.start()
@@ -68,6 +74,7 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
             await state.encoders.close()
             uvicorn_log.removeFilter(denials)
             await asyncio.to_thread(state.worker.stop)
+            await state.voices.registry.close()
 
     app = FastAPI(
         title="chattts-stream",
