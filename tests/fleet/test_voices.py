@@ -8,6 +8,7 @@ import asyncio
 import json
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -139,12 +140,14 @@ def test_a_replica_sigkilled_mid_write_leaves_the_store_whole(tmp_path: Path) ->
         threads = [threading.Thread(target=create, args=(w,)) for w in range(4)]
         for thread in threads:
             thread.start()
-        while len(acknowledged) < 40:
-            threading.Event().wait(0.01)
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(acknowledged) < 40 and time.monotonic() < deadline:
+            time.sleep(0.01)
         fleet.kill(0)
         stop.set()
         for thread in threads:
             thread.join(TIMEOUT_S)
+        assert len(acknowledged) >= 40, "the replica acknowledged too few voices to test"
         records = stored_records(fleet)
         for name, record in records.items():
             voice_from_record(json.loads(record), engine="espeak", name=name)
