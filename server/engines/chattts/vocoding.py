@@ -66,15 +66,6 @@ class StreamStats:
     #: (steps, hidden) GPT hidden states of the utterance, for a one-shot reference decode.
     hiddens: torch.Tensor | None = None
 
-    @property
-    def emitted_frames(self) -> float:
-        """Emitted audio in mel frames (a window of n frames renders n - 1 of audio)."""
-        return self.emitted_samples / SAMPLES_PER_FRAME + 1
-
-    @property
-    def decode_ratio(self) -> float:
-        """Frames decoded per frame emitted: 1.0 would be one decode of every frame."""
-        return self.decoded_frames / self.emitted_frames if self.emitted_samples else 0.0
 
 
 class Vocoder:
