@@ -8,7 +8,7 @@ import logging
 import sys
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from server import __version__, logs
 from server.config import Settings, add_arguments, build_settings
@@ -29,13 +29,31 @@ class _Compact(argparse.HelpFormatter):
         super().__init__(prog, max_help_position=34, width=110)
 
 
+class _CommandLine(argparse.ArgumentParser):
+    """The top-level parser: every usage error also lists the commands, with their help."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        lines = [f"{self.prog}: error: {message}", "commands:"]
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                width = max(len(choice.dest) for choice in action._choices_actions)
+                lines += [f"  {c.dest:<{width}}  {c.help}" for c in action._choices_actions]
+        lines.append(f"Each command's flags: {self.prog} COMMAND --help")
+        self.exit(2, "\n".join(lines) + "\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _CommandLine(
         prog="chattts-stream",
         description="Streaming Chinese TTS server on ChatTTS: text deltas in over a WebSocket, PCM audio out.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
+    # Not required: main() says which is missing, or which option is unknown, itself
+    # (argparse would only say "the following arguments are required: command").
+    commands = parser.add_subparsers(
+        dest="command", metavar="COMMAND", parser_class=argparse.ArgumentParser
+    )
     serve = commands.add_parser(
         "serve",
         help="run the server",
@@ -191,8 +209,21 @@ def healthcheck(port: int | None, timeout_s: float) -> int:
     return 0 if ok else 1
 
 
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command and its flags; a usage error exits 2 saying what is wrong."""
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if args.command is None:
+        parser.error(f"unknown option {unknown[0]}" if unknown else "no command given")
+    if unknown:
+        (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        command = commands.choices[args.command]
+        command.error(f"unrecognized arguments: {' '.join(unknown)} (see {command.prog} --help)")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     if args.command == "serve":
         return serve(build_settings(args))
     if args.command == "preview":

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -405,7 +406,7 @@ def build_settings(
             try:
                 values[spec.path] = spec.parse(raw_env)
             except ValueError as exc:
-                raise SystemExit(f"invalid {spec.env}={raw_env!r}: {exc}") from None
+                raise SystemExit(f"invalid {spec.env}={raw_env!r} ({spec.flag}): {exc}") from None
         flag_value = getattr(args, spec.name, None) if args is not None else None
         if flag_value is not None:
             values[spec.path] = flag_value
@@ -425,11 +426,30 @@ def build_settings(
             **{path[1]: value for path, value in values.items() if path[0] == "chattts"}
         )
     except ValueError as exc:
-        raise SystemExit(f"invalid settings: {exc}") from None
+        raise SystemExit(refusal(str(exc).split("; "))) from None
     top = {path[0]: value for path, value in values.items() if len(path) == 1}
     settings = Settings(**top, chattts=chattts, tokens=tuple(dict.fromkeys(tokens)))
     validate(settings)
     return settings
+
+
+#: A setting's name in a problem: any name with an underscore, or a one-word name that
+#: starts the problem or follows "needs" ("gpt_cache static needs decoder ours").
+_SETTING_NAME = re.compile(r"(?:^|(?<=needs ))[a-z]+\b|\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")
+
+
+def refusal(problems: list[str]) -> str:
+    """The start-up refusal for ``problems`` (each naming settings by field name), each
+    followed by the flag and the variable of every setting it names."""
+    by_name = {spec.name: spec for spec in specs(Settings)}
+    named_problems = []
+    for problem in problems:
+        names = dict.fromkeys(m.group() for m in _SETTING_NAME.finditer(problem))
+        named = [by_name[n] for n in names if n in by_name]
+        if named and "--" not in problem:  # a problem that names its flags stays as it is
+            problem += " (" + "; ".join(f"{spec.flag}, {spec.env}" for spec in named) + ")"
+        named_problems.append(problem)
+    return "invalid settings: " + "; ".join(named_problems)
 
 
 def validate(settings: Settings) -> None:
@@ -494,7 +514,7 @@ def validate(settings: Settings) -> None:
     if not 0 <= settings.port <= 65535:
         problems.append("port must be in 0..65535")
     if problems:
-        raise SystemExit("invalid settings: " + "; ".join(problems))
+        raise SystemExit(refusal(problems))
 
 
 if __name__ == "__main__":

@@ -39,7 +39,8 @@ def test_a_bad_log_level_is_one_line_not_a_traceback() -> None:
     result = run("serve", "--log-level", "bogus")
     assert result.returncode != 0
     assert result.stderr.strip().splitlines() == [
-        "invalid settings: log_level must be debug, info, warning, error or critical, not 'bogus'"
+        "invalid settings: log_level must be debug, info, warning, error or critical, not "
+        "'bogus' (--log-level, TTS_LOG_LEVEL)"
     ]
 
 
@@ -63,3 +64,33 @@ def test_healthcheck_follows_the_port_the_settings_give() -> None:
         assert run("healthcheck", "--port", port).returncode == 0
     refused = run("healthcheck", env={"TTS_PORT": "9"})
     assert refused.returncode == 1 and refused.stderr.startswith("unhealthy:")
+
+
+COMMANDS = ("serve", "preview", "make-checkpoint", "healthcheck", "download-weights")
+
+
+def test_an_unknown_option_without_a_command_names_it_and_lists_the_commands() -> None:
+    """`chattts-stream --bogus` says the option is unknown and lists every command."""
+    result = run("--bogus")
+    assert result.returncode == 2
+    assert "unknown option --bogus" in result.stderr
+    assert "arguments are required" not in result.stderr
+    listed = result.stderr.split("commands:", 1)[1]
+    assert all(f"\n  {command} " in listed for command in COMMANDS), result.stderr
+
+
+def test_no_command_says_so_and_lists_the_commands() -> None:
+    """A bare `chattts-stream` says a command is missing and lists every command."""
+    result = run()
+    assert result.returncode == 2
+    assert "no command given" in result.stderr
+    listed = result.stderr.split("commands:", 1)[1]
+    assert all(f"\n  {command} " in listed for command in COMMANDS), result.stderr
+
+
+def test_an_unknown_flag_of_a_command_is_reported_by_that_command() -> None:
+    """`chattts-stream serve --bogus` names the flag and points at serve's own help."""
+    result = run("serve", "--bogus")
+    assert result.returncode == 2
+    assert "chattts-stream serve: error: unrecognized arguments: --bogus" in result.stderr
+    assert "chattts-stream serve --help" in result.stderr

@@ -90,6 +90,36 @@ def test_invalid_settings_are_refused_by_name(argv: list[str], problem: str) -> 
         parse(argv)
 
 
+@pytest.mark.parametrize(
+    ("argv", "environ", "named"),
+    [
+        ([], {"TTS_MAX_BATCH": "-1"}, ["max_batch"]),
+        (["--max-contexts", "0"], {}, ["max_contexts"]),
+        (["--port", "70000"], {}, ["port"]),
+        (["--log-level", "bogus"], {}, ["log_level"]),
+        (["--first-segment-min-chars", "0"], {}, ["first_segment_min_chars", "segment_max_chars"]),
+        (["--max-new-token", "0"], {}, ["max_new_token"]),
+        (["--gpt-cache", "static", "--decoder", "chattts"], {}, ["gpt_cache", "decoder"]),
+        (
+            ["--gpt-cache", "static", "--gpt-cache-tokens", "2048"],
+            {},
+            ["gpt_cache_tokens", "max_new_token"],
+        ),
+        ([], {"TTS_MAX_CONTEXTS": "many"}, ["max_contexts"]),
+    ],
+)
+def test_a_refusal_names_each_setting_by_its_flag_and_variable(
+    argv: list[str], environ: dict[str, str], named: list[str]
+) -> None:
+    """Whether it came from a flag or a variable, the message names both for each setting."""
+    with pytest.raises(SystemExit) as refused:
+        parse(argv, environ)
+    message = str(refused.value)
+    for name in named:
+        assert "--" + name.replace("_", "-") in message, message
+        assert "TTS_" + name.upper() in message, message
+
+
 def test_bad_environment_value_names_the_variable() -> None:
     """A malformed TTS_* value stops start-up naming the variable."""
     with pytest.raises(SystemExit, match="TTS_MAX_CONTEXTS"):
