@@ -364,7 +364,8 @@ def start_server(design: str, args: argparse.Namespace) -> tuple[multiprocessing
     raise RuntimeError(f"the {design} server did not become ready")
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line, with the preset's step costs and the run's size resolved."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engine", choices=("modelled", "chattts"), default="modelled")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="gpu")
@@ -394,6 +395,11 @@ def main(argv: list[str] | None = None) -> int:
         args.chars, args.spread_s, args.growth, args.bisect = 17, 1.0, 4, 2
     if args.smoke:
         args.chars, args.spread_s, args.max_streams, args.bisect = 6, 0.2, 2, 0
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.engine == "chattts" and not (args.checkpoint / "asset").is_dir():
         from server.engines.chattts.checkpoint import write_checkpoint
 

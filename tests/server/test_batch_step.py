@@ -222,3 +222,31 @@ def test_rows_grow_the_tables_as_they_join(decoder: StreamingDecoder, speaker: s
     assert tokens(first) == before
     run(batch, [first, *rows])
     assert np.all(batch.table.host_steps[:9] == [8] + [30] * 8)
+
+
+def test_a_graph_failure_serves_on_without_graphs(
+    decoder: StreamingDecoder,
+    speaker: str,
+    solo: dict[int, list[list[int]]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """If capturing or replaying the step's CUDA graph raises, the error is logged once
+    and the same fixed-shape step runs uncaptured: the rows keep their tokens."""
+
+    class BrokenGraphs:
+        def capture(self, *args: Any) -> Any:
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+        run = capture
+
+    batch = BatchedDecoder(decoder, max_batch=4, max_tokens=256, static_shapes=True)
+    batch.graphs = BrokenGraphs()  # type: ignore[assignment]
+    batch.prepare()
+    assert batch.graphs is None
+    batch.graphs = BrokenGraphs()  # type: ignore[assignment]
+    rows = [join(batch, TEXTS[s % len(TEXTS)], params(speaker, s)) for s in range(2)]
+    run(batch, rows)
+    assert batch.graphs is None
+    assert [tokens(row) for row in rows] == [solo[0], solo[1]]
+    failures = [r for r in caplog.records if "CUDA graph capture failed" in r.getMessage()]
+    assert len(failures) == 2 and all(r.exc_info for r in failures)

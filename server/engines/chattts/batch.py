@@ -161,15 +161,24 @@ class BatchedDecoder:
         self.vocoded_windows = 0
         self.vocoder_calls = 0
 
+    @torch.inference_mode()
     def prepare(self) -> None:
         """With ``cuda_graphs``, capture the step for every bucket now (largest first, so
         the smaller ones fit in the memory the larger reserved): the engine's warm-up
         calls this so that no request pays a capture."""
         if self.graphs is None:
             return
-        for span in reversed(buckets(MIN_SPAN, self.gpt.max_tokens)):
-            for n in reversed(buckets(1, self.gpt.max_rows)):
-                self.graphs.capture(n, span, self.sampling.candidates)
+        try:
+            for span in reversed(buckets(MIN_SPAN, self.gpt.max_tokens)):
+                for n in reversed(buckets(1, self.gpt.max_rows)):
+                    self.graphs.capture(n, span, self.sampling.candidates)
+        except Exception:
+            self._without_graphs()
+
+    def _without_graphs(self) -> None:
+        # Serve on: the same fixed-shape step, uncaptured.
+        logger.exception("CUDA graph capture failed; the batched step runs without graphs")
+        self.graphs = None
 
     # -- rows join and leave --------------------------------------------------------------
 
@@ -260,9 +269,13 @@ class BatchedDecoder:
             self.gpt.reserve(span)
         hurried = None if hurry is None else np.fromiter(hurry, dtype=bool, count=len(rows))
         table.set_active(slots, hurried, n)
+        ended = None
         if self.graphs is not None:
-            ended = self.graphs.run(n, span, self.sampling.candidates)
-        else:
+            try:
+                ended = self.graphs.run(n, span, self.sampling.candidates)
+            except Exception:
+                self._without_graphs()
+        if ended is None:
             ended = self._advance(n, span)
         # The step's one read of the device: every row's end flag together.
         finished = table.advance(n, np.array(ended.tolist(), dtype=bool))
