@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib.util
 import logging
@@ -51,8 +52,10 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Co
 class DrainingServer(uvicorn.Server):
     """A uvicorn server that lets audio in progress finish before it closes connections.
 
-    On the first SIGTERM/SIGINT it turns /ready to 503 and refuses new connections and
-    requests, then waits until no context holds unspoken text and the engine has been
+    On the first SIGTERM/SIGINT it turns /ready to 503, refuses new connections and
+    requests, and sends every open WebSocket session a ``draining`` event (its open
+    contexts end after the text they accepted, new ones are refused, so clients continue
+    elsewhere); then it waits until no context holds unspoken text and the engine has been
     idle for a little longer than the idle-flush time, or until
     ``drain_timeout_s``; only then does uvicorn shut down (WebSocket close code 1012).
     A connection whose client stopped reading (sends blocked) gets 1001 instead, and is
@@ -63,6 +66,13 @@ class DrainingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, state: AppState) -> None:
         super().__init__(config)
         self._state = state
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        # The signal handler may run on another thread (tests call it directly): it
+        # reaches the sessions through the loop.
+        self._loop = asyncio.get_running_loop()
+        await super().startup(sockets)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         # A client that stopped reading would hold its connection open until uvicorn
@@ -80,11 +90,13 @@ class DrainingServer(uvicorn.Server):
         logger.info(
             "draining: refusing new work, waiting up to %.0f s for audio in progress", timeout_s
         )
-        threading.Thread(target=self._drain, args=(timeout_s,), name="drain", daemon=True).start()
-
-    def _drain(self, timeout_s: float) -> None:
-        quiet_needed_s = self._state.settings.idle_flush_ms / 1000 + 0.5
         deadline = time.monotonic() + timeout_s
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._state.tell_sessions_draining, deadline)
+        threading.Thread(target=self._drain, args=(deadline,), name="drain", daemon=True).start()
+
+    def _drain(self, deadline: float) -> None:
+        quiet_needed_s = self._state.settings.idle_flush_ms / 1000 + 0.5
         quiet_since: float | None = None
         while not self.should_exit:
             now = time.monotonic()

@@ -50,6 +50,8 @@ class LiveSession(Protocol):
 
     async def go_away(self, grace_s: float) -> None: ...
 
+    async def drain(self, deadline: float) -> None: ...
+
 
 class AppState:
     """Everything the routes and sessions share (see the module docstring)."""
@@ -78,7 +80,10 @@ class AppState:
         self.random_weights = has_random_weights(settings)
         self.connections = 0
         self.draining = False
+        #: time.monotonic() by which a drain closes connections (None: not draining).
+        self.drain_deadline: float | None = None
         self.sessions: set[LiveSession] = set()
+        self._drains: set[asyncio.Task[None]] = set()
 
     @classmethod
     def build(cls, settings: Settings, engine: EngineFactory | None = None) -> AppState:
@@ -116,6 +121,16 @@ class AppState:
         """Refuse an HTTP request without one of the configured bearer tokens."""
         if not self.auth.accepts(bearer_token(request.headers)):
             raise Unauthorized("missing or invalid bearer token")
+
+    def tell_sessions_draining(self, deadline: float) -> None:
+        """On the event loop, as a drain begins: every session tells its client at once
+        and ends its open contexts after the text they accepted (server.ws.session)."""
+        self.drain_deadline = deadline
+        loop = asyncio.get_running_loop()
+        for session in list(self.sessions):
+            task = loop.create_task(session.drain(deadline))
+            self._drains.add(task)
+            task.add_done_callback(self._drains.discard)
 
     async def release_blocked_sessions(self, grace_s: float) -> None:
         """At shutdown: sessions whose client stopped reading go away (1001) within

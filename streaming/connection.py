@@ -8,8 +8,8 @@ frame to :meth:`Connection.receive` and act on the events it returns, in order:
 
 - :class:`Reply`: send this message;
 - :class:`Refused`: the message was refused (a :class:`~streaming.errors.ClientError`,
-  or ``busy`` when admission refuses a new context): report it and send its ``error``
-  event; nothing else changed;
+  ``busy`` when admission refuses a new context, ``draining`` once the server drains):
+  report it and send its ``error`` event; nothing else changed;
 - :class:`Opened`: a context opened: start speaking for it;
 - :class:`FirstText`: the context received its first words (time to first audio starts);
 - :class:`Segments`: these segments of the context are ready to speak, in order;
@@ -19,8 +19,9 @@ frame to :meth:`Connection.receive` and act on the events it returns, in order:
   after ``delay_s``, or disarm it (``None``).
 
 The session tells the core what only it can know: a segment finished speaking
-(:meth:`Connection.spoken`, which frees its characters from the buffer limit) and a
-context finished (:meth:`Connection.forget`, after its ``done``).
+(:meth:`Connection.spoken`, which frees its characters from the buffer limit), a
+context finished (:meth:`Connection.forget`, after its ``done``), and the server began
+to drain (:meth:`Connection.drain`).
 """
 
 from __future__ import annotations
@@ -96,7 +97,9 @@ class ContextState:
         self.voice = voice
         self.segmenter = segmenter
         self.queued_chars = 0  # cut into segments, not yet finished speaking
+        self.received_chars = 0  # every character of text accepted
         self.closing = False  # after end or cancel: no more text
+        self.drained = False  # ended by the server's drain, not by its client
         self.cancelled = False
         self.has_text = False  # received words (not only blanks)
 
@@ -185,6 +188,8 @@ class Connection:
         self._admit = admit
         self.contexts: dict[str, ContextState] = {}
         self._next_stream = 1
+        #: The server drains: no context opens, the open ones speak what they hold.
+        self.draining = False
 
     @property
     def holds_unspoken_text(self) -> bool:
@@ -222,6 +227,27 @@ class Connection:
         """The context is done (its ``done`` was sent): its id may be used again."""
         self.contexts.pop(context_id, None)
 
+    def drain(self, deadline_ms: int) -> list[Event]:
+        """The server drains before shutdown: tell the client, and end every open context
+        as ``end`` would (all the text it accepted is spoken, then its ``done``); from
+        now on ``start`` is refused, and so is more text for a context ended here, each
+        with ``draining``, so the client continues elsewhere from ``end_char``."""
+        if self.draining:
+            return []
+        self.draining = True
+        entries: list[p.DrainedContext] = []
+        events: list[Event] = []
+        for context in self.contexts.values():
+            if context.cancelled:
+                continue  # its done is on its way: nothing to continue
+            received, ended = context.received_chars, context.closing
+            entries.append(p.DrainedContext(context.id, context.stream, received, ended))
+            if not context.closing:
+                context.closing = context.drained = True
+                flushed = self._cut(context, context.segmenter.flush())
+                events += [IdleTimer(context.id, None), *flushed, Ended(context.id)]
+        return [Reply(p.Draining(deadline_ms=deadline_ms, contexts=entries)), *events]
+
     def cancel_all(self) -> list[Event]:
         """The connection is closing: every context is cancelled."""
         events: list[Event] = []
@@ -253,6 +279,13 @@ class Connection:
                 )
         if isinstance(message, p.Cancel):
             return self._cancel(context)
+        if context.drained:
+            raise Unavailable(
+                f"context {context.id!r} was ended at character {context.received_chars} by "
+                "the server's drain; continue it on another server",
+                code="draining",
+                context_id=context.id,
+            )
         if context.closing:
             raise ClientError(
                 f"context {context.id!r} has ended; start a new one (or wait for its done)",
@@ -269,6 +302,12 @@ class Connection:
         return [IdleTimer(context.id, None), *flushed, Ended(context.id)]
 
     def _start(self, message: p.Start) -> list[Event]:
+        if self.draining:
+            raise Unavailable(
+                "the server is draining before shutdown; open the context on another server",
+                code="draining",
+                context_id=message.context_id,
+            )
         limit = self.limits.max_contexts
         if message.context_id in self.contexts:
             raise ClientError(
@@ -362,6 +401,7 @@ class Connection:
     def _accept_text(self, context: ContextState, text: str) -> list[Event]:
         self._check_delta(text, context.buffered_chars, context.id)
         events: list[Event] = []
+        context.received_chars += len(text)
         if not context.has_text and text.strip():
             context.has_text = True
             events.append(FirstText(context.id))

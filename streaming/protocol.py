@@ -341,6 +341,35 @@ class Done(ServerMessage):
 
 
 @dataclass(frozen=True)
+class DrainedContext:
+    """One context open at a drain (an entry of :class:`Draining`)."""
+
+    context_id: str
+    stream: int
+    #: Characters of its text it accepted; it speaks them all, then sends ``done``.
+    end_char: int
+    #: Its client had sent ``end``: nothing of it is left to continue elsewhere.
+    ended: bool
+
+
+@dataclass(frozen=True)
+class Draining(ServerMessage):
+    """The server is shutting down (SIGTERM): sent once to every connection, at once.
+
+    From now on ``start`` is refused with ``draining``. Each context open at the drain is
+    ended here as if by ``end``: it speaks all the text it accepted (its ``end_char``
+    characters) and then sends ``done``; further ``text``, ``flush`` or ``end`` for it is
+    refused with ``draining``. A client continues each context elsewhere from
+    ``end_char`` (see docs/scaling.md). The connection closes (1012) once the audio in
+    progress is sent, ``deadline_ms`` from now at the latest.
+    """
+
+    deadline_ms: int
+    contexts: list[DrainedContext]
+    type: str = field(init=False, default="draining")
+
+
+@dataclass(frozen=True)
 class WarningEvent(ServerMessage):
     context_id: str | None
     code: str

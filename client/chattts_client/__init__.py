@@ -15,10 +15,12 @@ from chattts_client.errors import (
     NotReadyError,
     ProtocolError,
     RequestError,
+    ResumeError,
     TTSClientError,
     UnavailableError,
     error_from_event,
 )
+from chattts_client.policy import ResumePolicy
 from chattts_client.timestamps import spoken_so_far
 
 __all__ = [
@@ -32,6 +34,8 @@ __all__ = [
     "NotReadyError",
     "ProtocolError",
     "RequestError",
+    "ResumeError",
+    "ResumePolicy",
     "StreamClient",
     "TTSClientError",
     "UnavailableError",

@@ -1,9 +1,7 @@
 """The async client for ``/v1/stream``: for agents, the framework plugins and the tests.
 
 It depends on the ``websockets`` library only (no torch, ChatTTS or server code), so
-voice-bot processes install it alone (``pip install ./client``). The wire constants
-below are the protocol's (``streaming/protocol.py`` on the server; a test keeps them
-equal).
+voice-bot processes install it alone (``pip install ./client``).
 
     async with StreamClient.connect("ws://localhost:8000/v1/stream", token="...") as tts:
         ctx = await tts.start(seed=42, timestamps=True)
@@ -16,155 +14,206 @@ equal).
 One reader: ``events()`` and ``collect()`` consume the same stream of server messages;
 ``collect(ctx)`` keeps what belongs to other contexts for their own ``collect``.
 
+Contexts outlive their server (``resume``, on by default): when a server drains
+(a rolling update) or its connection is lost (a crash), every open context continues
+on another one, reached through the same URL (a load balancer) or the next of a list
+of URLs, with the same voice, seed and speed, from the text not yet heard; a
+``resumed`` event says where. Numbers stay those of one stream (see
+:mod:`chattts_client.ledger`); :class:`ResumeError` when no server takes it back
+(:class:`~chattts_client.policy.ResumePolicy`). ``resume=None`` turns this off.
+
 Errors are typed (:mod:`chattts_client.errors`): ``connect`` raises :class:`AuthError`,
 :class:`UnavailableError` (:class:`NotReadyError`, ``draining``,
 ``too_many_connections``) for a refused upgrade; ``open`` raises :class:`BusyError` once
 its retries run out, :class:`RequestError` for a refused ``start``; ``recv`` raises
-:class:`ProtocolError` for a message it cannot read. ``error`` events of a context are
-recorded by ``collect``; :meth:`ContextResult.raise_for_error` raises them.
+:class:`ProtocolError` for a message it cannot read and :class:`ResumeError`. ``error``
+events of a context are recorded by ``collect``; :meth:`ContextResult.raise_for_error`
+raises them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import struct
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.exceptions import ConnectionClosed
 
 from chattts_client.errors import (
+    AuthError,
     BusyError,
     ProtocolError,
     error_from_event,
-    error_from_handshake,
 )
-from chattts_client.timestamps import spoken_so_far
+from chattts_client.link import Link
+from chattts_client.policy import ResumePolicy
+from chattts_client.result import ContextResult, record
+from chattts_client.resume import Resumer
+from chattts_client.wire import (
+    AUDIO_HEADER,
+    DEFAULT_CONTEXT_ID,
+    START_REFUSALS,
+    SUBPROTOCOL,
+    TOKEN_SUBPROTOCOL_PREFIX,
+    AudioFrame,
+    Event,
+)
 
-__all__ = ["AudioFrame", "ContextResult", "Event", "StreamClient"]
-
-# The protocol's wire constants (streaming/protocol.py).
-SUBPROTOCOL = "tts.v1"
-TOKEN_SUBPROTOCOL_PREFIX = "token."
-DEFAULT_CONTEXT_ID = "default"
-AUDIO_HEADER = struct.Struct("<III")  # stream, segment, sequence; then int16 LE PCM
-
-
-@dataclass(frozen=True)
-class AudioFrame:
-    stream: int
-    segment: int
-    sequence: int
-    pcm: bytes  # int16 little-endian mono
-
-    @property
-    def samples(self) -> int:
-        return len(self.pcm) // 2
-
-
-Event = dict[str, Any] | AudioFrame
-
-
-@dataclass
-class ContextResult:
-    """Everything the server sent for one context, up to and including ``done``."""
-
-    context_id: str
-    started: dict[str, Any] | None = None
-    segments: list[dict[str, Any]] = field(default_factory=list)
-    frames: list[AudioFrame] = field(default_factory=list)
-    warnings: list[dict[str, Any]] = field(default_factory=list)
-    errors: list[dict[str, Any]] = field(default_factory=list)
-    done: dict[str, Any] | None = None
-    #: ``timestamps`` events (contexts started with ``timestamps=True``), in order.
-    timestamps: list[dict[str, Any]] = field(default_factory=list)
-
-    def raise_for_error(self) -> None:
-        """Raise the first ``error`` the server sent for this context (or for the
-        connection, while collecting) as its typed exception (:class:`ContextError` for a
-        failed segment, :class:`RequestError` for a refused message); nothing if none."""
-        if self.errors:
-            raise error_from_event(self.errors[0])
-
-    def spoken_by(self, heard_ms: float) -> str:
-        """The text the listener heard by ``heard_ms`` of this context's audio (see
-        :func:`chattts_client.spoken_so_far`)."""
-        return spoken_so_far(self.timestamps, heard_ms)
-
-    @property
-    def pcm(self) -> bytes:
-        return b"".join(f.pcm for f in self.frames)
-
-    @property
-    def samples(self) -> int:
-        return sum(f.samples for f in self.frames)
+# The wire constants stay importable from here, as they always were.
+__all__ = [
+    "AUDIO_HEADER",
+    "DEFAULT_CONTEXT_ID",
+    "SUBPROTOCOL",
+    "TOKEN_SUBPROTOCOL_PREFIX",
+    "AudioFrame",
+    "ContextResult",
+    "Event",
+    "StreamClient",
+]
 
 
 class StreamClient:
-    def __init__(self, connection: ClientConnection, ready: dict[str, Any]) -> None:
-        self._ws = connection
-        self.ready = ready
+    """A connection to the service (see the module docstring); made by :meth:`connect`."""
+
+    def __init__(
+        self,
+        link: Link,
+        urls: Sequence[str],
+        *,
+        token: str | None = None,
+        via: str = "header",
+        open_timeout_s: float = 30.0,
+        resume: ResumePolicy | None = None,
+    ) -> None:
+        self._urls = list(urls)
+        self._connect_options = {"token": token, "via": via, "open_timeout_s": open_timeout_s}
+        self._link: Link | None = link
+        self._links: list[Link] = []
+        self._out: asyncio.Queue[Event | BaseException] = asyncio.Queue()
         self._streams: dict[int, str] = {}
         self._backlog: list[Event] = []
+        self._ended: ConnectionClosed | None = None  # without resume: the close, for good
+        self._closing = False
+        self._connecting: asyncio.Task[Link] | None = None
+        self._resumer = Resumer(resume, self._out.put_nowait, self._usable_link) if resume else None
+        self._listen(link)
 
     @classmethod
     @contextlib.asynccontextmanager
     async def connect(
         cls,
-        url: str,
+        url: str | Sequence[str],
         *,
         token: str | None = None,
         via: str = "header",
         open_timeout_s: float = 30.0,
+        resume: ResumePolicy | None = ResumePolicy(),  # noqa: B008 (frozen: shared safely)
     ) -> AsyncIterator[StreamClient]:
         """Connect and wait for ``ready``. ``via``: header, subprotocol or query.
 
-        A refused upgrade raises :class:`AuthError` (401) or :class:`UnavailableError`
-        (503: :class:`NotReadyError`, ``draining``, ``too_many_connections``), with the
-        server's code and message; a first message other than ``ready``,
+        ``url``: one URL (a single server, or a load balancer in front of several), or a
+        list of servers tried in turn. A refused upgrade raises :class:`AuthError` (401)
+        or :class:`UnavailableError` (503: :class:`NotReadyError`, ``draining``,
+        ``too_many_connections``), with the server's code and message (with a list: the
+        last URL's, once each was tried); a first message other than ``ready``,
         :class:`ProtocolError`. Nothing listening: :class:`OSError`, as ever.
+        ``resume``: how contexts continue when their server goes away (None: they end
+        with the connection, which ``recv`` then raises as ``ConnectionClosed``).
         """
-        headers: dict[str, str] = {}
-        subprotocols = [SUBPROTOCOL]
-        if token is not None:
-            if via == "header":
-                headers["Authorization"] = f"Bearer {token}"
-            elif via == "subprotocol":
-                subprotocols.append(TOKEN_SUBPROTOCOL_PREFIX + token)
-            elif via == "query":
-                url += ("&" if "?" in url else "?") + "token=" + token
-            else:
-                raise ValueError(f"unknown token transport {via!r}")
+        urls = [url] if isinstance(url, str) else list(url)
+        if not urls:
+            raise ValueError("connect needs at least one URL")
+        options = {"token": token, "via": via, "open_timeout_s": open_timeout_s}
+        link: Link | None = None
+        for i, candidate in enumerate(urls):
+            try:
+                link = await Link.open(candidate, **options)  # type: ignore[arg-type]
+                break
+            except (AuthError, ProtocolError, ValueError):
+                raise  # the same everywhere
+            except Exception:
+                if i == len(urls) - 1:
+                    raise
+        assert link is not None
+        client = cls(link, urls, token=token, via=via, open_timeout_s=open_timeout_s,
+                     resume=resume)  # fmt: skip
         try:
-            ws = await connect(
-                url,
-                additional_headers=headers,
-                subprotocols=subprotocols,  # type: ignore[arg-type]
-                open_timeout=open_timeout_s,
-                max_size=None,
-            )
-        except InvalidStatus as exc:
-            raise error_from_handshake(exc) from exc
-        async with ws:
-            ready = _event(await asyncio.wait_for(ws.recv(), open_timeout_s))
-            if ready.get("type") != "ready":
-                raise ProtocolError("unexpected_message", f"expected ready, got {ready!r:.200}")
-            yield cls(ws, ready)
+            yield client
+        finally:
+            await client.close()
+
+    @property
+    def ready(self) -> dict[str, Any]:
+        """The ``ready`` of the server new contexts go to (the latest one connected)."""
+        return (self._link or self._links[-1]).ready
+
+    @property
+    def url(self) -> str:
+        """The URL of the server new contexts go to."""
+        return (self._link or self._links[-1]).url
+
+    def _listen(self, link: Link) -> None:
+        self._links.append(link)
+        link.listen(self._on_event, self._on_close)
+
+    async def _usable_link(self) -> Link:
+        """The link new contexts go to; connected again (the next URL) when that server
+        drains or went away. Callers at the same moment share one connection attempt."""
+        link = self._link
+        if link is not None and not (link.closed or link.draining):
+            return link
+        if self._connecting is None or self._connecting.done():
+            self._connecting = asyncio.get_running_loop().create_task(self._connect_next())
+        return await asyncio.shield(self._connecting)
+
+    async def _connect_next(self) -> Link:
+        previous = self._link or self._links[-1]
+        turn = (self._urls.index(previous.url) + 1) % len(self._urls)
+        link = await Link.open(self._urls[turn], **self._connect_options)  # type: ignore[arg-type]
+        if self._closing:
+            await link.close()
+            raise ConnectionAbortedError("the client is closing")
+        self._link = link
+        self._listen(link)
+        return link
+
+    async def _on_event(self, link: Link, event: Event | ProtocolError) -> None:
+        if self._resumer is None or isinstance(event, ProtocolError):
+            self._out.put_nowait(event)
+        else:
+            await self._resumer.on_event(link, event)
+
+    async def _on_close(self, link: Link, closed: ConnectionClosed) -> None:
+        if self._closing:
+            return
+        if self._resumer is None:
+            self._ended = closed
+            self._out.put_nowait(closed)
+            return
+        with contextlib.suppress(ValueError):
+            self._links.remove(link)
+            self._links.append(link)  # the latest stays last, for ready and url
+        speaking = await self._resumer.on_close(link, closed)
+        if link is self._link and not speaking and not link.draining:
+            self._out.put_nowait(closed)  # nothing to continue: the caller learns of it
 
     # --- sending ----------------------------------------------------------------------
 
     async def send(self, message: dict[str, Any]) -> None:
-        """One client message (``{"type": ..., ...}``); ``None`` fields are left out."""
-        body = {k: v for k, v in message.items() if v is not None}
-        await self._ws.send(json.dumps(body, ensure_ascii=False))
+        """One client message (``{"type": ..., ...}``) as it is; ``None`` fields are left
+        out. It bypasses resumption: use the methods below for contexts to resume."""
+        await (await self._current()).send(message)
 
     async def send_raw(self, data: str | bytes) -> None:
-        await self._ws.send(data)
+        await (await self._current()).send_raw(data)
+
+    async def _current(self) -> Link:
+        if self._resumer is not None:
+            return await self._usable_link()
+        assert self._link is not None
+        return self._link
 
     async def start(
         self,
@@ -178,10 +227,12 @@ class StreamClient:
     ) -> str:
         """Open a context (do not wait for ``started``); returns its id."""
         context_id = context_id or uuid.uuid4().hex[:8]
-        await self.send(
-            {"type": "start", "context_id": context_id, "voice": voice, "seed": seed,
-             "speed": speed, "sample_rate": sample_rate, "timestamps": timestamps or None}
-        )  # fmt: skip
+        params = {"voice": voice, "seed": seed, "speed": speed, "sample_rate": sample_rate,
+                  "timestamps": timestamps or None}  # fmt: skip
+        if self._resumer is not None:
+            await self._resumer.start(await self._usable_link(), context_id, params)
+        else:
+            await self.send({"type": "start", "context_id": context_id, **params})
         return context_id
 
     async def open(
@@ -244,39 +295,57 @@ class StreamClient:
             self._backlog = kept + pending + self._backlog
 
     async def send_text(self, text: str, context_id: str = DEFAULT_CONTEXT_ID) -> None:
-        await self.send({"type": "text", "context_id": context_id, "text": text})
+        if self._resumer is not None:
+            await self._resumer.text(await self._usable_link(), context_id, text)
+        else:
+            await self.send({"type": "text", "context_id": context_id, "text": text})
 
     async def flush(self, context_id: str = DEFAULT_CONTEXT_ID) -> None:
-        await self.send({"type": "flush", "context_id": context_id})
+        if self._resumer is not None:
+            await self._resumer.flush(await self._usable_link(), context_id)
+        else:
+            await self.send({"type": "flush", "context_id": context_id})
 
     async def end(self, context_id: str = DEFAULT_CONTEXT_ID) -> None:
-        await self.send({"type": "end", "context_id": context_id})
+        if self._resumer is not None:
+            await self._resumer.end(await self._usable_link(), context_id)
+        else:
+            await self.send({"type": "end", "context_id": context_id})
 
     async def cancel(self, context_id: str = DEFAULT_CONTEXT_ID) -> None:
-        await self.send({"type": "cancel", "context_id": context_id})
+        if self._resumer is not None:
+            await self._resumer.cancel(await self._usable_link(), context_id)
+        else:
+            await self.send({"type": "cancel", "context_id": context_id})
 
     async def close(self) -> None:
-        await self._ws.close()
+        self._closing = True
+        if self._resumer is not None:
+            await self._resumer.close()
+        if self._connecting is not None:
+            self._connecting.cancel()
+        for link in self._links:
+            await link.close()
 
     # --- receiving --------------------------------------------------------------------
 
     async def recv(self, timeout_s: float | None = None) -> Event:
-        """The next server message: a dict for JSON events, an :class:`AudioFrame` for audio."""
+        """The next server message: a dict for JSON events, an :class:`AudioFrame` for
+        audio (with ``resume``, the client's own ``resumed`` events too)."""
         if self._backlog:
             return self._backlog.pop(0)
-        raw = await asyncio.wait_for(self._ws.recv(), timeout_s)
-        if isinstance(raw, bytes):
-            if len(raw) < AUDIO_HEADER.size:
-                raise ProtocolError("bad_audio_frame", f"a binary frame of {len(raw)} bytes")
-            stream, segment, sequence = AUDIO_HEADER.unpack_from(raw)
-            return AudioFrame(stream, segment, sequence, raw[AUDIO_HEADER.size :])
-        event = _event(raw)
-        if event.get("type") == "started":
-            self._streams[event["stream"]] = event["context_id"]
-        return event
+        if self._ended is not None and self._out.empty():
+            raise self._ended
+        item = await asyncio.wait_for(self._out.get(), timeout_s)
+        if isinstance(item, BaseException):
+            raise item
+        if isinstance(item, dict) and item.get("type") == "started":
+            self._streams[item["stream"]] = item["context_id"]
+        return item
 
     async def events(self, timeout_s: float | None = None) -> AsyncIterator[Event]:
-        """Every server message until the connection closes."""
+        """Every server message until the connection closes (with ``resume``: until it
+        closes with no context open)."""
         while True:
             try:
                 yield await self.recv(timeout_s)
@@ -313,12 +382,12 @@ class StreamClient:
                     event = pending.pop(0) if pending else await self.recv(timeout_s)
                     owner = self.context_of(event)
                     if owner is None and isinstance(event, dict):
-                        _record(result, event)  # a connection-level error or warning
+                        record(result, event)  # a connection-level error or warning
                         continue
                     if owner != context_id:
                         kept.append(event)
                         continue
-                    _record(result, event)
+                    record(result, event)
                     if _refuses_start(event, result):
                         break  # no done will come for a context that never opened
         finally:
@@ -326,54 +395,19 @@ class StreamClient:
         return result
 
 
-def _event(raw: str | bytes) -> dict[str, Any]:
-    """A JSON event from the server, or :class:`ProtocolError`."""
-    try:
-        event = json.loads(raw)
-    except ValueError:
-        event = None
-    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
-        raise ProtocolError("bad_event", f"not a JSON event: {raw!r:.200}")
-    return event
-
-
-_START_REFUSALS = frozenset(
-    {"too_many_contexts", "context_exists", "invalid_field", "voice_not_found", "busy"}
-)
-
-
 def _answers_start(event: Event, context_id: str) -> bool:
     """``started`` for the context, or the error that refused its start."""
     if not isinstance(event, dict) or event.get("context_id") != context_id:
         return False
     kind = event.get("type")
-    return kind == "started" or (kind == "error" and event.get("code") in _START_REFUSALS)
+    return kind == "started" or (kind == "error" and event.get("code") in START_REFUSALS)
 
 
 def _refuses_start(event: Event, result: ContextResult) -> bool:
     return (
         isinstance(event, dict)
         and event.get("type") == "error"
-        and event.get("code") in _START_REFUSALS
+        and event.get("code") in START_REFUSALS
         and result.started is None
         and not result.segments
     )
-
-
-def _record(result: ContextResult, event: Event) -> None:
-    if isinstance(event, AudioFrame):
-        result.frames.append(event)
-        return
-    kind = event.get("type")
-    if kind == "started":
-        result.started = event
-    elif kind == "segment":
-        result.segments.append(event)
-    elif kind == "warning":
-        result.warnings.append(event)
-    elif kind == "error":
-        result.errors.append(event)
-    elif kind == "timestamps":
-        result.timestamps.append(event)
-    elif kind == "done":
-        result.done = event

@@ -2,10 +2,14 @@
 
     TTSClientError            code, message, context_id, limit, status_code, body
     ├── AuthError             unauthorized (401): the token is missing or wrong
-    ├── UnavailableError      503: no new work now: draining, too_many_connections
+    ├── UnavailableError      503: no new work now: draining, too_many_connections,
+    │   │                     voices_unavailable (the shared voice store is away)
     │   ├── NotReadyError     not_ready: the engine is still loading, or has stopped
-    │   └── BusyError         busy: the engine speaks all it can keep in real time;
-    │                         retry_after_ms says when to try again
+    │   ├── BusyError         busy: the engine speaks all it can keep in real time;
+    │   │                     retry_after_ms says when to try again
+    │   └── ResumeError       resume_failed: a context whose server drained or was lost
+    │                         could not be continued on any server (the client's
+    │                         ResumePolicy ran out); ``body`` says where its text stopped
     ├── ProtocolError         a message one end could not accept; raised as itself
     │   │                     when the server sent what this client cannot read
     │   └── RequestError      the server refused a message as sent (400): bad_json,
@@ -42,6 +46,7 @@ __all__ = [
     "NotReadyError",
     "ProtocolError",
     "RequestError",
+    "ResumeError",
     "TTSClientError",
     "UnavailableError",
     "error_from_event",
@@ -107,6 +112,13 @@ class BusyError(UnavailableError):
         self.retry_after_ms: int | None = hint if isinstance(hint, int) else None
 
 
+class ResumeError(UnavailableError):
+    """A context whose server drained or went away could not be continued on another
+    within the client's :class:`~chattts_client.ResumePolicy` (``body``: ``attempts``,
+    and ``unspoken_from_char``, the first character of its text not heard). The cause
+    (``__cause__``) is the last refusal or connection error."""
+
+
 class ProtocolError(TTSClientError):
     """A message one end could not accept. Raised as itself when the server sent what
     this client cannot read (not ``ready`` first, a frame that is not JSON or is too
@@ -142,6 +154,7 @@ _BY_CODE: dict[str, type[TTSClientError]] = {
     "draining": UnavailableError,
     "too_many_connections": UnavailableError,
     "unavailable": UnavailableError,
+    "voices_unavailable": UnavailableError,
     "format_unavailable": UnavailableError,
     "synthesis_failed": ContextError,
     "synthesis_timeout": ContextError,

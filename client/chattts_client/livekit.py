@@ -13,12 +13,17 @@ practice) is one context on the server. Every ``timestamps`` event becomes
 ``TimedString``\\ s on the audio (``aligned_transcript``), so the agent's transcript of an
 interrupted turn stops at what the user heard. Closing the stream (an interruption)
 cancels the context on the server. ``synthesize(text)`` is the same, for one text.
+When the server drains or goes away mid-turn, the turn continues on another server
+(``resume``, the client's :class:`~chattts_client.ResumePolicy`); when none takes it,
+the stream fails with an ``APIStatusError`` 503 caused by a
+:class:`~chattts_client.ResumeError`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 
 from livekit.agents import (
@@ -35,8 +40,11 @@ from websockets.exceptions import WebSocketException
 
 from chattts_client.client import AudioFrame, StreamClient
 from chattts_client.errors import AuthError, TTSClientError, UnavailableError, error_from_event
+from chattts_client.policy import ResumePolicy
 
 __all__ = ["TTS"]
+
+logger = logging.getLogger(__name__)
 
 #: Refused messages after which no audio comes for the context: the stream fails with
 #: them, as with auth and unavailable errors (a failed segment only leaves a gap).
@@ -50,16 +58,19 @@ class TTS(tts.TTS):
     def __init__(
         self,
         *,
-        url: str = "ws://localhost:8000/v1/stream",
+        url: str | list[str] = "ws://localhost:8000/v1/stream",
         token: str | None = None,
         voice: str | None = None,
         seed: int | None = None,
         speed: float = 1.0,
         sample_rate: int = 24000,
+        resume: ResumePolicy | None = ResumePolicy(),  # noqa: B008 (frozen: shared safely)
     ) -> None:
-        """``voice``: a name from the server's ``GET /v1/voices`` (OpenAI's names are
+        """``url``: one server or a load balancer (or a list of servers, tried in turn);
+        ``voice``: a name from the server's ``GET /v1/voices`` (OpenAI's names are
         presets) or a raw speaker string; ``sample_rate``: 8000, 16000, 22050, 24000,
-        44100 or 48000 (the server resamples)."""
+        44100 or 48000 (the server resamples); ``resume``: how a turn continues when its
+        server drains or goes away (None: the stream fails there)."""
         super().__init__(
             capabilities=tts.TTSCapabilities(streaming=True, aligned_transcript=True),
             sample_rate=sample_rate,
@@ -70,6 +81,7 @@ class TTS(tts.TTS):
         self._voice = voice
         self._seed = seed
         self._speed = speed
+        self._resume = resume
 
     @property
     def model(self) -> str:
@@ -105,7 +117,10 @@ class SynthesizeStream(tts.SynthesizeStream):
         )
         try:
             async with StreamClient.connect(
-                options._url, token=options._token, open_timeout_s=self._conn_options.timeout
+                options._url,
+                token=options._token,
+                open_timeout_s=self._conn_options.timeout,
+                resume=options._resume,
             ) as client:
                 await self._speak(client, output_emitter)
         except TTSClientError as exc:  # refused: at the upgrade (401, 503) or a start
@@ -171,6 +186,8 @@ class SynthesizeStream(tts.SynthesizeStream):
                 )  # fmt: skip
             elif kind == "done":
                 return
+            elif kind == "resumed":
+                logger.info("turn %s continues on another server: %s", ctx, event)
             elif kind == "error":
                 error = error_from_event(event)
                 if isinstance(error, (AuthError, UnavailableError)) or error.code in _FATAL:
@@ -184,7 +201,7 @@ class SynthesizeStream(tts.SynthesizeStream):
         raise APIConnectionError("the server closed the connection mid-turn")
 
 
-def _api_error(error: TTSClientError, url: str) -> APIError:
+def _api_error(error: TTSClientError, url: str | list[str]) -> APIError:
     """LiveKit's error for ours: the HTTP status the server gives it (401, 503 busy or
     not ready, 400 ...); 5xx are retried, 4xx not."""
     message = f"chattts-stream at {url}: {error}"

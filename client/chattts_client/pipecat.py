@@ -5,19 +5,21 @@
     tts = ChatTTSStreamTTSService(url="ws://localhost:8000/v1/stream", voice="nova")
     pipeline = Pipeline([transport.input(), stt, llm, tts, transport.output()])
 
-One WebSocket for the whole session; each bot turn is one context on the server
-(``start`` when the turn's first text arrives, ``end`` when pipecat flushes the turn),
-so the server's segmenter cuts the LLM's tokens into sentences itself: the service runs
-in pipecat's TOKEN aggregation mode by default, and speaking starts at the first
-clause. An interruption cancels the turn's context on the server (its queued text and
-audio are dropped there). Every segment's ``timestamps`` become pipecat word
-timestamps, so pipecat's transcript of an interrupted turn stops at what was heard.
+One connection (a :class:`~chattts_client.StreamClient`) for the whole session; each bot
+turn is one context on the server (``start`` when the turn's first text arrives, ``end``
+when pipecat flushes the turn), so the server's segmenter cuts the LLM's tokens into
+sentences itself: the service runs in pipecat's TOKEN aggregation mode by default, and
+speaking starts at the first clause. An interruption cancels the turn's context on the
+server (its queued text and audio are dropped there). Every segment's ``timestamps``
+become pipecat word timestamps, so pipecat's transcript of an interrupted turn stops at
+what was heard. When the server drains or goes away mid-turn, the turn continues on
+another server (``resume``, the client's :class:`~chattts_client.ResumePolicy`); when
+none takes it, the turn ends with a :class:`~chattts_client.ResumeError`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -25,27 +27,31 @@ from loguru import logger
 from pipecat.frames.frames import ErrorFrame, Frame, TTSAudioRawFrame, TTSStoppedFrame
 from pipecat.processors.frame_processor import FrameProcessorSetup
 from pipecat.services.settings import TTSSettings
-from pipecat.services.tts_service import TextAggregationMode, WebsocketTTSService
+from pipecat.services.tts_service import TextAggregationMode, TTSService
 from pipecat.transcriptions.language import Language
 from pipecat.utils.errors import ErrorCategory
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.exceptions import ConnectionClosed
 
-from chattts_client.client import _START_REFUSALS, AUDIO_HEADER, SUBPROTOCOL
+from chattts_client.client import StreamClient
 from chattts_client.errors import (
     AuthError,
     BusyError,
     ContextError,
     LimitError,
+    ProtocolError,
     RequestError,
+    ResumeError,
+    TTSClientError,
     UnavailableError,
     error_from_event,
-    error_from_handshake,
 )
+from chattts_client.policy import ResumePolicy
+from chattts_client.wire import START_REFUSALS, AudioFrame, Event
 
 __all__ = ["ChatTTSStreamTTSService"]
 
 
-class ChatTTSStreamTTSService(WebsocketTTSService):
+class ChatTTSStreamTTSService(TTSService):
     """Speech from a chattts-stream server over its WebSocket (``/v1/stream``)."""
 
     Settings = TTSSettings
@@ -54,19 +60,22 @@ class ChatTTSStreamTTSService(WebsocketTTSService):
     def __init__(
         self,
         *,
-        url: str = "ws://localhost:8000/v1/stream",
+        url: str | list[str] = "ws://localhost:8000/v1/stream",
         token: str | None = None,
         voice: str | None = None,
         seed: int | None = None,
         speed: float = 1.0,
         sample_rate: int | None = None,
+        resume: ResumePolicy | None = ResumePolicy(),  # noqa: B008 (frozen: shared safely)
         text_aggregation_mode: TextAggregationMode = TextAggregationMode.TOKEN,
         settings: TTSSettings | None = None,
         **kwargs: Any,
     ) -> None:
-        """``voice``: a name from the server's ``GET /v1/voices`` (OpenAI's names are
+        """``url``: one server or a load balancer (or a list of servers, tried in turn);
+        ``voice``: a name from the server's ``GET /v1/voices`` (OpenAI's names are
         presets) or a raw speaker string; ``sample_rate``: the pipeline's by default (the
-        server resamples to 8, 16, 22.05, 24, 44.1 or 48 kHz)."""
+        server resamples to 8, 16, 22.05, 24, 44.1 or 48 kHz); ``resume``: how a turn
+        continues when its server drains or goes away (None: it ends there)."""
         default = TTSSettings(model="chattts", voice=voice, language=Language.ZH)
         if settings is not None:
             default.apply_update(settings)
@@ -83,9 +92,11 @@ class ChatTTSStreamTTSService(WebsocketTTSService):
         self._token = token
         self._seed = seed
         self._speed = speed
+        self._resume = resume
+        self._client: StreamClient | None = None
+        self._connection: contextlib.AsyncExitStack | None = None
         self._opened: set[str] = set()  # contexts started on the server
         self._refused: set[str] = set()  # turns whose start the server refused
-        self._contexts: dict[int, str] = {}  # the server's stream number -> context id
         self._receive_task: Any = None
 
     def can_generate_metrics(self) -> bool:
@@ -115,53 +126,50 @@ class ChatTTSStreamTTSService(WebsocketTTSService):
         await super().setup(setup)
         await self._connect()
 
+    async def stop(self, frame: Any) -> None:
+        await super().stop(frame)
+        await self._disconnect()
+
+    async def cancel(self, frame: Any) -> None:
+        await super().cancel(frame)
+        await self._disconnect()
+
+    async def cleanup(self) -> None:
+        await super().cleanup()
+        await self._disconnect()
+
     async def _connect(self) -> None:
-        await super()._connect()
-        await self._connect_websocket()
-        if self._websocket and not self._receive_task:
-            self._receive_task = self.create_task(self._receive_task_handler(self._report_error))
+        if self._client is not None:
+            return
+        connection = contextlib.AsyncExitStack()
+        try:
+            self._client = await connection.enter_async_context(
+                StreamClient.connect(self._url, token=self._token, resume=self._resume)
+            )
+        except Exception as exc:  # a refused upgrade is typed: AuthError, NotReadyError...
+            await connection.aclose()
+            await self.push_error(error_msg=f"cannot connect to {self._url}: {exc}", exception=exc)
+            await self._call_event_handler("on_connection_error", f"{exc}")
+            return
+        self._connection = connection
+        self._opened.clear()
+        self._refused.clear()
+        self._receive_task = self.create_task(self._receive(self._client))
+        await self._call_event_handler("on_connected")
 
     async def _disconnect(self) -> None:
-        await super()._disconnect()
-        if self._receive_task:
+        await self.stop_all_metrics()
+        if self._receive_task is not None:
             await self.cancel_task(self._receive_task)
             self._receive_task = None
-        await self._disconnect_websocket()
+        await self._close_client()
 
-    async def _connect_websocket(self) -> None:
-        if self._websocket is not None:
-            return
-        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
-        try:
-            self._websocket = await self._websocket_connect(
-                self._url, additional_headers=headers, subprotocols=[SUBPROTOCOL], max_size=None
-            )
-            self._opened.clear()
-            self._refused.clear()
-            self._contexts.clear()
-            await self._call_event_handler("on_connected")
-        except Exception as exc:
-            self._websocket = None
-            # A refused upgrade becomes its typed error (AuthError, NotReadyError, ...).
-            error = error_from_handshake(exc) if isinstance(exc, InvalidStatus) else exc
-            message = f"cannot connect to {self._url}: {error}"
-            await self.push_error(error_msg=message, exception=error)
-            await self._call_event_handler("on_connection_error", f"{error}")
-
-    async def _disconnect_websocket(self) -> None:
-        try:
-            await self.stop_all_metrics()
-            if self._websocket is not None:
-                await self._websocket.close()
-        finally:
-            self._websocket = None
+    async def _close_client(self) -> None:
+        connection, self._connection, self._client = self._connection, None, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                await connection.aclose()
             await self._call_event_handler("on_disconnected")
-
-    async def _send(self, message: dict[str, Any]) -> None:
-        if self._websocket is None:
-            raise ConnectionError("not connected")
-        body = {k: v for k, v in message.items() if v is not None}
-        await self._websocket.send(json.dumps(body, ensure_ascii=False))
 
     # --- turns ----------------------------------------------------------------------
 
@@ -171,17 +179,19 @@ class ChatTTSStreamTTSService(WebsocketTTSService):
             yield None  # the turn ended with the refusal's error: the rest goes unsaid
             return
         try:
-            if self._websocket is None:
+            if self._client is None:
                 await self._connect()
+            if self._client is None:
+                raise ConnectionError(f"not connected to {self._url}")
             if context_id not in self._opened:
                 self._opened.add(context_id)
-                await self._send(
-                    {"type": "start", "context_id": context_id, "voice": self._settings.voice,
-                     "seed": self._seed, "speed": self._speed, "sample_rate": self.sample_rate,
-                     "timestamps": True}
+                voice = self._settings.voice if isinstance(self._settings.voice, str) else None
+                await self._client.start(
+                    context_id, voice=voice, seed=self._seed, speed=self._speed,
+                    sample_rate=self.sample_rate, timestamps=True,
                 )  # fmt: skip
                 await self.start_ttfb_metrics()
-            await self._send({"type": "text", "context_id": context_id, "text": text})
+            await self._client.send_text(text, context_id)
             await self.start_tts_usage_metrics(text)
         except Exception as exc:
             yield ErrorFrame(error=f"chattts-stream: {exc}")
@@ -192,86 +202,79 @@ class ChatTTSStreamTTSService(WebsocketTTSService):
     async def flush_audio(self, context_id: str | None = None) -> None:
         """The turn's text is complete: the server speaks what it holds, then ``done``."""
         context_id = context_id or self.get_active_audio_context_id()
-        if context_id in self._opened and self._websocket is not None:
-            await self._send({"type": "end", "context_id": context_id})
+        if context_id in self._opened and self._client is not None:
+            await self._client.end(context_id)
 
     async def on_audio_context_interrupted(self, context_id: str) -> None:
         """The user spoke over the bot: drop the turn's text and audio on the server (and
         ignore whatever of it is still on its way)."""
         await self.stop_all_metrics()
-        if context_id in self._opened and self._websocket is not None:
+        if context_id in self._opened and self._client is not None:
             self._opened.discard(context_id)
-            await self._send({"type": "cancel", "context_id": context_id})
+            with contextlib.suppress(TTSClientError, ConnectionClosed, OSError):
+                await self._client.cancel(context_id)
         await super().on_audio_context_interrupted(context_id)
 
     # --- what the server sends ------------------------------------------------------
 
-    async def _receive_messages(self) -> None:
-        while self._websocket is not None:
-            with contextlib.suppress(ConnectionClosed):  # an abnormal close ends turns too
-                async for message in self._websocket:
-                    if isinstance(message, bytes):
-                        await self._on_audio(message)
-                    else:
-                        await self._on_event(json.loads(message))
-            # The server closed the socket (a restart, a drain): the turns it held are
-            # over; end them here, then connect again for the next ones.
+    async def _receive(self, client: StreamClient) -> None:
+        while client is self._client:
+            try:
+                async for event in client.events():
+                    await self._on_event(client, event)
+            except (ResumeError, ProtocolError) as exc:  # one turn lost, or one frame
+                if exc.context_id is not None:
+                    await self._end_context(exc.context_id)
+                await self.push_error(error_msg=f"chattts-stream {exc}", exception=exc)
+                continue
+            # Closed with no turn left to continue (or resume off): end the turns it
+            # held; the next turn connects again.
             for context_id in list(self._opened):
                 await self._end_context(context_id)
-            self._websocket = None
-            await self._connect_websocket()
+            await self._close_client()
+            return
 
     async def _end_context(self, context_id: str) -> None:
         self._opened.discard(context_id)
-        self._contexts = {s: c for s, c in self._contexts.items() if c != context_id}
         if self.audio_context_available(context_id):
             await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
             await self.remove_audio_context(context_id)
 
-    async def _on_audio(self, message: bytes) -> None:
-        stream, _segment, _sequence = AUDIO_HEADER.unpack_from(message)
-        context_id = self._contexts.get(stream)
-        if context_id is None or context_id not in self._opened:
-            return  # an interrupted turn: its late audio is ignored
+    async def _on_audio(self, context_id: str, frame: AudioFrame) -> None:
         if not self.audio_context_available(context_id):
             # pipecat closes a context that received nothing for a few seconds (a slow
-            # first segment, a busy engine); the turn is still speaking: reopen it.
+            # first segment, a busy engine, a resumption); the turn goes on: reopen it.
             await self.create_audio_context(context_id)
         await self.stop_ttfb_metrics()
-        frame = TTSAudioRawFrame(
-            audio=message[AUDIO_HEADER.size :],
-            sample_rate=self.sample_rate,
-            num_channels=1,
-            context_id=context_id,
+        audio = TTSAudioRawFrame(
+            audio=frame.pcm, sample_rate=self.sample_rate, num_channels=1, context_id=context_id
         )
-        await self.append_to_audio_context(context_id, frame)
+        await self.append_to_audio_context(context_id, audio)
 
-    async def _on_event(self, event: dict[str, Any]) -> None:
+    async def _on_event(self, client: StreamClient, event: Event) -> None:
+        context_id = client.context_of(event)
+        if isinstance(event, AudioFrame):
+            if context_id in self._opened:  # else an interrupted turn: its late audio
+                await self._on_audio(context_id, event)
+            return
         kind = event.get("type")
-        context_id = event.get("context_id")
-        if kind == "started":
-            self._contexts[event["stream"]] = context_id  # type: ignore[assignment]
-        elif kind == "timestamps" and context_id in self._opened:
+        if kind == "timestamps" and context_id in self._opened:
             if not self.audio_context_available(context_id):
                 await self.create_audio_context(context_id)
             words = [(item["text"], item["start_ms"] / 1000) for item in event["items"]]
             # Each unit carries its own punctuation and spaces (streaming/timestamps.py).
             await self.add_word_timestamps(words, context_id, includes_inter_frame_spaces=True)
         elif kind == "done" and context_id:
-            self._opened.discard(context_id)
-            self._contexts = {s: c for s, c in self._contexts.items() if c != context_id}
-            if self.audio_context_available(context_id):
-                await self.append_to_audio_context(
-                    context_id, TTSStoppedFrame(context_id=context_id)
-                )
-                await self.remove_audio_context(context_id)
+            await self._end_context(context_id)
         elif kind == "error":
             error = error_from_event(event)
             if context_id in self._refused and error.code in ("unknown_context", "context_closing"):
                 return  # text sent before the refusal arrived: the refusal was reported
-            if context_id in self._opened and error.code in _START_REFUSALS:
+            if context_id in self._opened and error.code in START_REFUSALS:
                 self._refused.add(context_id)
                 await self._end_context(context_id)  # refused: no done will come for it
             await self.push_error(error_msg=f"chattts-stream {error}", exception=error)
+        elif kind == "resumed":
+            logger.info(f"{self}: turn {context_id} continues on another server ({event})")
         elif kind == "warning":
             logger.debug(f"{self}: {event.get('code')}: {event.get('message')}")

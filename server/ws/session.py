@@ -275,6 +275,7 @@ class Session:
 
     def __init__(self, websocket: WebSocket, state: AppState, session_id: str) -> None:
         self.websocket = websocket
+        self.app_state = state
         self.admission = admission = state.admission
         self.voices = voices = state.voices
         #: The connection's asyncio transport, when the server exposes it (server.transport).
@@ -314,6 +315,8 @@ class Session:
                 limits=self.core.limits.as_dict(),
             )
         )
+        if self.app_state.drain_deadline is not None:  # accepted as the drain began
+            await self.drain(self.app_state.drain_deadline)
         try:
             if not await self._read():
                 await self._close_idle()
@@ -392,6 +395,17 @@ class Session:
         elif isinstance(event, c.IdleTimer):
             context.arm_idle_timer(event.delay_s)
         return None
+
+    async def drain(self, deadline: float) -> None:
+        """The server began to drain (``deadline``: time.monotonic() by which it closes
+        connections): tell the client first (``draining``), then end every open context
+        after the text it accepted (streaming.connection.Connection.drain)."""
+        deadline_ms = max(0, round((deadline - time.monotonic()) * 1000))
+        events = self.core.drain(deadline_ms)
+        if events:
+            self.log.info("draining: %d open context(s) end here", len(self.contexts))
+        with contextlib.suppress(_Closed):
+            await self._apply(events)
 
     def on_idle(self, context_id: str) -> None:
         """A context's idle timer fired (on the loop): its pending fragment speaks now."""

@@ -298,6 +298,8 @@ EXPECTED = {
     "unknown_context": RequestError,
     "context_closing": RequestError,
     "busy": BusyError,
+    "draining": UnavailableError,
+    "voices_unavailable": UnavailableError,
     "not_ready": NotReadyError,
     "synthesis_failed": ContextError,
     "synthesis_timeout": ContextError,

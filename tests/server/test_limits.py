@@ -1,5 +1,6 @@
 """Each configured limit, set small, on a real server: the documented refusal, and the
-connection and the text accepted before it carry on."""
+connection and the text accepted before it carry on. (Deltas the server must refuse are
+sent with ``resume=None``: a resuming client splits and paces text so that none is.)"""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ async def test_text_delta_over_the_limit_is_refused_with_text_too_long(server: L
     """A delta one character over max_text_message_chars is refused; one at it is spoken."""
     at_limit = "一二三四五六七八九十"
     assert len(at_limit) == MAX_TEXT_MESSAGE_CHARS
-    async with StreamClient.connect(server.ws_url) as client:
+    async with StreamClient.connect(server.ws_url, resume=None) as client:
         assert client.ready["limits"]["max_text_message_chars"] == MAX_TEXT_MESSAGE_CHARS
         await client.start("a", seed=1)
         await client.send_text(at_limit + "零", "a")
@@ -89,7 +90,7 @@ async def test_delta_that_would_overflow_the_buffer_is_refused_whole(server: Liv
     first, second = "一二三四五六七八九十", "十一二三四"  # 15 unspoken characters
     refused = "六七八九十六"  # 15 + 6 > 20
     last = "五六七八九"  # 15 + 5 = 20: exactly at the limit
-    async with StreamClient.connect(server.ws_url) as client:
+    async with StreamClient.connect(server.ws_url, resume=None) as client:
         assert client.ready["limits"]["max_buffered_chars"] == MAX_BUFFERED_CHARS
         await client.start("a", seed=1)
         for delta in (first, second, refused, last):
@@ -119,7 +120,7 @@ async def test_queued_unspoken_segments_count_toward_the_buffer(slow_server: Liv
     # 12 characters cut into segments and 6 pending: only the queued ones make 6 more overflow.
     sentences = ["一二三四五。", "六七八九十。", "甲乙丙丁戊。"]
     extra = "己庚辛壬癸。"  # 18 + 6 > 20
-    async with StreamClient.connect(slow_server.ws_url) as client:
+    async with StreamClient.connect(slow_server.ws_url, resume=None) as client:
         await client.start("a", seed=1)
         for sentence in [*sentences, extra]:
             await client.send_text(sentence, "a")

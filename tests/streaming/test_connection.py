@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from streaming import connection as c
+from streaming import protocol as p
 from streaming.errors import NotFound
 from streaming.speech import SpeechSettings
 
@@ -227,3 +228,82 @@ def test_an_unknown_voice_names_the_field_and_lists_the_voices() -> None:
     assert isinstance(refused, c.Refused)
     assert refused.error.message.startswith("field 'voice': no voice 'contralto'")
     assert "alto, bass" in refused.error.message
+
+
+def drained(before: list[str]) -> tuple[c.Connection, list[c.Event]]:
+    connection = core()
+    for earlier in before:
+        connection.receive(earlier)
+    return connection, connection.drain(deadline_ms=5000)
+
+
+def test_drain_tells_the_client_first_and_ends_each_open_context_after_its_text() -> None:
+    """drain: the `draining` reply comes first, listing every open context with the
+    characters it accepted; each is ended as by `end` (its fragment cut too); a context
+    the client had ended is listed as ended and not ended twice."""
+    connection, events = drained(
+        [START, frame("text", text="你好。再见"), frame("start", "b"), frame("text", "b", text="好。"),
+         frame("end", "b")]
+    )  # fmt: skip
+    assert summary(events) == [
+        ("reply", "draining", None),
+        ("idle", "a", None),
+        ("segments", "a", ["再见"]),
+        ("ended", "a"),
+    ]
+    reply = events[0]
+    assert isinstance(reply, c.Reply) and isinstance(reply.message, p.Draining)
+    assert reply.message.deadline_ms == 5000
+    assert reply.message.contexts == [
+        p.DrainedContext("a", 1, end_char=5, ended=False),
+        p.DrainedContext("b", 2, end_char=2, ended=True),
+    ]
+    assert connection.drain(deadline_ms=5000) == []  # once
+
+
+# fmt: off
+DRAIN_REFUSALS: list[tuple[str, list[str], str, list[tuple[Any, ...]]]] = [
+    ("start", [], START, [("refused", "draining", "a", None)]),
+    ("implicit default", [], frame("text", None, text="你好"),
+     [("refused", "draining", "default", None)]),
+    ("text for a drained context", [START], frame("text", text="还有"),
+     [("refused", "draining", "a", None)]),
+    ("end for a drained context", [START], frame("end"), [("refused", "draining", "a", None)]),
+    ("flush for a drained context", [START], frame("flush"),
+     [("refused", "draining", "a", None)]),
+    ("text after the client's own end", [START, frame("end")], frame("text", text="晚了"),
+     [("refused", "context_closing", "a", None)]),
+    ("cancel still cancels", [START], frame("cancel"), [("idle", "a", None), ("cancelled", "a")]),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize(
+    ("before", "raw", "expected"),
+    [case[1:] for case in DRAIN_REFUSALS],
+    ids=[case[0] for case in DRAIN_REFUSALS],
+)
+def test_after_a_drain_a_frame_gives_its_events(
+    before: list[str], raw: str, expected: list[Any]
+) -> None:
+    """While draining, new contexts and more text for the drained ones are refused with
+    `draining`; a context the client ended keeps its own code; cancel works."""
+    connection, _ = drained(before)
+    assert summary(connection.receive(raw)) == expected
+
+
+def test_a_drain_keeps_every_accepted_character() -> None:
+    """end_char counts every accepted character (a refused delta not), and the segments
+    cut by the end of the drain cover exactly that text."""
+    connection = core()
+    cut: list[str] = []
+    for raw in (START, frame("text", text="第一句。第"), frame("text", text="好" * 21),
+                frame("text", text="二句")):  # fmt: skip
+        cut += [s.text for e in connection.receive(raw) if isinstance(e, c.Segments)
+                for s in e.segments]  # fmt: skip
+    events = connection.drain(deadline_ms=1)
+    cut += [s.text for e in events if isinstance(e, c.Segments) for s in e.segments]
+    reply = events[0]
+    assert isinstance(reply, c.Reply) and isinstance(reply.message, p.Draining)
+    assert "".join(cut) == "第一句。第二句"
+    assert reply.message.contexts[0].end_char == len("第一句。第二句")

@@ -305,6 +305,18 @@ def test_server_message_json_has_its_type_and_every_field(
     assert "\n" not in raw
 
 
+def test_draining_lists_each_open_context_as_an_object() -> None:
+    """draining: its deadline and, per open context, id, stream, end_char and ended."""
+    message = p.Draining(
+        deadline_ms=30000, contexts=[p.DrainedContext("a", 1, end_char=12, ended=False)]
+    )
+    assert json.loads(message.to_json()) == {
+        "type": "draining",
+        "deadline_ms": 30000,
+        "contexts": [{"context_id": "a", "stream": 1, "end_char": 12, "ended": False}],
+    }
+
+
 def test_ready_reports_the_audio_format_constants() -> None:
     """ready carries protocol 1, pcm_s16le, mono and the 12-byte header size."""
     obj = json.loads(p.Ready(session_id="s", engine="e", sample_rate=24000, limits={}).to_json())

@@ -1,0 +1,71 @@
+"""How hard a client tries to continue a context whose server went away."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from websockets.exceptions import WebSocketException
+
+from chattts_client.errors import BusyError, TTSClientError, error_from_event
+
+__all__ = ["ResumePolicy", "keep_trying"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ResumePolicy:
+    """How hard a client tries to continue a context whose server went away.
+
+    Each interruption gets ``attempts`` tries to open the context on a server (a
+    connection refused or lost, or a ``start`` refused, is one try), spaced by
+    ``backoff_s`` doubling up to ``max_backoff_s`` (or a busy server's
+    ``retry_after_ms`` when longer), all within ``within_s``; then :class:`ResumeError`.
+    """
+
+    attempts: int = 8
+    within_s: float = 30.0
+    backoff_s: float = 0.1
+    max_backoff_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1 or self.within_s <= 0 or self.backoff_s < 0:
+            raise ValueError("ResumePolicy needs attempts >= 1, within_s > 0, backoff_s >= 0")
+
+
+#: One try: None when it succeeded, else the refusal event it got.
+Try = Callable[[int], Awaitable["dict[str, Any] | None"]]
+
+
+async def keep_trying(
+    policy: ResumePolicy, once: Try, what: str
+) -> tuple[BaseException | None, int] | None:
+    """Call ``once(attempt)`` until it succeeds (None) or ``policy`` runs out; then the
+    last failure (a refusal as its typed error, or the exception) and the tries made."""
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    delay_s = policy.backoff_s
+    last: BaseException | None = None
+    attempt = 0
+    while attempt < policy.attempts and (left_s := policy.within_s - (loop.time() - began)) > 0:
+        attempt += 1
+        hint_s = 0.0
+        try:
+            async with asyncio.timeout(left_s):
+                refusal = await once(attempt)
+            if refusal is None:
+                return None
+            last = error_from_event(refusal)
+            if isinstance(last, BusyError) and last.retry_after_ms:
+                hint_s = last.retry_after_ms / 1000  # the server knows when it has room
+        except (TTSClientError, OSError, TimeoutError, WebSocketException) as exc:
+            last = exc
+        logger.info("%s: try %d failed: %s", what, attempt, last)
+        left_s = policy.within_s - (loop.time() - began)
+        await asyncio.sleep(max(0.0, min(max(hint_s, delay_s), left_s)))
+        delay_s = min(2 * delay_s, policy.max_backoff_s) if delay_s else policy.max_backoff_s
+    return last, attempt

@@ -1,0 +1,129 @@
+"""The client's resumption against real servers on sockets (in this process): a drained
+or lost context continues on the next server with the same voice, from the text not yet
+heard; the bound on trying; text paced so that no server refuses it.
+
+The fleet tests (tests/fleet/test_resume.py) do the same through the real balancer with
+replicas killed and restarted as processes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from chattts_client import ResumeError, ResumePolicy, StreamClient
+
+from server.config import Settings
+from tests.live import TIMEOUT_S, LiveServer, run_live_server
+from tests.scripted_engine import ScriptedEngine
+from tests.spoken import heard_once, send_like_an_llm
+
+TEXT = "第一句话说完了。第二句话也说完了。第三句话还在说。第四句话到这里结束。"
+
+
+@contextlib.contextmanager
+def two_servers(**settings: object) -> Iterator[tuple[LiveServer, ScriptedEngine, ScriptedEngine]]:
+    """Two servers with slow scripted engines (10 characters = 1 s of audio, made 5x
+    faster than real time), so a context is still speaking when one of them goes."""
+    engines = [ScriptedEngine(chunk_ms=100, chunk_delay_s=0.02, ms_per_char=100) for _ in "ab"]
+    base = Settings(model_dir=Path("unused"), drain_timeout_s=TIMEOUT_S, **settings)  # type: ignore[arg-type]
+    with (
+        run_live_server(base, engine=lambda: (engines[0], False, None)) as first,
+        run_live_server(base, engine=lambda: (engines[1], False, None)) as second,
+    ):
+        yield first, second, engines[0], engines[1]  # type: ignore[misc]
+
+
+async def test_a_drained_context_continues_on_the_next_server_with_its_voice() -> None:
+    """A drain mid-context: the drained server speaks what it accepted, the rest goes to
+    the next server with the same voice, seed (the server's pick) and speed, and is heard
+    after it; nothing is heard twice, and a `resumed` event says where it continued."""
+    with two_servers() as (first, second, first_engine, second_engine):
+        async with StreamClient.connect([first.ws_url, second.ws_url]) as client:
+            ctx = await client.start(voice="m1", speed=1.25)
+            interrupt = asyncio.Event()
+            feeding = asyncio.create_task(send_like_an_llm(client, ctx, TEXT, halfway=interrupt))
+            await interrupt.wait()
+            first.server.handle_exit(signal.SIGTERM, None)
+            result = await client.collect(ctx, timeout_s=TIMEOUT_S)
+            await feeding
+    assert heard_once(result, TEXT) == 0
+    [resumed] = result.resumed
+    assert (resumed["reason"], resumed["repeated"]) == ("draining", False)
+    assert 0 < resumed["start_char"] < len(TEXT)
+    assert result.started is not None and first_engine.requests and second_engine.requests
+    voices = {r.voice for r in first_engine.requests + second_engine.requests}
+    assert len(voices) == 1  # the same speaker, seed and speed on both servers
+    [voice] = voices
+    assert (voice.seed, voice.speed) == (result.started["seed"], 1.25) and voice.voice
+    # The resumed part was the drained server's leftover: its samples follow without a gap.
+    resumed_at = next(s for s in result.segments if s["start_char"] == resumed["start_char"])
+    assert resumed_at["audio_start_sample"] == resumed["audio_start_sample"]
+
+
+async def test_an_abrupt_close_resumes_at_the_segment_that_was_cut() -> None:
+    """The connection dies mid-context with no goodbye (the server drops it): the context
+    goes on on the next server from the start of the segment whose audio may have been
+    cut, which is heard again, announced as repeated; every other character once."""
+    with two_servers() as (first, second, _, second_engine):
+        async with StreamClient.connect([first.ws_url, second.ws_url]) as client:
+            ctx = await client.open(seed=7)
+            interrupt = asyncio.Event()
+            feeding = asyncio.create_task(send_like_an_llm(client, ctx, TEXT, halfway=interrupt))
+            collecting = asyncio.create_task(client.collect(ctx, timeout_s=TIMEOUT_S))
+            await interrupt.wait()
+            await asyncio.sleep(0.3)  # a segment's audio on its way
+            for session in list(first.state.sessions):  # type: ignore[attr-defined]
+                session.transport.abort()
+            result = await collecting
+            await feeding
+    assert heard_once(result, TEXT) == 1
+    [resumed] = result.resumed
+    assert (resumed["reason"], resumed["repeated"]) == ("closed", True)
+    assert second_engine.requests and {r.voice.seed for r in second_engine.requests} == {7}
+    repeated = [s for s in result.segments if s["index"] == resumed["index"]]
+    assert len(repeated) == 2 and repeated[0]["text"] == repeated[1]["text"]
+    assert repeated[1]["audio_start_sample"] == resumed["audio_start_sample"]
+
+
+async def test_resumption_ends_in_resume_error_when_no_server_takes_the_context() -> None:
+    """The only server goes away for good: the client tries as its policy says (3 tries
+    within 2 s) and then raises ResumeError naming the context and where its text stopped."""
+    engine = ScriptedEngine(chunk_ms=100, chunk_delay_s=0.02, ms_per_char=100)
+    settings = Settings(model_dir=Path("unused"), drain_timeout_s=0)
+    policy = ResumePolicy(attempts=3, within_s=2.0, backoff_s=0.1)
+    with run_live_server(settings, engine=lambda: (engine, False, None)) as live:
+        async with StreamClient.connect(live.ws_url, resume=policy) as client:
+            ctx = await client.open(seed=1)
+            await client.send_text(TEXT, ctx)
+            collecting = asyncio.create_task(client.collect(ctx, timeout_s=TIMEOUT_S))
+            await asyncio.sleep(0.3)  # speaking
+            live.server.handle_exit(signal.SIGTERM, None)  # drain 0: closes at once
+            began = time.monotonic()
+            with pytest.raises(ResumeError) as failed:
+                await collecting
+            waited_s = time.monotonic() - began
+    error = failed.value
+    assert error.code == "resume_failed" and error.context_id == ctx
+    assert error.body["attempts"] == 3 and 0 <= error.body["unspoken_from_char"] < len(TEXT)
+    assert isinstance(error.__cause__, OSError)  # nothing listens there any more
+    assert waited_s < TIMEOUT_S
+
+
+async def test_a_resuming_client_paces_text_so_that_no_delta_is_refused() -> None:
+    """Deltas longer than max_text_message_chars and more text than max_buffered_chars:
+    the client splits and paces them; all of it is spoken, with no error."""
+    engine = ScriptedEngine(chunk_ms=100, chunk_delay_s=0.01, ms_per_char=50)
+    settings = Settings(model_dir=Path("unused"), max_text_message_chars=10, max_buffered_chars=30)
+    text = TEXT * 2
+    with run_live_server(settings, engine=lambda: (engine, False, None)) as live:
+        async with StreamClient.connect(live.ws_url) as client:
+            ctx = await client.open(seed=1)
+            await client.send_text(text, ctx)
+            await client.end(ctx)
+            result = await client.collect(ctx, timeout_s=TIMEOUT_S)
+    assert heard_once(result, text) == 0 and not result.resumed
