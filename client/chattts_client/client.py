@@ -89,8 +89,8 @@ class StreamClient:
     ) -> None:
         self._urls = list(urls)
         self._connect_options = {"token": token, "via": via, "open_timeout_s": open_timeout_s}
-        self._link: Link | None = link
-        self._links: list[Link] = []
+        self._link = link  # where new contexts go: the latest connected
+        self._links: list[Link] = []  # every link still open
         self._out: asyncio.Queue[Event | BaseException] = asyncio.Queue()
         self._streams: dict[int, str] = {}
         self._backlog: list[Event] = []
@@ -147,12 +147,12 @@ class StreamClient:
     @property
     def ready(self) -> dict[str, Any]:
         """The ``ready`` of the server new contexts go to (the latest one connected)."""
-        return (self._link or self._links[-1]).ready
+        return self._link.ready
 
     @property
     def url(self) -> str:
         """The URL of the server new contexts go to."""
-        return (self._link or self._links[-1]).url
+        return self._link.url
 
     def _listen(self, link: Link) -> None:
         self._links.append(link)
@@ -162,19 +162,20 @@ class StreamClient:
         """The link new contexts go to; connected again (the next URL) when that server
         drains or went away. Callers at the same moment share one connection attempt."""
         link = self._link
-        if link is not None and not (link.closed or link.draining):
+        if not (link.closed or link.draining):
             return link
         if self._connecting is None or self._connecting.done():
             self._connecting = asyncio.get_running_loop().create_task(self._connect_next())
         return await asyncio.shield(self._connecting)
 
     async def _connect_next(self) -> Link:
-        previous = self._link or self._links[-1]
-        turn = (self._urls.index(previous.url) + 1) % len(self._urls)
+        turn = (self._urls.index(self._link.url) + 1) % len(self._urls)
         link = await Link.open(self._urls[turn], **self._connect_options)  # type: ignore[arg-type]
         if self._closing:
             await link.close()
             raise ConnectionAbortedError("the client is closing")
+        if self._link.closed and self._link in self._links:  # else let go of at its close
+            self._links.remove(self._link)
         self._link = link
         self._listen(link)
         return link
@@ -192,9 +193,8 @@ class StreamClient:
             self._ended = closed
             self._out.put_nowait(closed)
             return
-        with contextlib.suppress(ValueError):
+        if link is not self._link and link in self._links:
             self._links.remove(link)
-            self._links.append(link)  # the latest stays last, for ready and url
         speaking = await self._resumer.on_close(link, closed)
         if link is self._link and not speaking and not link.draining:
             self._out.put_nowait(closed)  # nothing to continue: the caller learns of it
@@ -212,7 +212,6 @@ class StreamClient:
     async def _current(self) -> Link:
         if self._resumer is not None:
             return await self._usable_link()
-        assert self._link is not None
         return self._link
 
     async def start(

@@ -11,7 +11,7 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from chattts_client.errors import ProtocolError, TTSClientError, error_from_handshake
+from chattts_client.errors import ProtocolError, error_from_handshake
 from chattts_client.wire import (
     SUBPROTOCOL,
     TOKEN_SUBPROTOCOL_PREFIX,
@@ -118,12 +118,3 @@ class Link:
             self._reader.cancel()
             with contextlib.suppress(BaseException):
                 await self._reader
-
-    def abort(self) -> None:
-        """Drop the connection now (a test's network cut)."""
-        self.ws.transport.abort()
-
-
-def is_refusal(exc: BaseException) -> bool:
-    """An error that says this server will not take work now (try another)."""
-    return isinstance(exc, (TTSClientError, OSError, TimeoutError, ConnectionClosed))
