@@ -1,8 +1,9 @@
 # syntax=docker/dockerfile:1
-# CUDA image of the server, in two stages: the build stage has the compiler and the
-# Python headers and builds the venv with the README's scripts/setup.sh (the same pinned
+# CUDA image of the server (docs/gpu.md), in two stages: the build stage has the compiler
+# and the Python headers and builds the venv with scripts/setup.sh (the same pinned
 # versions as the tests: constraints.txt); the runtime stage has neither, and runs the
-# server as an unprivileged user.
+# server as an unprivileged user. The model is not in the image: mount it and set
+# TTS_MODEL_DIR. Run with `docker run --gpus all` (NVIDIA Container Toolkit).
 
 ARG CUDA_BASE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
 
@@ -36,10 +37,11 @@ ENV DEBIAN_FRONTEND=noninteractive \
     TTS_PORT=8000 \
     TTS_TEXT_CACHE_DIR=/app/text-cache \
     HOME=/home/tts
-# libsndfile1: the seed article's classic OSError when it is missing; ffmpeg: the
-# compressed formats and reference clips. No compiler, no headers: so the torch.compile
-# options (--compile, --compile-vocoder), whose Triton kernels build a C launcher at
-# first use, need an image built with gcc and the Python headers added here.
+# ffmpeg: the compressed formats (mp3, opus, aac, flac) and reference clips; without it
+# they answer 503 format_unavailable. libsndfile1: nothing the server imports loads it
+# (soundfile's wheels carry their own copy). No compiler, no headers: so the
+# torch.compile options (--compile, --compile-vocoder), whose Triton kernels build a C
+# launcher at first use, need an image built with gcc and the Python headers added here.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends software-properties-common ca-certificates \
     && add-apt-repository -y ppa:deadsnakes/ppa \
