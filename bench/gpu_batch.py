@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -33,13 +33,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from batch_step import VocoderClock, open_rows  # noqa: E402
-
-from server.engines.chattts.batch import BatchedDecoder  # noqa: E402
-from server.engines.chattts.checkpoint import load_chat, write_checkpoint  # noqa: E402
-from server.engines.chattts.decoder import StreamingDecoder  # noqa: E402
-from server.engines.chattts.options import ChatTTSOptions  # noqa: E402
 from streaming.schedule import STEPS_PER_AUDIO_SECOND, StepCosts, capacity  # noqa: E402
+
+if TYPE_CHECKING:
+    from server.engines.chattts.decoder import StreamingDecoder
+
+# ChatTTS and the engine are imported where they are used: without CUDA, main() says so
+# after importing torch alone.
 
 #: GPT precisions measured on each kind of device (half precision is CUDA only).
 DTYPES = {"cuda": ("float32", "bfloat16"), "cpu": ("float32",)}
@@ -52,6 +52,10 @@ def _sync(device: torch.device) -> None:
 
 def measure(decoder: StreamingDecoder, chat: Any, size: int, steps: int) -> dict[str, float]:
     """Whole fixed-length utterances for ``size`` rows: step and vocoder costs, throughput."""
+    from batch_step import VocoderClock, open_rows
+
+    from server.engines.chattts.batch import BatchedDecoder
+
     device = torch.device(chat.device)
     _sync(device)
     if device.type == "cuda":
@@ -90,6 +94,10 @@ def ramp(
     checkpoint: Path, device: str, dtype: str, batches: list[int], steps: int, warm_up: bool
 ) -> dict[str, Any]:
     """The batch sizes in turn on a fresh model with a ``dtype`` GPT, then the capacity."""
+    from server.engines.chattts.checkpoint import load_chat
+    from server.engines.chattts.decoder import StreamingDecoder
+    from server.engines.chattts.options import ChatTTSOptions
+
     chat = load_chat(checkpoint, device=device)
     decoder = StreamingDecoder(chat, ChatTTSOptions(device=device, gpt_dtype=dtype))
     if warm_up:
@@ -157,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
             Path(scratch) / "tiny" if args.smoke else ROOT / "checkpoints" / "full"
         )
         if not (checkpoint / "asset").is_dir():
+            from server.engines.chattts.checkpoint import write_checkpoint
+
             write_checkpoint(checkpoint, size="tiny" if args.smoke else "full", seed=0)
         for dtype in DTYPES["cuda" if device.startswith("cuda") else "cpu"]:
             report[dtype] = ramp(
