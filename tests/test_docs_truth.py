@@ -82,6 +82,29 @@ def test_the_settings_reference_lists_each_setting_once_with_its_default(path: P
         assert text(path).count(f"| `{spec.flag}` | `{spec.env}` | `{spec.default_text}` |") == 1
 
 
+def heading_anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives the headings of a markdown file (code blocks skipped)."""
+    prose = re.sub(r"^```.*?^```", "", text(path), flags=re.M | re.S)
+    headings = re.findall(r"^#+ (.+)$", prose, re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
+def test_every_relative_link_leads_to_a_file_and_heading_that_exist(path: Path) -> None:
+    """A link to another page of the repository, or to one of its headings, resolves."""
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text(path)):
+        if re.match(r"[a-z]+:", target):
+            continue  # a URL
+        file, _, anchor = target.partition("#")
+        dest = (path.parent / file).resolve() if file else path
+        if not dest.exists() or (
+            anchor and dest.suffix == ".md" and anchor not in heading_anchors(dest)
+        ):
+            broken.append(target)
+    assert not broken, f"{path.name} links to what does not exist: {broken}"
+
+
 @cache
 def routes() -> frozenset[str]:
     """The HTTP routes the app declares (its OpenAPI paths) and the WebSocket."""
