@@ -3,7 +3,8 @@
     TTSClientError            code, message, context_id, limit, status_code, body
     ├── AuthError             unauthorized (401): the token is missing or wrong
     ├── UnavailableError      503: no new work now: draining, too_many_connections,
-    │   │                     voices_unavailable (the shared voice store is away)
+    │   │                     voices_unavailable (the shared voice store is away),
+    │   │                     engine_stalled (the engine thread is stuck)
     │   ├── NotReadyError     not_ready: the engine is still loading, or has stopped
     │   ├── BusyError         busy: the engine speaks all it can keep in real time;
     │   │                     retry_after_ms says when to try again
@@ -151,6 +152,7 @@ _BY_CODE: dict[str, type[TTSClientError]] = {
     "unauthorized": AuthError,
     "busy": BusyError,
     "not_ready": NotReadyError,
+    "engine_stalled": UnavailableError,
     "draining": UnavailableError,
     "too_many_connections": UnavailableError,
     "unavailable": UnavailableError,

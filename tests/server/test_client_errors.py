@@ -301,6 +301,7 @@ EXPECTED = {
     "draining": UnavailableError,
     "voices_unavailable": UnavailableError,
     "not_ready": NotReadyError,
+    "engine_stalled": UnavailableError,
     "synthesis_failed": ContextError,
     "synthesis_timeout": ContextError,
     "internal_error": ContextError,
