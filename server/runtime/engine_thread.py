@@ -49,31 +49,34 @@ class EngineThread:
     def run(self) -> None:
         worker = self.worker
         started = time.perf_counter()
+        engine: Engine | None = None
         try:
             engine, degraded, detail = self._factory()
             if worker.options.warm_up:
                 engine.warm_up()
+            fallback = FallbackVoice(self._fallback_factory, engine, worker.metrics, worker.handoff)
+            # The batcher too before /ready: its memory (KV cache, CUDA graphs) is part
+            # of loading, and a failure there a load failure.
+            scheduler = self._scheduler(engine, fallback)
         except Exception as exc:
-            # An operator's problem (a missing or damaged model), told in one line; the
-            # traceback only at debug level.
+            # An operator's problem (a missing or damaged model, too little memory),
+            # told in one line; the traceback only at debug level.
             logger.error("the engine failed to load: %s: %s", type(exc).__name__, exc)
             logger.debug("engine load failure", exc_info=True)
+            if engine is not None:
+                _close(engine)
             worker.loaded("failed", None, detail=f"{type(exc).__name__}: {exc}")
             worker.inbox.refuse_queued(worker.handoff)
             return
         load_s = round(time.perf_counter() - started, 3)
         worker.loaded("ready", engine, degraded=degraded, detail=detail, load_s=load_s)
-        fallback = FallbackVoice(self._fallback_factory, engine, worker.metrics, worker.handoff)
         try:
-            self._serve(engine, fallback)
+            self._serve(engine, scheduler)
         finally:
             worker.loaded("stopped", None, engine_name=engine.name)
             worker.inbox.refuse_queued(worker.handoff)
-            for closing in (engine, fallback):
-                try:
-                    closing.close()
-                except Exception:
-                    logger.exception("engine close failed")
+            _close(engine)
+            _close(fallback)
 
     def _scheduler(self, engine: Engine, fallback: FallbackVoice) -> Scheduler:
         """The scheduler over the engine's batcher, or over an Interleaver when it has none."""
@@ -103,9 +106,8 @@ class EngineThread:
             progress=worker.watchdog.progress,
         )
 
-    def _serve(self, engine: Engine, fallback: FallbackVoice) -> None:
+    def _serve(self, engine: Engine, scheduler: Scheduler) -> None:
         """Rounds of the scheduler until ``stop()``; calls between rounds."""
-        scheduler = self._scheduler(engine, fallback)
         try:
             while not self._take(engine, scheduler):
                 scheduler.run_once()
@@ -142,3 +144,10 @@ class EngineThread:
                 worker.inbox.ended(item)
             else:
                 scheduler.add(item)
+
+
+def _close(closing: Engine | FallbackVoice) -> None:
+    try:
+        closing.close()
+    except Exception:
+        logger.exception("engine close failed")

@@ -14,6 +14,7 @@ from chattts_client import StreamClient
 
 from server.config import Settings
 from server.engines.chattts.options import ChatTTSOptions
+from server.engines.modelled import ModelledEngine
 from server.engines.select import RANDOM_WEIGHTS_MAX_NEW_TOKEN, chattts_options
 from tests.live import TIMEOUT_S, run_live_server
 from tests.scripted_engine import ScriptedEngine
@@ -132,3 +133,25 @@ async def test_a_fast_engine_takes_more_streams_than_segments_in_flight() -> Non
                 return result.done is not None and result.samples > 0
 
         assert all(await asyncio.gather(*(speak(i) for i in range(streams))))
+
+
+class _NoRoomEngine(ModelledEngine):
+    """Loads, but its batch does not fit (as a KV cache too large for the GPU would)."""
+
+    def batcher(self, max_batch: int) -> None:
+        raise RuntimeError("CUDA out of memory: the batch's cache does not fit")
+
+
+def test_a_batch_that_does_not_fit_is_a_load_failure_not_a_dead_engine() -> None:
+    """The batcher is built before /ready: a failure there leaves the server failed (and
+    the CLI would exit 1), not ready with an engine thread that dies at its first step."""
+    engine = _NoRoomEngine(step_a_s=0.001, step_b_s=0.0)
+    settings = Settings(engine="espeak", max_batch=4)
+    with (
+        run_live_server(settings, engine=lambda: (engine, False, None), wait_ready=False) as live,
+        httpx.Client(base_url=live.base_url, timeout=TIMEOUT_S) as http,
+    ):
+        assert not live.state.worker.wait_ready(TIMEOUT_S)  # type: ignore[attr-defined]
+        ready = http.get("/ready")
+        assert ready.status_code == 503
+        assert ready.json()["state"] == "failed" and "out of memory" in ready.json()["detail"]
