@@ -460,6 +460,13 @@ def validate(settings: Settings) -> None:
     problems = choice_problems(settings)
     if settings.engine == "chattts" and settings.model_dir is None:
         problems.append("engine chattts needs --model-dir (or TTS_MODEL_DIR)")
+    chattts = settings.chattts
+    batching = settings.max_batch > 1 and chattts.decoder == "ours"
+    if batching and chattts.gpt_cache_tokens <= chattts.max_new_token:
+        problems.append(
+            f"gpt_cache_tokens must exceed max_new_token with max_batch above 1 (a batch row "
+            f"holds a segment's prompt and its {chattts.max_new_token} new tokens)"
+        )
     positive = (
         "max_connections",
         "header_timeout_s",

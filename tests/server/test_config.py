@@ -120,6 +120,14 @@ def test_a_refusal_names_each_setting_by_its_flag_and_variable(
         assert "TTS_" + name.upper() in message, message
 
 
+def test_a_batch_row_too_short_for_max_new_token_is_refused() -> None:
+    """With batching on, a KV cache row that cannot hold max_new_token new tokens is a
+    start-up refusal, not a prefill failure on every long segment; without it, fine."""
+    with pytest.raises(SystemExit, match="gpt_cache_tokens must exceed max_new_token"):
+        parse(["--max-new-token", "3000"], {})
+    assert parse(["--max-new-token", "3000", "--max-batch", "1"], {}).chattts.max_new_token == 3000
+
+
 def test_bad_environment_value_names_the_variable() -> None:
     """A malformed TTS_* value stops start-up naming the variable."""
     with pytest.raises(SystemExit, match="TTS_MAX_CONTEXTS"):

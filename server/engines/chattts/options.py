@@ -90,7 +90,8 @@ class ChatTTSOptions:
     )
     gpt_cache_tokens: int = option(
         2560,
-        "static cache: positions per segment (prompt + max new tokens); longer ones use dynamic",
+        "KV cache positions per segment (prompt + max new tokens), in a batch's rows and in "
+        "the static cache (where longer ones use the dynamic cache)",
         group="chattts",
     )
     gpt_cache_slots: int = option(
