@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI, WebSocket
 from fastapi.middleware.cors import CORSMiddleware
 
-from server import __version__, blas
+from server import __version__, blas, logs
 from server.config import Settings
 from server.engines.select import EngineFactory
 from server.http.errors import install_error_handlers
@@ -59,7 +59,7 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
             await state.voices.registry.open()
         except Unavailable as exc:
             logger.critical("exiting: %s", exc.message)
-            raise
+            raise logs.Reported(exc.message) from None
         uvicorn_log = logging.getLogger("uvicorn.error")
         uvicorn_log.addFilter(denials)
         state.worker.start()

@@ -118,13 +118,9 @@ def serve(settings: Settings) -> int:
     ).start()
     engine = settings.resolved_engine()
     where = f" from {settings.model_dir}" if engine == "chattts" else ""
-    logger.info(
-        "listening on http://%s:%d; loading the %s engine%s",
-        settings.host,
-        settings.port,
-        engine,
-        where,
-    )
+    # With --port 0 the system picks the port: uvicorn's "running on" line names it.
+    address = f"http://{settings.host}:{settings.port}" if settings.port else "a free port"
+    logger.info("listening on %s; loading the %s engine%s", address, engine, where)
     server.run()
     if state.worker.status.state == "failed":
         hint = (

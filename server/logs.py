@@ -169,6 +169,24 @@ class _ClientFaults(logging.Filter):
         return logging.getLogger(record.name).isEnabledFor(logging.INFO)
 
 
+class Reported(Exception):
+    """A failure already logged in a line of its own, raised to end start-up: uvicorn's
+    record of it (the lifespan's traceback) is left out of the log."""
+
+
+class _ReportedAlready(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, Reported):
+            return False
+        # Starlette hands uvicorn the lifespan's failure as formatted text.
+        text = record.msg if isinstance(record.msg, str) else ""
+        return not (
+            text.startswith("Traceback")
+            and text.rstrip().rsplit("\n", 1)[-1].startswith(f"{__name__}.Reported")
+        )
+
+
 def configure(level: str, fmt: str = "text") -> None:
     """Install the one handler on the root logger (standard error)."""
     handler = logging.StreamHandler(sys.stderr)
@@ -186,9 +204,12 @@ def configure(level: str, fmt: str = "text") -> None:
     root.addHandler(handler)
     root.setLevel(level.upper())
     uvicorn_log = logging.getLogger("uvicorn.error")
-    for old_filter in [f for f in uvicorn_log.filters if isinstance(f, _ClientFaults)]:
+    for old_filter in [
+        f for f in uvicorn_log.filters if isinstance(f, _ClientFaults | _ReportedAlready)
+    ]:
         uvicorn_log.removeFilter(old_filter)
     uvicorn_log.addFilter(_ClientFaults())
+    uvicorn_log.addFilter(_ReportedAlready())
     quiet_dependencies()
 
 
