@@ -65,13 +65,13 @@ def audio_only(chunks: Iterable[np.ndarray | WordMarks]) -> Iterator[np.ndarray]
 
 
 @dataclass(eq=False)
-class Utterance:
+class BatchRow:
     """One segment in a batch: what the worker and a :class:`Batcher` share about it.
 
     The batcher appends audio (and an engine's :class:`WordMarks`) to ``chunks`` (the
     worker takes them after each call), sets ``done`` when the segment has ended, or
-    ``error`` when it failed on this utterance alone; ``state`` is the batcher's own
-    per-utterance data. ``should_stop`` turns true when the segment's listener left
+    ``error`` when it failed on this row alone; ``state`` is the batcher's own
+    per-row data. ``should_stop`` turns true when the segment's listener left
     (the worker sets it before the prefill).
     """
 
@@ -88,28 +88,28 @@ class Utterance:
 
 
 class Batcher(Protocol):
-    """An engine's continuous-batching side: many utterances advance in one step.
+    """An engine's continuous-batching side: many rows advance in one step.
 
     The worker calls it from the engine thread only: :meth:`open` when a segment is
     admitted, :meth:`prefill` once before its first step (its first token), :meth:`step`
-    for the utterances to advance together (already prefilled, not done), and
-    :meth:`close` when an utterance leaves (done, failed or cancelled), between steps.
+    for the rows to advance together (already prefilled, not done), and
+    :meth:`close` when an row leaves (done, failed or cancelled), between steps.
     """
 
     @property
     def max_batch(self) -> int:
-        """Most utterances one step can take."""
+        """Most rows one step can take."""
         ...
 
-    def open(self, request: SynthesisRequest) -> Utterance: ...
+    def open(self, request: SynthesisRequest) -> BatchRow: ...
 
-    def prefill(self, utterance: Utterance) -> None: ...
+    def prefill(self, row: BatchRow) -> None: ...
 
-    def step(self, utterances: Sequence[Utterance]) -> None:
+    def step(self, rows: Sequence[BatchRow]) -> None:
         """Advance each by one step; a failure of the whole step raises."""
         ...
 
-    def close(self, utterance: Utterance) -> None: ...
+    def close(self, row: BatchRow) -> None: ...
 
     def memory_bytes(self) -> int | None:
         """Accelerator memory allocated now (None on the CPU): the memory curve by batch."""
@@ -166,7 +166,7 @@ class Engine(Protocol):
         ...
 
     def batcher(self, max_batch: int) -> Batcher | None:
-        """Its batching side for up to ``max_batch`` utterances, or None if it does not batch
+        """Its batching side for up to ``max_batch`` rows, or None if it does not batch
         (then the worker interleaves ``synthesize`` generators). Called once, on the
         engine thread, after warm-up."""
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from server.engines.base import Cancelled, Engine, SynthesisRequest, Utterance, WordMarks
+from server.engines.base import BatchRow, Cancelled, Engine, SynthesisRequest, WordMarks
 
 __all__ = ["Interleaver"]
 
@@ -31,20 +31,20 @@ class Interleaver:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def open(self, request: SynthesisRequest) -> Utterance:
-        return Utterance(request)
+    def open(self, request: SynthesisRequest) -> BatchRow:
+        return BatchRow(request)
 
-    def prefill(self, utterance: Utterance) -> None:
+    def prefill(self, row: BatchRow) -> None:
         """Start the generator (nothing is made until the row's first step)."""
-        utterance.state = self._engine.synthesize(utterance.request, utterance.should_stop)
+        row.state = self._engine.synthesize(row.request, row.should_stop)
 
-    def step(self, utterances: Sequence[Utterance]) -> None:
-        for utterance in utterances:
-            _advance(utterance)
+    def step(self, rows: Sequence[BatchRow]) -> None:
+        for row in rows:
+            _advance(row)
 
-    def close(self, utterance: Utterance) -> None:
-        chunks: Iterator[np.ndarray | WordMarks] | None = utterance.state
-        utterance.state = None
+    def close(self, row: BatchRow) -> None:
+        chunks: Iterator[np.ndarray | WordMarks] | None = row.state
+        row.state = None
         close = getattr(chunks, "close", None)
         if close is not None:
             close()  # the caller logs what a failing cleanup raises
@@ -53,17 +53,17 @@ class Interleaver:
         return None
 
 
-def _advance(utterance: Utterance) -> None:
-    """One chunk of ``utterance`` (word marks ride along with the chunk after them)."""
-    chunks: Iterator[np.ndarray | WordMarks] = utterance.state
+def _advance(row: BatchRow) -> None:
+    """One chunk of ``row`` (word marks ride along with the chunk after them)."""
+    chunks: Iterator[np.ndarray | WordMarks] = row.state
     try:
         while True:
             chunk = next(chunks)
-            utterance.chunks.append(chunk)
+            row.chunks.append(chunk)
             if not isinstance(chunk, WordMarks):
                 return
     except (StopIteration, Cancelled):
-        utterance.done = True
+        row.done = True
     except Exception as exc:
-        logger.exception("synthesis failed for %r", utterance.request.text[:40])
-        utterance.error = exc
+        logger.exception("synthesis failed for %r", row.request.text[:40])
+        row.error = exc

@@ -13,14 +13,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from server.engines.base import SynthesisRequest, Utterance
+from server.engines.base import BatchRow, SynthesisRequest
 from streaming.chunking import ChunkSchedule
 
 
 class ModelledEngine:
     """A stand-in whose cost follows a model, for capacity benchmarks (bench/capacity.py).
 
-    A GPT step of a batch of ``n`` utterances costs ``step_a_s + step_b_s * n`` seconds
+    A GPT step of a batch of ``n`` rows costs ``step_a_s + step_b_s * n`` seconds
     (slept, so the GIL is free); a segment of ``c`` characters takes
     ``round(c * steps_per_char)`` steps, each 512 samples of tone (ChatTTS's 46.875
     steps per second of audio); a prefill costs ``prefill_s`` (default ``step_a_s``). ``mode`` picks the
@@ -114,36 +114,36 @@ class _ModelledBatcher:
         self.max_batch = max_batch
         self.max_batch_seen = 0
 
-    def open(self, request: SynthesisRequest) -> Utterance:
+    def open(self, request: SynthesisRequest) -> BatchRow:
         engine = self.engine
-        return Utterance(
+        return BatchRow(
             request, state=_ModelledRow(engine._steps(request), engine.schedule.size(0))
         )
 
-    def prefill(self, utterance: Utterance) -> None:
+    def prefill(self, row: BatchRow) -> None:
         time.sleep(self.engine.prefill_s)
-        self._advance(utterance)
+        self._advance(row)
 
-    def step(self, utterances: Sequence[Utterance]) -> None:
-        self.max_batch_seen = max(self.max_batch_seen, len(utterances))
-        time.sleep(self.engine.step_a_s + self.engine.step_b_s * len(utterances))
-        for utterance in utterances:
-            self._advance(utterance)
+    def step(self, rows: Sequence[BatchRow]) -> None:
+        self.max_batch_seen = max(self.max_batch_seen, len(rows))
+        time.sleep(self.engine.step_a_s + self.engine.step_b_s * len(rows))
+        for row in rows:
+            self._advance(row)
 
-    def _advance(self, utterance: Utterance) -> None:
-        row: _ModelledRow = utterance.state
-        row.steps += 1
+    def _advance(self, row: BatchRow) -> None:
+        model: _ModelledRow = row.state
+        model.steps += 1
         first = self.engine.schedule.size(0)
-        hurried = utterance.hurry and row.steps - row.emitted >= first
-        if hurried or row.steps in (row.boundary, row.total):
-            seed = utterance.request.voice.seed
-            utterance.chunks.append(self.engine._tone(row.emitted, row.steps - row.emitted, seed))
-            row.emitted = row.steps
-            row.index += 1
-            row.boundary = row.steps + self.engine.schedule.size(row.index)
-        utterance.done = row.steps >= row.total
+        hurried = row.hurry and model.steps - model.emitted >= first
+        if hurried or model.steps in (model.boundary, model.total):
+            seed = row.request.voice.seed
+            row.chunks.append(self.engine._tone(model.emitted, model.steps - model.emitted, seed))
+            model.emitted = model.steps
+            model.index += 1
+            model.boundary = model.steps + self.engine.schedule.size(model.index)
+        row.done = model.steps >= model.total
 
-    def close(self, utterance: Utterance) -> None:
+    def close(self, row: BatchRow) -> None:
         pass
 
     def memory_bytes(self) -> int | None:

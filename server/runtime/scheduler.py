@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from server.engines.base import Batcher, Utterance, WordMarks
+from server.engines.base import Batcher, BatchRow, WordMarks
 from server.metrics import Metrics
 from server.runtime.fallback import FallbackVoice
 from server.runtime.jobs import Handoff, Job, engine_stopped
@@ -55,7 +55,7 @@ class Scheduler:
         self._progress = progress
         self.waiting: list[Job] = []
         #: Jobs admitted to the batcher, each with its row there.
-        self.active: dict[Job, Utterance] = {}
+        self.active: dict[Job, BatchRow] = {}
 
     @property
     def idle(self) -> bool:
@@ -95,13 +95,13 @@ class Scheduler:
             self.fallback.speak(job)
             return
         try:
-            utterance = self.batcher.open(job.request)
+            row = self.batcher.open(job.request)
         except Exception:
             logger.exception("synthesis failed to start for %r", job.request.text[:40])
             self.fallback.rescue(job)
             return
-        utterance.should_stop = job.is_cancelled
-        self.active[job] = utterance
+        row.should_stop = job.is_cancelled
+        self.active[job] = row
 
     def _prefill(self) -> None:
         """Start at most ``prefills_per_step`` joining rows, the most urgent first."""
@@ -196,6 +196,6 @@ class Scheduler:
         job.end()
 
 
-def _steps(row: Utterance) -> bool:
+def _steps(row: BatchRow) -> bool:
     """Prefilled and not finished: the row takes part in the next step."""
     return row.prefilled and not row.done and row.error is None

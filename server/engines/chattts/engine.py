@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from server.engines.base import Batcher, Cancelled, SynthesisRequest, Utterance, VoiceSpec
+from server.engines.base import Batcher, BatchRow, Cancelled, SynthesisRequest, VoiceSpec
 from server.engines.chattts.batch import BatchedDecoder
 from server.engines.chattts.checkpoint import load_chat
 from server.engines.chattts.decoder import GenerationParams, StreamingDecoder
@@ -154,7 +154,7 @@ class ChatTTSEngine:
             yield from self._stream_chattts(chat, request, should_stop, max_new_token)
 
     def batcher(self, max_batch: int) -> Batcher | None:
-        """Continuous batching of our decoder's utterances (``decoder="ours"``, ``max_batch``
+        """Continuous batching of our decoder's batch_rows (``decoder="ours"``, ``max_batch``
         above 1); None otherwise: segments then interleave a chunk at a time."""
         if self._stream is None or max_batch < 2:
             return None
@@ -374,34 +374,34 @@ class _ChatTTSBatcher:
     def max_batch(self) -> int:
         return self._decoder.gpt.max_rows
 
-    def open(self, request: SynthesisRequest) -> Utterance:
+    def open(self, request: SynthesisRequest) -> BatchRow:
         params = self._engine.generation_params(request, self._engine.max_new_token)
         row, embeds = self._decoder.open(request.text, params)
-        utterance = Utterance(request, state=(row, embeds))
-        row.owner = utterance
-        return utterance
+        batch_row = BatchRow(request, state=(row, embeds))
+        row.owner = batch_row
+        return batch_row
 
-    def prefill(self, utterance: Utterance) -> None:
-        row, embeds = utterance.state
+    def prefill(self, batch_row: BatchRow) -> None:
+        row, embeds = batch_row.state
         if not self._decoder.prefill(row, embeds):
             raise RuntimeError("no room in the batch's KV cache for this segment")
-        utterance.state = (row, None)
-        self._collect(utterance)
+        batch_row.state = (row, None)
+        self._collect(batch_row)
 
-    def step(self, utterances: Sequence[Utterance]) -> None:
+    def step(self, batch_rows: Sequence[BatchRow]) -> None:
         # Only the rows that made audio or ended have news: the others are left alone.
-        rows = [u.state[0] for u in utterances]
-        for row in self._decoder.step(rows, [u.hurry for u in utterances]):
+        rows = [b.state[0] for b in batch_rows]
+        for row in self._decoder.step(rows, [b.hurry for b in batch_rows]):
             self._collect(row.owner)
 
-    def close(self, utterance: Utterance) -> None:
-        self._decoder.close(utterance.state[0])
+    def close(self, batch_row: BatchRow) -> None:
+        self._decoder.close(batch_row.state[0])
 
     def memory_bytes(self) -> int | None:
         device = self._decoder.device
         return int(torch.cuda.memory_allocated(device)) if device.type == "cuda" else None
 
-    def _collect(self, utterance: Utterance) -> None:
-        row = utterance.state[0]
-        utterance.chunks += self._decoder.take_audio(row)
-        utterance.done = row.done
+    def _collect(self, batch_row: BatchRow) -> None:
+        row = batch_row.state[0]
+        batch_row.chunks += self._decoder.take_audio(row)
+        batch_row.done = row.done
