@@ -59,10 +59,11 @@ from streaming.speech import SpeechSettings  # noqa: E402
 TEXT = "今天天气很好，我们一起去公园散步吧。欢迎使用流式语音合成服务，有问题随时问我。"
 #: A GPU's batched step, ``a + b * n`` ms: the host's cost measured by
 #: bench/host_overhead.py on these 2 cores (the deep checkpoint, one thread: launching the
-#: step's ~830 operations eagerly plus the bookkeeping around them, whatever the batch)
-#: and the device's as modelled there (an H200: the weights read once, 2.5 us a kernel,
-#: each row's keys and values at position 512). See docs/batching.md.
-GPU_HOST_MS = (6.9, 0.0007)
+#: step's 833 operations eagerly plus the bookkeeping around them; the median of four
+#: runs, a = 5.4 to 10.0 ms, b under 0.0012 ms) and the device's as modelled there (an
+#: H200: the weights read once, 2.5 us a kernel, each row's keys and values at position
+#: 512). See docs/batching.md.
+GPU_HOST_MS = (7.9, 0.0003)
 GPU_DEVICE_MS = (2.17, 0.0073)
 PRESETS = {
     "gpu": (GPU_HOST_MS[0] + GPU_DEVICE_MS[0], GPU_HOST_MS[1] + GPU_DEVICE_MS[1]),

@@ -67,7 +67,6 @@ class StreamStats:
     hiddens: torch.Tensor | None = None
 
 
-
 class Vocoder:
     """ChatTTS's Decoder + Vocos on ``(steps, hidden)`` GPT states, as ``options`` set them
     up: decoder dtype, INT8 linears, ``torch.compile``, or the ONNX Runtime backend."""
