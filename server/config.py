@@ -23,7 +23,7 @@ from server.connection_guard import GuardOptions
 from server.engines.chattts.options import ChatTTSOptions
 from server.options import GROUPS, choice_problems, nested, option, reference_markdown, specs
 from server.runtime.admission import AdmissionOptions
-from server.runtime.worker import WorkerOptions
+from server.runtime.options import WorkerOptions
 from streaming.connection import ConnectionLimits
 from streaming.schedule import BatchPolicy
 from streaming.speech import SpeechSettings

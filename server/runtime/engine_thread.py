@@ -17,20 +17,45 @@ import queue
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from server.engines.base import Engine
 from server.engines.interleave import Interleaver
+from server.metrics import Metrics
 from server.runtime.fallback import FallbackVoice
-from server.runtime.jobs import Call
+from server.runtime.jobs import Call, Handoff, Inbox
+from server.runtime.options import WorkerOptions
 from server.runtime.scheduler import Scheduler
-
-if TYPE_CHECKING:
-    from server.runtime.worker import EngineWorker
+from server.runtime.watchdog import Watchdog
+from streaming.schedule import StepCosts
 
 __all__ = ["EngineThread"]
 
 logger = logging.getLogger(__name__)
+
+
+class Owner(Protocol):
+    """What the engine thread shares with its worker (server.runtime.worker.EngineWorker)."""
+
+    options: WorkerOptions
+    metrics: Metrics
+    inbox: Inbox
+    handoff: Handoff
+    step_costs: StepCosts
+    watchdog: Watchdog
+    batches: bool
+    step_rows: int
+
+    def loaded(
+        self,
+        state: str,
+        engine: Engine | None,
+        *,
+        degraded: bool = False,
+        detail: str | None = None,
+        load_s: float | None = None,
+        engine_name: str | None = None,
+    ) -> None: ...
 
 
 class EngineThread:
@@ -38,7 +63,7 @@ class EngineThread:
 
     def __init__(
         self,
-        worker: EngineWorker,
+        worker: Owner,
         factory: Callable[[], tuple[Engine, bool, str | None]],
         fallback: Callable[[], Engine] | None,
     ) -> None:

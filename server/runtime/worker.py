@@ -24,16 +24,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from server.engines.base import Engine, SynthesisRequest
 from server.metrics import Metrics
 from server.runtime.engine_thread import EngineThread
 from server.runtime.jobs import Call, Handoff, Inbox, Job
+from server.runtime.options import WorkerOptions
 from server.runtime.watchdog import Watchdog
 from streaming.errors import SynthesisTimeout, Unavailable
-from streaming.schedule import BatchPolicy, StepCosts, capacity
+from streaming.schedule import StepCosts, capacity
 
 __all__ = ["EngineStatus", "EngineWorker", "Job", "WorkerOptions"]
 
@@ -41,24 +42,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 STATES = ("loading", "ready", "failed", "stalled", "stopped")
-
-
-@dataclass(frozen=True)
-class WorkerOptions:
-    """How the engine worker runs its engine (from the settings' engine group)."""
-
-    warm_up: bool = True
-    #: After this long without work the engine frees cached memory.
-    idle_release_s: float = 60.0
-    #: Segments in flight at once on an engine that interleaves (not streams: a stream
-    #: has one segment in flight at a time, and fast engines finish theirs in moments).
-    max_active: int = 8
-    #: The batching policy; max_batch 1 turns batching off (segments interleave).
-    policy: BatchPolicy = field(default_factory=lambda: BatchPolicy(max_batch=1))
-    #: Fraction of the engine's measured capacity that admission fills.
-    headroom: float = 0.8
-    #: Work in flight with no progress for this long means the engine is stuck (0: never).
-    stall_timeout_s: float = 30.0
 
 
 @dataclass

@@ -14,15 +14,16 @@ every replica of a fleet. A ``voice`` field anywhere (WebSocket ``start``, ``/v1
 (a speaker string, a variant); an unknown one gets an error listing the names there are.
 
     voice.py        Voice, the presets, the stored record
-    store.py        the VoiceStore interface, DirectoryStore, the choice from the settings
+    store.py        the VoiceStore interface, DirectoryStore
     redis_store.py  RedisStore
-    registry.py     VoiceRegistry (presets + a store), Voices (bound to the engines)
+    registry.py     VoiceRegistry (presets + a store), Voices (bound to the engines),
+                    voice_store (the store the settings name)
 """
 
 from __future__ import annotations
 
-from server.voices.registry import VoiceRegistry, Voices
-from server.voices.store import DirectoryStore, VoiceStore, voice_store
+from server.voices.registry import VoiceRegistry, Voices, voice_store
+from server.voices.store import DirectoryStore, VoiceStore
 from server.voices.voice import FALLBACK_ENGINE, PRESET_NAMES, Voice, default_voices_dir
 
 __all__ = [

@@ -15,14 +15,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from server.engines.base import VoiceSpec
-from server.voices.store import VoiceStore, taken, too_many
+from server.voices.store import DirectoryStore, VoiceStore, taken, too_many
 from server.voices.voice import FALLBACK_ENGINE, NAME, Voice, presets
 from streaming.errors import ClientError, Conflict, NotFound, Unavailable
 
 if TYPE_CHECKING:
+    from server.config import Settings
     from server.runtime.worker import EngineWorker
 
-__all__ = ["VoiceRegistry", "Voices"]
+__all__ = ["VoiceRegistry", "Voices", "voice_store"]
 
 logger = logging.getLogger(__name__)
 
@@ -188,3 +189,12 @@ class Voices:
         a seed the client did not give."""
         own = fallback and not seed_given and name is not None
         return self.spec(name, seed=None if own else seed, speed=speed, fallback=fallback)
+
+
+def voice_store(settings: Settings) -> VoiceStore:
+    """The store the settings name: Redis for ``--voices-store``, else the directory."""
+    if settings.voices_store:
+        from server.voices.redis_store import RedisStore
+
+        return RedisStore(settings.voices_store, timeout_s=settings.voices_store_timeout_s)
+    return DirectoryStore(settings.voices_dir)

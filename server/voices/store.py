@@ -17,15 +17,12 @@ import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from server.voices.voice import Voice, default_voices_dir, voice_from_record, voice_record
 from streaming.errors import Conflict, LimitExceeded
 
-if TYPE_CHECKING:
-    from server.config import Settings
-
-__all__ = ["DirectoryStore", "VoiceStore", "too_many", "voice_store"]
+__all__ = ["DirectoryStore", "VoiceStore", "taken", "too_many"]
 
 logger = logging.getLogger(__name__)
 
@@ -160,11 +157,3 @@ def _sync_directory(folder: Path) -> None:
     finally:
         os.close(handle)
 
-
-def voice_store(settings: Settings) -> VoiceStore:
-    """The store the settings name: Redis for ``--voices-store``, else the directory."""
-    if settings.voices_store:
-        from server.voices.redis_store import RedisStore
-
-        return RedisStore(settings.voices_store, timeout_s=settings.voices_store_timeout_s)
-    return DirectoryStore(settings.voices_dir)

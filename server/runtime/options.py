@@ -1,0 +1,27 @@
+"""How the engine worker runs its engine: the settings' engine group, as one object."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from streaming.schedule import BatchPolicy
+
+__all__ = ["WorkerOptions"]
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How the engine worker runs its engine (from the settings' engine group)."""
+
+    warm_up: bool = True
+    #: After this long without work the engine frees cached memory.
+    idle_release_s: float = 60.0
+    #: Segments in flight at once on an engine that interleaves (not streams: a stream
+    #: has one segment in flight at a time, and fast engines finish theirs in moments).
+    max_active: int = 8
+    #: The batching policy; max_batch 1 turns batching off (segments interleave).
+    policy: BatchPolicy = field(default_factory=lambda: BatchPolicy(max_batch=1))
+    #: Fraction of the engine's measured capacity that admission fills.
+    headroom: float = 0.8
+    #: Work in flight with no progress for this long means the engine is stuck (0: never).
+    stall_timeout_s: float = 30.0
