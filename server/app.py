@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from fastapi import FastAPI, WebSocket
 from fastapi.middleware.cors import CORSMiddleware
@@ -43,11 +43,11 @@ async def _watch(state: AppState, period_s: float = 1.0) -> None:
         state.worker.watch()
 
 
-def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> FastAPI:
-    """The app for ``settings``; ``engine`` overrides the engine choice (tests use it)."""
-    blas.limit_threads()  # before the engine thread exists (server.blas says why)
-    state = AppState.build(settings, engine)
-    denials = DenialLogFilter()
+def _lifespan(
+    state: AppState, denials: DenialLogFilter
+) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
+    """Start-up and shutdown: the voice store, the engine thread, the text front-end, the
+    watchdog; in reverse at the end."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -63,7 +63,7 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
         uvicorn_log = logging.getLogger("uvicorn.error")
         uvicorn_log.addFilter(denials)
         state.worker.start()
-        if settings.warm_up:
+        if state.settings.warm_up:
             state.frontend.start()  # loads the text normaliser on its own thread
         watchdog = asyncio.create_task(_watch(state), name="engine-watchdog")
         try:
@@ -75,6 +75,17 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
             uvicorn_log.removeFilter(denials)
             await asyncio.to_thread(state.worker.stop)
             await state.voices.registry.close()
+
+    return lifespan
+
+
+def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> FastAPI:
+    """The app for ``settings``; ``engine`` overrides the engine choice (tests use it)."""
+    blas.limit_threads()  # before the engine thread exists (server.blas says why)
+    state = AppState.build(settings, engine)
+    denials = DenialLogFilter()
+
+    lifespan = _lifespan(state, denials)
 
     app = FastAPI(
         title="chattts-stream",

@@ -452,12 +452,66 @@ def refusal(problems: list[str]) -> str:
     return "invalid settings: " + "; ".join(named_problems)
 
 
+#: Settings that must be above zero.
+_POSITIVE = (
+    "max_connections",
+    "header_timeout_s",
+    "max_preauth_connections",
+    "max_contexts",
+    "max_message_bytes",
+    "max_text_message_chars",
+    "max_buffered_chars",
+    "max_http_text_chars",
+    "segment_timeout_s",
+    "idle_release_s",
+    "max_active_segments",
+    "max_batch",
+    "prefills_per_step",
+    "busy_retry_after_ms",
+    "http_timeout_s",
+    "max_voice_clip_seconds",
+    "max_http_body_bytes",
+    "http_stall_timeout_s",
+    "max_voices",
+    "voices_store_timeout_s",
+    "segment_max_chars",
+    "frame_ms",
+    "first_frame_ms",
+    "idle_flush_ms",
+    "sentence_flush_ms",
+)
+#: Settings that must not be negative, with what 0 means where it means something.
+_NOT_NEGATIVE = {
+    "pause_scale": "",
+    "drain_timeout_s": "",
+    "ws_idle_timeout_s": " (0: never)",
+    "engine_stall_timeout_s": " (0: never)",
+    "max_streams": " (0: the measured capacity)",
+    "sit_out_ahead_s": "",
+    "ws_send_buffer_bytes": " (0: the OS default)",
+}
+
+
 def validate(settings: Settings) -> None:
     """Refuse settings that cannot work, with a message naming the setting.
 
     The ChatTTS options check themselves when they are built (:class:`ChatTTSOptions`).
     """
     problems = choice_problems(settings)
+    problems += [f"{name} must be positive" for name in _POSITIVE if getattr(settings, name) <= 0]
+    problems += [
+        f"{name} must not be negative{zero}"
+        for name, zero in _NOT_NEGATIVE.items()
+        if getattr(settings, name) < 0
+    ]
+    problems += _combination_problems(settings)
+    if problems:
+        raise SystemExit(refusal(problems))
+
+
+def _combination_problems(settings: Settings) -> list[str]:
+    """What is wrong with settings together, or with a range of their own."""
+    problems = []
     if settings.engine == "chattts" and settings.model_dir is None:
         problems.append("engine chattts needs --model-dir (or TTS_MODEL_DIR)")
     chattts = settings.chattts
@@ -467,52 +521,9 @@ def validate(settings: Settings) -> None:
             f"gpt_cache_tokens must exceed max_new_token with max_batch above 1 (a batch row "
             f"holds a segment's prompt and its {chattts.max_new_token} new tokens)"
         )
-    positive = (
-        "max_connections",
-        "header_timeout_s",
-        "max_preauth_connections",
-        "max_contexts",
-        "max_message_bytes",
-        "max_text_message_chars",
-        "max_buffered_chars",
-        "max_http_text_chars",
-        "segment_timeout_s",
-        "idle_release_s",
-        "max_active_segments",
-        "max_batch",
-        "prefills_per_step",
-        "busy_retry_after_ms",
-        "http_timeout_s",
-        "max_voice_clip_seconds",
-        "max_http_body_bytes",
-        "http_stall_timeout_s",
-        "max_voices",
-        "voices_store_timeout_s",
-        "segment_max_chars",
-        "frame_ms",
-        "first_frame_ms",
-        "idle_flush_ms",
-        "sentence_flush_ms",
-    )
-    if settings.pause_scale < 0:
-        problems.append("pause_scale must not be negative")
-    if settings.drain_timeout_s < 0:
-        problems.append("drain_timeout_s must not be negative")
-    if settings.ws_idle_timeout_s < 0:
-        problems.append("ws_idle_timeout_s must not be negative (0: never)")
-    if settings.engine_stall_timeout_s < 0:
-        problems.append("engine_stall_timeout_s must not be negative (0: never)")
     if not 0 < settings.admission_headroom <= 1:
         problems.append("admission_headroom must be in (0, 1]")
-    if settings.max_streams < 0 or settings.sit_out_ahead_s < 0:
-        problems.append("max_streams and sit_out_ahead_s must not be negative")
-    if settings.ws_send_buffer_bytes < 0:
-        problems.append("ws_send_buffer_bytes must not be negative (0: the OS default)")
-    problems += [f"{name} must be positive" for name in positive if getattr(settings, name) <= 0]
-    if (
-        settings.first_segment_min_chars < 1
-        or settings.first_segment_min_chars > settings.segment_max_chars
-    ):
+    if not 1 <= settings.first_segment_min_chars <= settings.segment_max_chars:
         problems.append("first_segment_min_chars must be between 1 and segment_max_chars")
     if settings.voices_store is not None and not settings.voices_store.startswith(
         ("redis://", "rediss://", "unix://")
@@ -520,8 +531,7 @@ def validate(settings: Settings) -> None:
         problems.append("voices_store must be a redis://, rediss:// or unix:// URL")
     if not 0 <= settings.port <= 65535:
         problems.append("port must be in 0..65535")
-    if problems:
-        raise SystemExit(refusal(problems))
+    return problems
 
 
 if __name__ == "__main__":

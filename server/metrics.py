@@ -18,11 +18,11 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        for declare in (self._traffic, self._speech, self._engine, self._steps):
+        for declare in (self._traffic, self._streams, self._speech, self._engine, self._steps):
             declare(self.registry)
 
     def _traffic(self, r: CollectorRegistry) -> None:
-        """Requests, sessions, streams and their refusals."""
+        """Requests and connections."""
         self.http_requests = Counter(
             "tts_http_requests_total",
             "HTTP requests by route and status",
@@ -49,6 +49,15 @@ class Metrics:
         self.active_sessions = Gauge(
             "tts_ws_sessions_active", "WebSocket sessions open now", registry=r
         )
+        self.errors = Counter(
+            "tts_errors_total",
+            "errors by kind, and by fault: client (a bad request) or server (ours)",
+            ["kind", "fault"],
+            registry=r,
+        )
+
+    def _streams(self, r: CollectorRegistry) -> None:
+        """Streams: how many speak, what admission allows, how soon they are heard."""
         self.active_streams = Gauge(
             "tts_active_streams", "contexts with text accepted and not yet done", registry=r
         )
@@ -71,12 +80,6 @@ class Metrics:
             "first text of a context (or HTTP request) to its first audio",
             ["route"],
             buckets=_LATENCY_BUCKETS_S,
-            registry=r,
-        )
-        self.errors = Counter(
-            "tts_errors_total",
-            "errors by kind, and by fault: client (a bad request) or server (ours)",
-            ["kind", "fault"],
             registry=r,
         )
         self.contexts_refused = Counter(
