@@ -156,4 +156,3 @@ def _sync_directory(folder: Path) -> None:
         os.fsync(handle)
     finally:
         os.close(handle)
-

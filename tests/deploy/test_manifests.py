@@ -471,7 +471,7 @@ def test_the_image_builds_in_two_stages_and_runs_unprivileged() -> None:
     )  # fmt: skip
     (torch_spec,) = [a for a in dockerfile_instruction("ARG") if a.startswith("TORCH_SPEC")]
     setup = (ROOT / "scripts" / "setup.sh").read_text()
-    (default_torch,) = re.findall(r'TTS_TORCH_SPEC:-(torch==[0-9.]+)', setup)
+    (default_torch,) = re.findall(r"TTS_TORCH_SPEC:-(torch==[0-9.]+)", setup)
     assert f"{default_torch} " in torch_spec  # the image's torch is the tests' version
     assert "torchaudio" in pins  # pinned, not left to whatever ChatTTS resolves
     assert "-c constraints.txt" in (ROOT / "scripts" / "setup.sh").read_text()

@@ -164,4 +164,3 @@ def test_a_time_shared_engines_capacity_is_its_throughput() -> None:
     early = StepCosts()
     early.observe(1, 0.2, audio_s=0.1)
     assert capacity(early, 1, 0.8, time_shared=True) is None
-
