@@ -85,10 +85,20 @@ class StreamClient:
         token: str | None = None,
         via: str = "header",
         open_timeout_s: float = 30.0,
+        keepalive_s: float | None = 5.0,
         resume: ResumePolicy | None = None,
     ) -> None:
         self._urls = list(urls)
-        self._connect_options = {"token": token, "via": via, "open_timeout_s": open_timeout_s}
+        # The URL tried last: each new connection tries the next, so one server that is
+        # down is passed over, not tried again and again.
+        self._turn = self._urls.index(link.url) if link.url in self._urls else 0
+        if resume is not None:
+            # A server that accepts but never answers costs one try, not the whole policy.
+            open_timeout_s = min(open_timeout_s, resume.try_timeout_s)
+        self._connect_options = {
+            "token": token, "via": via, "open_timeout_s": open_timeout_s,
+            "keepalive_s": keepalive_s,
+        }  # fmt: skip
         self._link = link  # where new contexts go: the latest connected
         self._links: list[Link] = []  # every link still open
         self._out: asyncio.Queue[Event | BaseException] = asyncio.Queue()
@@ -109,6 +119,7 @@ class StreamClient:
         token: str | None = None,
         via: str = "header",
         open_timeout_s: float = 30.0,
+        keepalive_s: float | None = 5.0,
         resume: ResumePolicy | None = ResumePolicy(),  # noqa: B008 (frozen: shared safely)
     ) -> AsyncIterator[StreamClient]:
         """Connect and wait for ``ready``. ``via``: header, subprotocol or query.
@@ -119,13 +130,21 @@ class StreamClient:
         ``too_many_connections``), with the server's code and message (with a list: the
         last URL's, once each was tried); a first message other than ``ready``,
         :class:`ProtocolError`. Nothing listening: :class:`OSError`, as ever.
+        ``keepalive_s``: a ping this often; a connection whose pong does not come within
+        as long is lost (closed 1011, after waiting as long again for a close handshake),
+        so a server that stopped, or a network cut with no close, is noticed within three
+        times this and its contexts resume elsewhere (None: no pings, and such a loss may
+        go unnoticed for as long as TCP takes).
         ``resume``: how contexts continue when their server goes away (None: they end
         with the connection, which ``recv`` then raises as ``ConnectionClosed``).
         """
         urls = [url] if isinstance(url, str) else list(url)
         if not urls:
             raise ValueError("connect needs at least one URL")
-        options = {"token": token, "via": via, "open_timeout_s": open_timeout_s}
+        options = {
+            "token": token, "via": via, "open_timeout_s": open_timeout_s,
+            "keepalive_s": keepalive_s,
+        }  # fmt: skip
         link: Link | None = None
         for i, candidate in enumerate(urls):
             try:
@@ -138,7 +157,7 @@ class StreamClient:
                     raise
         assert link is not None
         client = cls(link, urls, token=token, via=via, open_timeout_s=open_timeout_s,
-                     resume=resume)  # fmt: skip
+                     keepalive_s=keepalive_s, resume=resume)  # fmt: skip
         try:
             yield client
         finally:
@@ -166,11 +185,14 @@ class StreamClient:
             return link
         if self._connecting is None or self._connecting.done():
             self._connecting = asyncio.get_running_loop().create_task(self._connect_next())
+            # Its failure is each waiter's; one that timed out first may leave none.
+            self._connecting.add_done_callback(lambda t: t.cancelled() or t.exception())
         return await asyncio.shield(self._connecting)
 
     async def _connect_next(self) -> Link:
-        turn = (self._urls.index(self._link.url) + 1) % len(self._urls)
-        link = await Link.open(self._urls[turn], **self._connect_options)  # type: ignore[arg-type]
+        self._turn = (self._turn + 1) % len(self._urls)
+        url = self._urls[self._turn]
+        link = await Link.open(url, **self._connect_options)  # type: ignore[arg-type]
         if self._closing:
             await link.close()
             raise ConnectionAbortedError("the client is closing")
@@ -295,25 +317,25 @@ class StreamClient:
 
     async def send_text(self, text: str, context_id: str = DEFAULT_CONTEXT_ID) -> None:
         if self._resumer is not None:
-            await self._resumer.text(await self._usable_link(), context_id, text)
+            await self._resumer.text(context_id, text)
         else:
             await self.send({"type": "text", "context_id": context_id, "text": text})
 
     async def flush(self, context_id: str = DEFAULT_CONTEXT_ID) -> None:
         if self._resumer is not None:
-            await self._resumer.flush(await self._usable_link(), context_id)
+            await self._resumer.flush(context_id)
         else:
             await self.send({"type": "flush", "context_id": context_id})
 
     async def end(self, context_id: str = DEFAULT_CONTEXT_ID) -> None:
         if self._resumer is not None:
-            await self._resumer.end(await self._usable_link(), context_id)
+            await self._resumer.end(context_id)
         else:
             await self.send({"type": "end", "context_id": context_id})
 
     async def cancel(self, context_id: str = DEFAULT_CONTEXT_ID) -> None:
         if self._resumer is not None:
-            await self._resumer.cancel(await self._usable_link(), context_id)
+            await self._resumer.cancel(context_id)
         else:
             await self.send({"type": "cancel", "context_id": context_id})
 

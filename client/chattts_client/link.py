@@ -43,8 +43,20 @@ class Link:
         self._reader: asyncio.Task[None] | None = None
 
     @classmethod
-    async def open(cls, url: str, *, token: str | None, via: str, open_timeout_s: float) -> Link:
-        """Connect and wait for ``ready`` (see :meth:`StreamClient.connect` for errors)."""
+    async def open(
+        cls,
+        url: str,
+        *,
+        token: str | None,
+        via: str,
+        open_timeout_s: float,
+        keepalive_s: float | None = None,
+    ) -> Link:
+        """Connect and wait for ``ready`` (see :meth:`StreamClient.connect` for errors).
+
+        ``keepalive_s``: a ping this often, and the connection is lost (closed 1011) when
+        its pong does not come within as long; a close handshake waits as long at most
+        (a cut network never completes one). None: no pings, websockets' close timeout."""
         headers: dict[str, str] = {}
         subprotocols = [SUBPROTOCOL]
         target = url
@@ -63,6 +75,9 @@ class Link:
                 additional_headers=headers,
                 subprotocols=subprotocols,  # type: ignore[arg-type]
                 open_timeout=open_timeout_s,
+                ping_interval=keepalive_s,
+                ping_timeout=keepalive_s,
+                close_timeout=keepalive_s if keepalive_s is not None else 10.0,
                 max_size=None,
             )
         except InvalidStatus as exc:

@@ -22,8 +22,9 @@ class ResumePolicy:
     """How hard a client tries to continue a context whose server went away.
 
     Each interruption gets ``attempts`` tries to open the context on a server (a
-    connection refused or lost, or a ``start`` refused, is one try), spaced by
-    ``backoff_s`` doubling up to ``max_backoff_s`` (or a busy server's
+    connection refused or lost, a ``start`` refused, or no answer within
+    ``try_timeout_s`` from a server that accepts connections but has stopped: each is
+    one try), spaced by ``backoff_s`` doubling up to ``max_backoff_s`` (or a busy server's
     ``retry_after_ms`` when longer), all within ``within_s``; then :class:`ResumeError`.
     """
 
@@ -31,10 +32,13 @@ class ResumePolicy:
     within_s: float = 30.0
     backoff_s: float = 0.1
     max_backoff_s: float = 2.0
+    try_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         if self.attempts < 1 or self.within_s <= 0 or self.backoff_s < 0:
             raise ValueError("ResumePolicy needs attempts >= 1, within_s > 0, backoff_s >= 0")
+        if self.try_timeout_s <= 0:
+            raise ValueError("ResumePolicy needs try_timeout_s > 0")
 
 
 #: One try: None when it succeeded, else the refusal event it got.
@@ -55,7 +59,7 @@ async def keep_trying(
         attempt += 1
         hint_s = 0.0
         try:
-            async with asyncio.timeout(left_s):
+            async with asyncio.timeout(min(left_s, policy.try_timeout_s)):
                 refusal = await once(attempt)
             if refusal is None:
                 return None

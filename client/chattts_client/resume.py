@@ -69,56 +69,61 @@ class Resumer:
         self._raise_if_failed(context_id)
         if context_id in self.tracks:  # open: the server refuses it (context_exists)
             message = {"type": "start", "context_id": context_id, **params}
-            await self._unrecorded(link, self.tracks[context_id], message)
+            await self._unrecorded(self.tracks[context_id], message)
             return
         track = Track(ContextLedger(context_id), params)
         self.tracks[context_id] = track
         await self._open_leg(track, link, base_char=0, by_caller=True)
 
-    async def text(self, link: Link, context_id: str, text: str) -> None:
+    # The caller's text, flush, end and cancel of an open context go to its ledger and
+    # its leg, whatever state the leg is in (a server that went away is resumption's
+    # business, never the caller's): a link is asked for only for a context not open.
+
+    async def text(self, context_id: str, text: str) -> None:
         self._raise_if_failed(context_id)
         message = {"type": "text", "context_id": context_id, "text": text}
         track = self.tracks.get(context_id)
         if track is None and context_id == "default":
             # The first text of "default" opens it on the server, as a start would.
+            link = await self._link()
             track = self.tracks[context_id] = Track(ContextLedger(context_id), {})
             self._add_leg(track, link, 0, context_id).by_caller = True
         if track is None or track.ledger.ended:
-            await self._unrecorded(link, track, message)
+            await self._unrecorded(track, message)
             return
         track.ledger.accept(text)
         await track.pump()
 
-    async def flush(self, link: Link, context_id: str) -> None:
+    async def flush(self, context_id: str) -> None:
         track = self.tracks.get(context_id)
         if track is None or track.ledger.ended:
-            await self._unrecorded(link, track, {"type": "flush", "context_id": context_id})
+            await self._unrecorded(track, {"type": "flush", "context_id": context_id})
             return
         track.flush_pending = True
         await track.pump()
 
-    async def end(self, link: Link, context_id: str) -> None:
+    async def end(self, context_id: str) -> None:
         self._raise_if_failed(context_id)
         track = self.tracks.get(context_id)
         if track is None or track.ledger.ended:
-            await self._unrecorded(link, track, {"type": "end", "context_id": context_id})
+            await self._unrecorded(track, {"type": "end", "context_id": context_id})
             return
         track.ledger.ended = True
         await track.pump()
 
-    async def _unrecorded(self, link: Link, track: Track | None, message: dict[str, Any]) -> None:
+    async def _unrecorded(self, track: Track | None, message: dict[str, Any]) -> None:
         """A message for a context not open, or ended: not part of any context's text.
         The server refuses it (unknown_context, context_closing), as it would anyway."""
         leg = track.legs[-1] if track is not None and track.legs else None
         if leg is not None and leg.alive:
             await leg.send(message)
         else:
-            await link.send(message)
+            await (await self._link()).send(message)
 
-    async def cancel(self, link: Link, context_id: str) -> None:
+    async def cancel(self, context_id: str) -> None:
         track = self.tracks.get(context_id)
         if track is None:
-            await link.send({"type": "cancel", "context_id": context_id})
+            await (await self._link()).send({"type": "cancel", "context_id": context_id})
             return
         track.cancelled = True
         placing = track.placing is not None and not track.placing.done()

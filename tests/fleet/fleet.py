@@ -359,6 +359,13 @@ class Fleet:
         """SIGKILL replica ``i``: no drain, no goodbye."""
         self.replicas[i].stop(signal.SIGKILL)
 
+    def freeze(self, i: int) -> None:
+        """SIGSTOP replica ``i``: it stops answering but closes nothing, as when the
+        network to it is cut (its connections stay open; SIGKILL still ends it)."""
+        process = self.replicas[i].process
+        assert process is not None
+        process.send_signal(signal.SIGSTOP)
+
     def restart(self, i: int, *, extra_args: Sequence[str] | None = None) -> None:
         """SIGTERM replica ``i``, wait for it, start it again on the same port."""
         self.stop(i)

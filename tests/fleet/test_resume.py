@@ -126,3 +126,46 @@ async def test_with_no_replica_left_resumption_stops_with_resume_error(tmp_path:
     assert 1 <= error.body["attempts"] <= 4
     assert error.__cause__ is not None
     assert waited_s < 5.0 + TIMEOUT_S / 6
+
+
+async def test_a_replica_that_stops_answering_loses_nothing(tmp_path: Path) -> None:
+    """The replica holding the most of 9 streams stops answering mid-stream without
+    closing anything (SIGSTOP: what a network cut looks like from both ends): each
+    client's keepalive notices within three times ``keepalive_s``, the balancer's checks
+    mark the replica down, and every stream continues on the others from the segment
+    that was cut, heard completely and in order."""
+    text = REPLY * 3
+    policy = ResumePolicy(try_timeout_s=2.0)
+    with run_fleet(3, tmp_path) as fleet:
+        halfway = [asyncio.Event() for _ in range(9)]
+
+        async def stream(seed: int) -> ContextResult:
+            async with StreamClient.connect(fleet.ws_url, keepalive_s=0.5, resume=policy) as c:
+                context = await c.start(seed=seed)
+                feeding = asyncio.create_task(
+                    send_like_an_llm(c, context, text, halfway=halfway[seed])
+                )
+                result = await c.collect(context, timeout_s=TIMEOUT_S)
+                await feeding
+                return result
+
+        streams = [asyncio.create_task(stream(seed)) for seed in range(9)]
+        async with asyncio.timeout(TIMEOUT_S):
+            await asyncio.gather(*(event.wait() for event in halfway))
+        counts = await asyncio.to_thread(active_streams, fleet)
+        victim = counts.index(max(counts))
+        fleet.freeze(victim)
+        frozen_at = time.monotonic()
+        try:
+            async with asyncio.timeout(TIMEOUT_S):
+                results = await asyncio.gather(*streams)
+            taken_s = time.monotonic() - frozen_at
+        finally:
+            await asyncio.to_thread(fleet.kill, victim)
+    repeats = [heard_once(result, text) for result in results]
+    assert all(n <= 1 for n in repeats)
+    resumed = [result for result in results if result.resumed]
+    assert len(resumed) >= max(counts) > 0
+    assert all(r.resumed[0]["reason"] == "closed" for r in resumed)
+    # The rest of the text (~2.6 s of deltas) plus noticing (<= 1.5 s) and moving.
+    assert taken_s < 15.0
