@@ -105,7 +105,10 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
             allow_headers=["Authorization", "Content-Type"],
             expose_headers=[*EXPOSED_HEADERS, "Retry-After"],
         )  # fmt: skip
-    app.add_middleware(BodyLimit, limit=settings.max_http_body_bytes, metrics=state.metrics)
+    app.add_middleware(
+        BodyLimit, limit=settings.max_http_body_bytes, timeout_s=settings.body_timeout_s,
+        metrics=state.metrics,
+    )  # fmt: skip
     app.add_middleware(RequestLog, metrics=state.metrics)
     app.add_middleware(TransportTap)  # last added, so outermost: it must see the server's send
     app.state.tts = state

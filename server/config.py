@@ -184,6 +184,13 @@ class Settings:
         "largest HTTP request body (a reference clip in base64 is the largest there is)",
         group="limits",
     )
+    body_timeout_s: float = option(
+        60.0,
+        "an HTTP request body must arrive whole this soon after its head, or the request is "
+        "answered 408 and its connection closed (a body trickled a byte at a time held "
+        "its connection for ever)",
+        group="connections",
+    )
     http_stall_timeout_s: float = option(
         30.0,
         "a streamed HTTP response whose client reads nothing for this long is cut (its "
@@ -472,6 +479,7 @@ _POSITIVE = (
     "max_voice_clip_seconds",
     "max_http_body_bytes",
     "http_stall_timeout_s",
+    "body_timeout_s",
     "max_voices",
     "voices_store_timeout_s",
     "segment_max_chars",

@@ -65,7 +65,10 @@ def install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        codes = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
+        codes = {
+            404: "not_found", 405: "method_not_allowed", 408: "body_timeout",
+            413: "body_too_large",
+        }  # fmt: skip
         error = ClientError(
             f"{request.method} {request.url.path}: {exc.detail}",
             code=codes.get(exc.status_code, "invalid_request"),

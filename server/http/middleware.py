@@ -1,4 +1,4 @@
-"""The app's own ASGI middleware: a request body limit, and the request log and counter.
+"""The app's own ASGI middleware: a request body's size and time limits, and the request log and counter.
 
 Plain ASGI rather than ``@app.middleware``: Starlette's BaseHTTPMiddleware re-streams
 every body through a queue and hides the server's ``send`` (and so the transport, see
@@ -7,6 +7,7 @@ every body through a queue and hides the server's ``send`` (and so the transport
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -18,20 +19,23 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from server import logs
 from server.errors import report
 from server.metrics import Metrics
-from streaming.errors import LimitExceeded
+from streaming.errors import ClientError, LimitExceeded
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SUMMARY_KEY", "BodyLimit", "BodyTooLarge", "RequestLog"]
+__all__ = ["SUMMARY_KEY", "BodyLimit", "BodyTooLarge", "BodyTooSlow", "RequestLog"]
 
 
 class BodyLimit:
     """ASGI middleware: refuse an HTTP request body over ``limit`` bytes with 413, by its
-    Content-Length up front or, when it is chunked, as soon as it grows past the limit."""
+    Content-Length up front or, when it is chunked, as soon as it grows past the limit;
+    and one that has not arrived whole ``timeout_s`` after the app first asks for it (a
+    client trickling it) with 408 and ``connection: close``."""
 
-    def __init__(self, app: ASGIApp, limit: int, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, limit: int, metrics: Metrics, timeout_s: float = 60.0) -> None:
         self.app = app
         self.limit = limit
+        self.timeout_s = timeout_s
         self.metrics = metrics
 
     def _too_large(self) -> JSONResponse:
@@ -43,6 +47,14 @@ class BodyLimit:
         report(error, metrics=self.metrics, log=logger, where="request body")
         return JSONResponse(error.to_body(), status_code=413)
 
+    def _too_slow(self) -> JSONResponse:
+        error = ClientError(
+            f"the request body did not arrive within {self.timeout_s:g} s (--body-timeout-s)",
+            code="body_timeout",
+        )
+        report(error, metrics=self.metrics, log=logger, where="request body")
+        return JSONResponse(error.to_body(), status_code=408, headers={"connection": "close"})
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -52,20 +64,37 @@ class BodyLimit:
             await self._too_large()(scope, receive, send)
             return
         seen = 0
+        deadline: float | None = None
+        whole = False
 
         async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, deadline, whole
+            if whole:  # after the body: a wait for the client's disconnect, unbounded
+                return await receive()
+            loop = asyncio.get_running_loop()
+            if deadline is None:
+                deadline = loop.time() + self.timeout_s
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                self.metrics.connections_closed.labels(reason="body_timeout").inc()
+                raise BodyTooSlow(self.timeout_s) from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
                     raise BodyTooLarge(self.limit)
+                whole = not message.get("more_body", False)
+            else:
+                whole = True
             return message
 
         try:
             await self.app(scope, counted, send)
         except BodyTooLarge:
             await self._too_large()(scope, receive, send)
+        except BodyTooSlow:
+            await self._too_slow()(scope, receive, send)
 
 
 class BodyTooLarge(StarletteHTTPException):
@@ -73,6 +102,18 @@ class BodyTooLarge(StarletteHTTPException):
 
     def __init__(self, limit: int) -> None:
         super().__init__(413, f"the request body exceeds the limit of {limit} bytes")
+
+
+class BodyTooSlow(StarletteHTTPException):
+    """Raised while the body is read, when it is late: passed on as is, like the above;
+    its response closes the connection (the rest of the body is never read)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(
+            408,
+            f"the request body did not arrive within {timeout_s:g} s (--body-timeout-s)",
+            headers={"connection": "close"},
+        )
 
 
 #: Routes whose summary line is logged at DEBUG: probes and scrapes, every few seconds.

@@ -1,5 +1,6 @@
 """Clients that hold a connection without using it, on a real server with real sockets:
-silent and slowloris connections are closed within the header timeout, the
+silent and slowloris connections are closed within the header timeout, a request body
+trickled in is answered 408 within the body timeout, the
 pre-authentication limit closes the longest waiting so a real client still gets in, idle
 WebSocket sessions are closed and give their slot back."""
 
@@ -8,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
+import httpx
 import pytest
 from chattts_client import StreamClient
 from websockets.asyncio.client import ClientConnection, connect
@@ -17,9 +20,11 @@ from websockets.exceptions import ConnectionClosedOK
 from server.config import Settings
 from streaming import protocol as p
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
+from tests.scripted_engine import ScriptedEngine
 
 IDLE_S = 1.0  # --ws-idle-timeout-s in these tests
 HEADER_S = 1.0  # --header-timeout-s
+BODY_S = 1.0  # --body-timeout-s
 MAX_PREAUTH = 8  # --max-preauth-connections
 TOKEN = "s3cret-token"
 #: How late past its bound a closure may come on a loaded machine.
@@ -206,3 +211,66 @@ async def test_an_open_context_keeps_a_quiet_session_and_its_end_starts_the_cloc
                 pass
         closed = await closed_by_server(ws)
     assert closed.rcvd is not None and closed.rcvd.code == 1001
+
+
+@pytest.fixture(scope="module")
+def body_server() -> Iterator[LiveServer]:
+    """A slow scripted engine (3 s of audio take 1.5 s) and a 1 s body timeout."""
+    engine = ScriptedEngine(chunk_ms=100, chunk_delay_s=0.05, ms_per_char=100)
+    settings = Settings(model_dir=Path("unused"), body_timeout_s=BODY_S, tokens=(TOKEN,))
+    with run_live_server(settings, engine=lambda: (engine, False, None)) as live:
+        yield live
+
+
+async def test_a_trickled_request_body_gets_408_and_its_connection_closed(
+    body_server: LiveServer,
+) -> None:
+    """A POST whose head says 200 bytes and whose body comes a byte at a time (each
+    before the header timeout could matter) is answered 408 ``body_timeout`` within
+    --body-timeout-s of its head, and the server closes the connection."""
+    head = (
+        b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Authorization: Bearer " + TOKEN.encode() + b"\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{"
+    )
+    loop = asyncio.get_running_loop()
+    reader, writer = await asyncio.open_connection(*address(body_server))
+    writer.write(head)
+    since = loop.time()
+    closed = asyncio.ensure_future(until_closed(reader))
+    try:
+        while not closed.done():
+            writer.write(b" ")
+            await asyncio.wait([closed], timeout=BODY_S / 5)
+        answer = await closed
+    finally:
+        writer.close()
+    waited_s = loop.time() - since
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    assert b"connection: close" in answer.lower()
+    body = json.loads(answer.split(b"\r\n\r\n", 1)[1])
+    assert body["error"]["code"] == "body_timeout"
+    assert BODY_S * 0.9 <= waited_s < BODY_S + SLACK_S
+    metrics = httpx.get(f"{body_server.base_url}/metrics").text
+    assert 'tts_connections_closed_total{reason="body_timeout"} 1.0' in metrics
+
+
+async def test_a_response_longer_than_the_body_timeout_is_not_cut(
+    body_server: LiveServer,
+) -> None:
+    """The bound is on the request body only: a streamed answer that takes longer than
+    --body-timeout-s to make (the app waits on the connection for a disconnect all the
+    while) arrives whole."""
+    text = "一二三四五六七八九十。" * 3  # 30 characters: 3 s of audio, made in ~1.5 s
+    request = {"model": "tts-1", "voice": "alloy", "input": text, "response_format": "pcm"}
+    loop = asyncio.get_running_loop()
+    async with httpx.AsyncClient(timeout=TIMEOUT_S) as http:
+        since = loop.time()
+        response = await http.post(
+            f"{body_server.base_url}/v1/audio/speech", json=request,
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )  # fmt: skip
+        took_s = loop.time() - since
+    assert response.status_code == 200, response.text
+    assert took_s > BODY_S * 1.2
+    assert len(response.content) >= 2 * 24000 * 3 * 0.9  # 3 s of 16-bit audio at 24 kHz
