@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 from chattts_client import AudioFrame, StreamClient  # noqa: E402
 
-from streaming.speech import SpeechSettings  # noqa: E402
+from server.config import Settings  # noqa: E402
 
 # An assistant's answer: a first clause of six characters (the earliest the server cuts
 # for first audio), then sentences.
@@ -90,7 +90,6 @@ def serve(
     import uvicorn
 
     from server.app import create_app
-    from server.config import Settings
     from server.engines.modelled import ModelledEngine
     from server.lifecycle import uvicorn_config
 
@@ -216,7 +215,7 @@ async def whole(
     complete; each answer is the piece's whole audio; they play in order. (Its trials run
     to the end: a request cut short would go on on the server and delay the next one.)"""
     await asyncio.sleep(delay_s)
-    segmenter = SpeechSettings().segmenter(whole_text=False)
+    segmenter = Settings().speech.segmenter(whole_text=False)  # the server's own cuts
     async with httpx.AsyncClient(base_url=base_url, timeout=300) as http:
 
         async def post(piece: str) -> tuple[bytes, float]:

@@ -45,7 +45,8 @@ class SpeechSettings:
     """The speech policy shared by every interface (the server builds it from its settings)."""
 
     segment_max_chars: int = 80
-    #: The first segment of a streamed utterance may end at a clause this early.
+    #: The first segment of a streamed utterance may end at a clause this early (the
+    #: server's default is 3, by measurement: ``--first-segment-min-chars``).
     first_segment_min_chars: int = 6
     frame_ms: int = 100
     first_frame_ms: int = 40
