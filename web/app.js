@@ -1,5 +1,10 @@
 // The page: one WebSocket to /v1/stream (protocol v1, docs/protocol.md), one player.
 //
+// When the server drains (a rolling restart, `draining`), it speaks what it accepted of
+// the utterance; a Play utterance then continues on a new connection (a load balancer
+// sends it to another server) with the same voice, seed and speed, from the character
+// where the drained server stopped, in the same playback; `resumed` records where.
+//
 // `window.ttsState` is a read-only snapshot for tests and the curious. `contextState`
 // is "idle" before the first Play, "speaking" from Play until the server's `done` AND
 // the player has played everything out, then "done"; "cancelled" after Stop (or a
@@ -56,6 +61,7 @@ const state = {
   errors: [],
   warnings: [],
   sent: [], // types of the client messages sent for the current context, in order
+  resumed: [], // {reason: "draining", startChar}: where the utterance continued elsewhere
   voices: null, // the picker's names, from GET /v1/voices; null until listed
   alert: null, // {status, code, message}: the latest refusal (401 or 503), until cleared
   readiness: null, // the latest GET /ready body
@@ -74,6 +80,11 @@ const player = new Player({ prebufferMs: numberInput("prebuffer-ms", 100) });
 let socket = null; // the open (or opening) WebSocket
 let socketToken = null; // the token it was opened with
 let socketReady = null; // Promise<WebSocket>, resolved on `ready`
+let socketDraining = false; // the server said `draining`: nothing new goes to it
+// The Play utterance across servers: its whole text (code points), where the current
+// server context's characters, segments and samples begin in it, and what remains to
+// be continued elsewhere once a drained server is done ({startChar} or null).
+let utterance = { chars: null, charBase: 0, segmentBase: 0, sampleBase: 0, continueAt: null };
 let deltaTimer = null; // pending timed delta of the "stream as an LLM" mode
 let firstTextAt = null; // performance.now() of the first text sent in this context
 let expectedSequence = 0;
@@ -91,8 +102,10 @@ function socketUrl() {
 /** The connection, opened (or reused) with the current token; resolves on `ready`. */
 function connect() {
   const token = $("token").value.trim();
-  if (socket && socketToken === token && socket.readyState <= WebSocket.OPEN) return socketReady;
+  const reusable = socket && socketToken === token && !socketDraining;
+  if (reusable && socket.readyState <= WebSocket.OPEN) return socketReady;
   if (socket) socket.close(1000);
+  socketDraining = false;
   const protocols = token ? [SUBPROTOCOL, TOKEN_PREFIX + token] : [SUBPROTOCOL];
   const ws = new WebSocket(socketUrl(), protocols);
   ws.binaryType = "arraybuffer";
@@ -135,7 +148,10 @@ function connect() {
         return;
       }
       setConnection("closed", event.code);
-      if (event.code !== 1000 && event.code !== 1005) {
+      if (socketDraining) {
+        // Announced by `draining`: the next Play or typing connects again.
+        log("info", `the draining server closed the connection (${event.code})`);
+      } else if (event.code !== 1000 && event.code !== 1005) {
         addError({
           code: `close_${event.code}`,
           message: `连接已断开 connection closed: ${event.code} ${event.reason || ""}`.trim(),
@@ -213,18 +229,31 @@ function onEvent(msg) {
       log("info", `started: stream ${msg.stream}, voice ${msg.voice}, seed ${msg.seed}, ` +
         `speed ${msg.speed}`);
       break;
-    case "segment":
+    case "segment": {
       if (msg.context_id !== state.contextId) return;
+      // Numbers of the whole utterance, also after it continued on another server.
+      const seg = {
+        ...msg,
+        index: msg.index + utterance.segmentBase,
+        start_char: msg.start_char + utterance.charBase,
+        end_char: msg.end_char + utterance.charBase,
+        audio_start_sample: msg.audio_start_sample + utterance.sampleBase,
+      };
+      seg.audio_start_ms = Math.round((seg.audio_start_sample / state.sampleRate) * 10000) / 10;
       state.segments.push({
-        index: msg.index,
-        text: msg.text,
-        spoken: msg.spoken,
-        startChar: msg.start_char,
-        endChar: msg.end_char,
-        audioStartSample: msg.audio_start_sample,
-        audioStartMs: msg.audio_start_ms,
+        index: seg.index,
+        text: seg.text,
+        spoken: seg.spoken,
+        startChar: seg.start_char,
+        endChar: seg.end_char,
+        audioStartSample: seg.audio_start_sample,
+        audioStartMs: seg.audio_start_ms,
       });
-      renderSegment($("segments"), msg);
+      renderSegment($("segments"), seg);
+      break;
+    }
+    case "draining":
+      onDraining(msg);
       break;
     case "warning":
       state.warnings.push({ code: msg.code, message: msg.message, context_id: msg.context_id });
@@ -241,10 +270,71 @@ function onEvent(msg) {
     case "done":
       if (msg.context_id === (typeSession && typeSession.contextId)) typeSession = null;
       if (msg.context_id !== state.contextId) return;
-      onDone(msg);
+      if (utterance.continueAt !== null && !msg.cancelled) void continueElsewhere();
+      else onDone(msg);
       break;
     default:
       log("info", `unhandled event ${msg.type}`);
+  }
+}
+
+/** The server drains: it speaks what it accepted of each open context, then closes. A
+ * Play utterance with text after that continues elsewhere once this server is done. */
+function onDraining(msg) {
+  socketDraining = true;
+  const mine = (msg.contexts || []).find((c) => c.context_id === state.contextId);
+  const speaking = state.contextState === "speaking" && mine;
+  log("info", "服务器正在重启 the server is draining before a restart" +
+    (speaking ? `: it speaks this utterance up to character ${mine.end_char}` : ""));
+  if (!speaking || mine.ended) return; // all of it was accepted: all of it is spoken here
+  if (typeSession && typeSession.contextId === state.contextId) {
+    // Typing goes on in a new context, on a new connection, from what is typed next.
+    typeSession = null;
+    typedSent = $("text").value;
+    return;
+  }
+  if (utterance.chars === null) return;
+  stopDeltas(); // the server takes no more text for it
+  utterance.continueAt = utterance.charBase + mine.end_char;
+}
+
+/** The drained server has spoken its part: the rest of the utterance on a new connection,
+ * with the voice, seed and speed heard so far, into the same playback. */
+async function continueElsewhere() {
+  const startChar = utterance.continueAt;
+  utterance.continueAt = null;
+  const rest = utterance.chars.slice(startChar);
+  const voice = { seed: state.seed, speed: state.speed };
+  if (state.voice) voice.voice = state.voice;
+  const contextId = newContextId();
+  state.contextId = contextId;
+  state.stream = null;
+  expectedSequence = 0;
+  state.sent = [];
+  state.resumed.push({ reason: "draining", startChar });
+  utterance.charBase = startChar;
+  utterance.segmentBase = state.segments.length;
+  utterance.sampleBase = state.samplesReceived;
+  if (rest.length === 0) {
+    // Nothing left to say: the utterance ends with what was heard.
+    onDone({ segments: state.segments.length, audio_samples: state.samplesReceived,
+      audio_ms: (state.samplesReceived / state.sampleRate) * 1000, cancelled: false });
+    return;
+  }
+  try {
+    await connect();
+  } catch {
+    player.end(); // the refusal is in the log and the alert
+    return;
+  }
+  if (state.contextId !== contextId) return; // Stop or another Play meanwhile
+  log("info", `continued on a new connection from character ${startChar}`);
+  send({ type: "start", context_id: contextId, ...voice });
+  if ($("stream-mode").checked) {
+    sendDeltas(contextId, rest);
+  } else {
+    sendText(contextId, rest.join(""));
+    send({ type: "end", context_id: contextId });
   }
 }
 
@@ -258,10 +348,12 @@ function onStartRefused(msg) {
 }
 
 function onDone(msg) {
+  // The whole utterance's figures (its earlier servers' parts included).
+  const audioSamples = msg.audio_samples + utterance.sampleBase;
   state.done = {
-    segments: msg.segments,
-    audioSamples: msg.audio_samples,
-    audioMs: msg.audio_ms,
+    segments: msg.segments + utterance.segmentBase,
+    audioSamples,
+    audioMs: (audioSamples / state.sampleRate) * 1000,
     cancelled: msg.cancelled,
     stream: msg.stream,
   };
@@ -269,17 +361,17 @@ function onDone(msg) {
   const el = $("done");
   el.hidden = false;
   el.textContent =
-    `服务器完成 server done: ${msg.segments} 段 segments, ${(msg.audio_ms / 1000).toFixed(2)} s 音频 audio` +
-    ` (${msg.audio_samples} samples)` +
+    `服务器完成 server done: ${state.done.segments} 段 segments, ` +
+    `${(state.done.audioMs / 1000).toFixed(2)} s 音频 audio (${audioSamples} samples)` +
     (msg.cancelled ? " — 已取消 cancelled" : "");
   if (msg.cancelled) {
     player.clear();
     setContextState("cancelled");
     return;
   }
-  if (msg.audio_samples !== state.samplesReceived) {
+  if (audioSamples !== state.samplesReceived) {
     addWarning("sample_count_mismatch",
-      `done reports ${msg.audio_samples} samples, ${state.samplesReceived} arrived`);
+      `done reports ${audioSamples} samples, ${state.samplesReceived} arrived`);
   }
   player.end(); // contextState becomes "done" once the worklet has played it all
 }
@@ -389,6 +481,8 @@ function resetUtterance(contextId) {
   state.segments = [];
   state.done = null;
   state.sent = [];
+  state.resumed = [];
+  utterance = { chars: null, charBase: 0, segmentBase: 0, sampleBase: 0, continueAt: null };
   expectedSequence = 0;
   firstTextAt = null;
   $("segments").replaceChildren();
@@ -461,8 +555,9 @@ async function play() {
   const ws = await openContext();
   if (!ws) return;
   const contextId = state.contextId;
+  utterance.chars = Array.from(text); // code points, as the server counts characters
   if ($("stream-mode").checked) {
-    sendDeltas(contextId, Array.from(text)); // code points: never split a surrogate pair
+    sendDeltas(contextId, utterance.chars); // code points: never split a surrogate pair
   } else {
     sendText(contextId, text);
     send({ type: "end", context_id: contextId });

@@ -1,0 +1,70 @@
+"""The page through a rolling restart: served by two replicas behind the shipped HAProxy,
+it plays a reply while its text is still going out; the replica speaking it drains
+(SIGTERM). The page lets that replica finish what it accepted, continues the rest on a
+new connection (the balancer sends it to the other replica) with the same voice, seed
+and speed, in the same playback: every character heard once, in order, no error."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fleet.fleet import requires_fleet, run_fleet
+from tests.fleet.test_resume import REPLY, active_streams
+from tests.web.conftest import WAIT_MS, browser, page, tts_state, wait_state  # noqa: F401
+
+pytestmark = [requires_fleet, pytest.mark.slow, pytest.mark.browser]
+
+TEXT = REPLY * 2  # about 4 s of deltas at the pace set below, 10 s of audio at speed 2
+
+
+def set_input(tab: Any, selector: str, value: str) -> None:
+    tab.eval_on_selector(
+        selector,
+        "(el, v) => { el.value = v; el.dispatchEvent(new Event('input')); "
+        "el.dispatchEvent(new Event('change')); }",
+        value,
+    )
+
+
+def test_the_page_continues_a_reply_on_another_replica_when_its_replica_drains(
+    page: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    with run_fleet(2, tmp_path) as fleet:
+        page.goto(fleet.url + "/", timeout=WAIT_MS)
+        page.wait_for_function("document.body.dataset.ready === '1'", timeout=WAIT_MS)
+        assert page.is_checked("#stream-mode")
+        page.fill("#text", TEXT)
+        for selector, value in [
+            ("#delta-min-chars", "1"), ("#delta-max-chars", "2"),
+            ("#delta-min-ms", "60"), ("#delta-max-ms", "80"), ("#speed", "2"),
+        ]:  # fmt: skip
+            set_input(page, selector, value)
+        page.click("#play")
+        wait_state(page, "s.segments.length >= 2")
+        counts = active_streams(fleet)
+        assert sorted(counts) == [0, 1], counts
+        victim = counts.index(1)
+        with ThreadPoolExecutor(1) as pool:  # SIGTERM, then wait for it to exit
+            draining = pool.submit(fleet.stop, victim)
+            # Played out at twice real time: seconds of audio after the text has gone.
+            page.wait_for_function("window.ttsState.contextState === 'done'", timeout=WAIT_MS * 3)
+            state = tts_state(page)
+            assert draining.result() == 0  # the drained replica exited cleanly
+    assert state["errors"] == []
+    [resumed] = state["resumed"]
+    assert resumed["reason"] == "draining" and 0 < resumed["startChar"] < len(TEXT)
+    segments = state["segments"]
+    assert "".join(seg["text"] for seg in segments) == TEXT  # each character once, in order
+    assert [seg["index"] for seg in segments] == list(range(len(segments)))
+    assert [seg["startChar"] for seg in segments[1:]] == [seg["endChar"] for seg in segments[:-1]]
+    starts = [seg["audioStartSample"] for seg in segments]
+    assert starts == sorted(starts) and starts[-1] < state["samplesReceived"]
+    assert state["speed"] == 2.0 and state["sequenceGaps"] == 0
+    done = state["done"]
+    assert done["cancelled"] is False and done["segments"] == len(segments)
+    assert done["audioSamples"] == state["samplesReceived"] == state["samplesPlayed"]
