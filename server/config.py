@@ -155,6 +155,18 @@ class Settings:
         "long without a message from its client, giving its connection slot back (0: never)",
         group="connections",
     )
+    ws_ping_interval_s: float = option(
+        10.0,
+        "the server pings each WebSocket client this often, so a client gone without a "
+        "close (a network cut, a frozen process) is found and its streams and slots let go "
+        "(0: no pings)",
+        group="connections",
+    )
+    ws_ping_timeout_s: float = option(
+        10.0,
+        "a client whose pong has not come this long after a ping is closed (1011)",
+        group="connections",
+    )
     header_timeout_s: float = option(
         10.0,
         "a connection must complete its request head (HTTP request line and headers, or "
@@ -480,6 +492,7 @@ _POSITIVE = (
     "max_http_body_bytes",
     "http_stall_timeout_s",
     "body_timeout_s",
+    "ws_ping_timeout_s",
     "max_voices",
     "voices_store_timeout_s",
     "segment_max_chars",
@@ -493,6 +506,7 @@ _NOT_NEGATIVE = {
     "pause_scale": "",
     "drain_timeout_s": "",
     "ws_idle_timeout_s": " (0: never)",
+    "ws_ping_interval_s": " (0: no pings)",
     "engine_stall_timeout_s": " (0: never)",
     "max_streams": " (0: the measured capacity)",
     "sit_out_ahead_s": "",

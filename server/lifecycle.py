@@ -37,6 +37,8 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Co
         "ws": "websockets-sansio",
         "loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
         "ws_max_size": settings.transport_max_bytes,
+        "ws_ping_interval": settings.ws_ping_interval_s or None,
+        "ws_ping_timeout": settings.ws_ping_timeout_s,
         # PCM does not compress: permessage-deflate cost a quarter of the server's CPU.
         "ws_per_message_deflate": False,
         "log_level": settings.log_level,

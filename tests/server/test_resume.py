@@ -20,6 +20,7 @@ from chattts_client import ResumeError, ResumePolicy, StreamClient
 
 from server.config import Settings
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
+from tests.relay import CuttableLink
 from tests.scripted_engine import ScriptedEngine
 from tests.spoken import heard_once, send_like_an_llm
 
@@ -130,58 +131,14 @@ async def test_a_resuming_client_paces_text_so_that_no_delta_is_refused() -> Non
     assert heard_once(result, text) == 0 and not result.resumed
 
 
-class CuttableLink:
-    """A TCP relay to ``target`` that can be cut like a network: from :meth:`cut` on,
-    no byte passes either way, and neither side is told (no FIN, no RST)."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.port = 0
-        self._cut = asyncio.Event()
-        self._server: asyncio.Server | None = None
-        self._writers: list[asyncio.StreamWriter] = []
-
-    async def __aenter__(self) -> CuttableLink:
-        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for writer in self._writers:
-            writer.close()
-
-    def cut(self) -> None:
-        self._cut.set()
-
-    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        self._writers += [writer, up_writer]
-
-        async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-            while not self._cut.is_set():
-                reading = asyncio.ensure_future(source.read(65536))
-                cut = asyncio.ensure_future(self._cut.wait())
-                await asyncio.wait({reading, cut}, return_when=asyncio.FIRST_COMPLETED)
-                cut.cancel()
-                if self._cut.is_set() or not reading.done() or not reading.result():
-                    reading.cancel()
-                    return  # cut (say nothing to either side) or closed
-                sink.write(reading.result())
-                await sink.drain()
-
-        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
-
-
 async def test_a_network_cut_without_a_close_is_noticed_by_keepalive_and_resumed() -> None:
     """The network between client and server goes silent mid-context (no FIN, no RST):
     the client's keepalive ping gets no pong, so within three times ``keepalive_s`` the
     connection counts as lost and the context continues on the next server from the
     segment that was cut, every other character heard once."""
     with two_servers() as (first, second, _, second_engine):
-        async with CuttableLink(int(first.base_url.rsplit(":", 1)[1])) as link:
-            urls = [f"ws://127.0.0.1:{link.port}/v1/stream", second.ws_url]
+        async with CuttableLink(first.base_url) as link:
+            urls = [link.ws_url, second.ws_url]
             async with StreamClient.connect(urls, keepalive_s=0.3) as client:
                 ctx = await client.open(seed=3)
                 interrupt = asyncio.Event()

@@ -1,6 +1,7 @@
 """Clients that hold a connection without using it, on a real server with real sockets:
 silent and slowloris connections are closed within the header timeout, a request body
-trickled in is answered 408 within the body timeout, the
+trickled in is answered 408 within the body timeout, a client cut off without a close
+is found by the server's pings, the
 pre-authentication limit closes the longest waiting so a real client still gets in, idle
 WebSocket sessions are closed and give their slot back."""
 
@@ -20,6 +21,7 @@ from websockets.exceptions import ConnectionClosedOK
 from server.config import Settings
 from streaming import protocol as p
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
+from tests.relay import CuttableLink
 from tests.scripted_engine import ScriptedEngine
 
 IDLE_S = 1.0  # --ws-idle-timeout-s in these tests
@@ -274,3 +276,40 @@ async def test_a_response_longer_than_the_body_timeout_is_not_cut(
     assert response.status_code == 200, response.text
     assert took_s > BODY_S * 1.2
     assert len(response.content) >= 2 * 24000 * 3 * 0.9  # 3 s of 16-bit audio at 24 kHz
+
+
+def gauge(server: LiveServer, name: str) -> float:
+    metrics = httpx.get(f"{server.base_url}/metrics").text
+    [value] = [line.split()[1] for line in metrics.splitlines() if line.startswith(name + " ")]
+    return float(value)
+
+
+async def test_a_client_cut_off_without_a_close_is_let_go_by_the_servers_pings() -> None:
+    """A client speaking a long text whose network goes silent (no FIN, no RST: a relay
+    that stops passing bytes): the server's ping gets no pong, so within
+    --ws-ping-interval-s + --ws-ping-timeout-s it closes the session, stops its stream
+    and gives back its connection and admission slots."""
+    engine = ScriptedEngine(chunk_ms=100, chunk_delay_s=0.05, ms_per_char=100)
+    settings = Settings(model_dir=Path("unused"), ws_ping_interval_s=0.5, ws_ping_timeout_s=0.5)
+    loop = asyncio.get_running_loop()
+    with run_live_server(settings, engine=lambda: (engine, False, None)) as live:
+        async with CuttableLink(live.base_url) as link:
+            ws = await connect(
+                link.ws_url, subprotocols=[p.SUBPROTOCOL], ping_interval=None, close_timeout=0.1
+            )  # type: ignore[list-item]
+            assert json.loads(await ws.recv())["type"] == "ready"
+            await ws.send(json.dumps({"type": "start", "context_id": "a"}))
+            await ws.send(
+                json.dumps({"type": "text", "context_id": "a", "text": "一句很长的话。" * 20})
+            )
+            while isinstance(await ws.recv(), str):  # until the first audio frame
+                pass
+            assert gauge(live, "tts_active_streams") == 1
+            link.cut()
+            since = loop.time()
+            async with asyncio.timeout(TIMEOUT_S):
+                while live.state.sessions or gauge(live, "tts_active_streams"):  # type: ignore[attr-defined]
+                    await asyncio.sleep(0.05)
+            let_go_s = loop.time() - since
+            await ws.close()
+    assert let_go_s < 0.5 + 0.5 + SLACK_S  # the next ping, its timeout, and some slack
