@@ -10,6 +10,7 @@ import asyncio
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from chattts_client import ContextResult, ResumeError, ResumePolicy, StreamClient
@@ -48,6 +49,30 @@ async def conversation(url: str, seed: int, until: asyncio.Event) -> list[Contex
     return results
 
 
+async def under_way(
+    fleet: Fleet, text: str, count: int, **connect: Any
+) -> tuple[list[asyncio.Task[ContextResult]], list[int]]:
+    """``count`` streams of ``text`` through the balancer, a client each (``connect``: its
+    options), sent like an LLM; once a third of each has gone out, the tasks and each
+    replica's active streams."""
+    halfway = [asyncio.Event() for _ in range(count)]
+
+    async def stream(seed: int) -> ContextResult:
+        async with StreamClient.connect(fleet.ws_url, **connect) as client:
+            context = await client.start(seed=seed)
+            feeding = asyncio.create_task(
+                send_like_an_llm(client, context, text, halfway=halfway[seed])
+            )
+            result = await client.collect(context, timeout_s=TIMEOUT_S)
+            await feeding
+            return result
+
+    streams = [asyncio.create_task(stream(seed)) for seed in range(count)]
+    async with asyncio.timeout(TIMEOUT_S):
+        await asyncio.gather(*(event.wait() for event in halfway))
+    return streams, await asyncio.to_thread(active_streams, fleet)
+
+
 async def test_a_rolling_restart_under_twelve_streams_loses_and_repeats_nothing(
     tmp_path: Path,
 ) -> None:
@@ -77,22 +102,7 @@ async def test_a_replica_killed_mid_stream_loses_nothing(tmp_path: Path) -> None
     completely and in order, with at most that one segment twice."""
     text = REPLY * 3  # about 4 s of deltas
     with run_fleet(3, tmp_path) as fleet:
-        halfway = [asyncio.Event() for _ in range(12)]
-
-        async def stream(seed: int) -> ContextResult:
-            async with StreamClient.connect(fleet.ws_url) as client:
-                context = await client.start(seed=seed)
-                feeding = asyncio.create_task(
-                    send_like_an_llm(client, context, text, halfway=halfway[seed])
-                )
-                result = await client.collect(context, timeout_s=TIMEOUT_S)
-                await feeding
-                return result
-
-        streams = [asyncio.create_task(stream(seed)) for seed in range(12)]
-        async with asyncio.timeout(TIMEOUT_S):
-            await asyncio.gather(*(event.wait() for event in halfway))
-        counts = await asyncio.to_thread(active_streams, fleet)
+        streams, counts = await under_way(fleet, text, 12)
         victim = counts.index(max(counts))
         await asyncio.to_thread(fleet.kill, victim)
         async with asyncio.timeout(TIMEOUT_S):
@@ -137,22 +147,7 @@ async def test_a_replica_that_stops_answering_loses_nothing(tmp_path: Path) -> N
     text = REPLY * 3
     policy = ResumePolicy(try_timeout_s=2.0)
     with run_fleet(3, tmp_path) as fleet:
-        halfway = [asyncio.Event() for _ in range(9)]
-
-        async def stream(seed: int) -> ContextResult:
-            async with StreamClient.connect(fleet.ws_url, keepalive_s=0.5, resume=policy) as c:
-                context = await c.start(seed=seed)
-                feeding = asyncio.create_task(
-                    send_like_an_llm(c, context, text, halfway=halfway[seed])
-                )
-                result = await c.collect(context, timeout_s=TIMEOUT_S)
-                await feeding
-                return result
-
-        streams = [asyncio.create_task(stream(seed)) for seed in range(9)]
-        async with asyncio.timeout(TIMEOUT_S):
-            await asyncio.gather(*(event.wait() for event in halfway))
-        counts = await asyncio.to_thread(active_streams, fleet)
+        streams, counts = await under_way(fleet, text, 9, keepalive_s=0.5, resume=policy)
         victim = counts.index(max(counts))
         fleet.freeze(victim)
         frozen_at = time.monotonic()
