@@ -17,6 +17,7 @@ import uvicorn
 from server.config import Settings
 from server.connection_guard import ConnectionGuard, GuardedHttpProtocol
 from server.state import AppState
+from server.ws.keepalive import LateClientAbortingProtocol
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +35,8 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Co
         "port": settings.port,
         # httptools with a header timeout and the pre-authentication limit.
         "http": functools.partial(GuardedHttpProtocol, guard=guard),
-        "ws": "websockets-sansio",
+        # websockets-sansio, aborting a client whose pong is late (server.ws.keepalive).
+        "ws": LateClientAbortingProtocol,
         "loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
         "ws_max_size": settings.transport_max_bytes,
         "ws_ping_interval": settings.ws_ping_interval_s or None,

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 
 __all__ = ["CuttableLink"]
 
 
 class CuttableLink:
     """A TCP relay to ``target`` that can be cut like a network: from :meth:`cut` on,
-    no byte passes either way, and neither side is told (no FIN, no RST)."""
+    no byte passes either way, and neither side is told (no FIN, no RST).
 
-    def __init__(self, target_url: str) -> None:
+    ``receive_buffer``: the kernel receive buffer of its socket to the target (small, so
+    the target's send buffers fill soon after a cut, as they do over a real network)."""
+
+    def __init__(self, target_url: str, *, receive_buffer: int | None = None) -> None:
         self.target_port = int(target_url.rsplit(":", 1)[1])
+        self.receive_buffer = receive_buffer
         self.port = 0
         self._cut = asyncio.Event()
         self._server: asyncio.Server | None = None
@@ -37,7 +42,12 @@ class CuttableLink:
         self._cut.set()
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        upstream = socket.socket()
+        if self.receive_buffer is not None:
+            upstream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
+        upstream.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(upstream, ("127.0.0.1", self.target_port))
+        up_reader, up_writer = await asyncio.open_connection(sock=upstream)
         self._writers += [writer, up_writer]
 
         async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
