@@ -38,6 +38,7 @@ const $ = (id) => document.getElementById(id);
 const state = {
   connected: false,
   connection: "disconnected", // disconnected | connecting | connected | closed | refused
+  draining: false, // the server of this connection said `draining`
   sessionId: null,
   engine: null,
   sampleRate: null,
@@ -106,6 +107,7 @@ function connect() {
   if (reusable && socket.readyState <= WebSocket.OPEN) return socketReady;
   if (socket) socket.close(1000);
   socketDraining = false;
+  state.draining = false;
   const protocols = token ? [SUBPROTOCOL, TOKEN_PREFIX + token] : [SUBPROTOCOL];
   const ws = new WebSocket(socketUrl(), protocols);
   ws.binaryType = "arraybuffer";
@@ -148,10 +150,12 @@ function connect() {
         return;
       }
       setConnection("closed", event.code);
-      if (socketDraining) {
-        // Announced by `draining`: the next Play or typing connects again.
+      // After `draining` the close is expected once the context here has its `done`.
+      const cut = state.contextState === "speaking" && state.done === null;
+      if (socketDraining && !cut) {
         log("info", `the draining server closed the connection (${event.code})`);
       } else if (event.code !== 1000 && event.code !== 1005) {
+        utterance.continueAt = null; // the drained server did not finish: nothing follows
         addError({
           code: `close_${event.code}`,
           message: `连接已断开 connection closed: ${event.code} ${event.reason || ""}`.trim(),
@@ -262,6 +266,12 @@ function onEvent(msg) {
     case "error":
       // The text and end sent after a refused start only echo the refusal.
       if (msg.context_id === refusedContextId && msg.code === "unknown_context") return;
+      if (msg.code === "draining" && msg.context_id === state.contextId &&
+          (utterance.continueAt !== null || (typeSession && typeSession.drained))) {
+        // A delta that crossed `draining` on the wire: it is continued, not lost.
+        log("info", "text sent while the server drained goes to the next server");
+        return;
+      }
       addError({ code: msg.code, message: msg.message, context_id: msg.context_id });
       if (msg.code === "busy") showAlert(describeRefusal(503, msg, socketToken));
       const current = msg.context_id === state.contextId && state.contextState === "speaking";
@@ -270,7 +280,7 @@ function onEvent(msg) {
     case "done":
       if (msg.context_id === (typeSession && typeSession.contextId)) typeSession = null;
       if (msg.context_id !== state.contextId) return;
-      if (utterance.continueAt !== null && !msg.cancelled) void continueElsewhere();
+      if (utterance.continueAt !== null && !msg.cancelled) void continueElsewhere(msg);
       else onDone(msg);
       break;
     default:
@@ -282,15 +292,18 @@ function onEvent(msg) {
  * Play utterance with text after that continues elsewhere once this server is done. */
 function onDraining(msg) {
   socketDraining = true;
+  state.draining = true;
   const mine = (msg.contexts || []).find((c) => c.context_id === state.contextId);
   const speaking = state.contextState === "speaking" && mine;
   log("info", "服务器正在重启 the server is draining before a restart" +
     (speaking ? `: it speaks this utterance up to character ${mine.end_char}` : ""));
   if (!speaking || mine.ended) return; // all of it was accepted: all of it is spoken here
   if (typeSession && typeSession.contextId === state.contextId) {
-    // Typing goes on in a new context, on a new connection, from what is typed next.
-    typeSession = null;
-    typedSent = $("text").value;
+    // Nothing more goes to this context; what the server did not accept stays unsent,
+    // and typing goes on in a new context, on a new connection, after its `done`.
+    typeSession.drained = true;
+    const accepted = Array.from(typeSession.base).length + mine.end_char;
+    typedSent = Array.from($("text").value).slice(0, accepted).join("");
     return;
   }
   if (utterance.chars === null) return;
@@ -298,12 +311,17 @@ function onDraining(msg) {
   utterance.continueAt = utterance.charBase + mine.end_char;
 }
 
-/** The drained server has spoken its part: the rest of the utterance on a new connection,
- * with the voice, seed and speed heard so far, into the same playback. */
-async function continueElsewhere() {
+/** The drained server has spoken its part (`done`: its `msg`): the rest of the utterance
+ * on a new connection, with the voice, seed and speed heard so far, into the same
+ * playback. */
+async function continueElsewhere(msg) {
   const startChar = utterance.continueAt;
   utterance.continueAt = null;
   const rest = utterance.chars.slice(startChar);
+  if (rest.length === 0 || state.contextState !== "speaking") {
+    onDone(msg); // nothing left to say (the drain came just before `end`), or stopped
+    return;
+  }
   const voice = { seed: state.seed, speed: state.speed };
   if (state.voice) voice.voice = state.voice;
   const contextId = newContextId();
@@ -315,19 +333,14 @@ async function continueElsewhere() {
   utterance.charBase = startChar;
   utterance.segmentBase = state.segments.length;
   utterance.sampleBase = state.samplesReceived;
-  if (rest.length === 0) {
-    // Nothing left to say: the utterance ends with what was heard.
-    onDone({ segments: state.segments.length, audio_samples: state.samplesReceived,
-      audio_ms: (state.samplesReceived / state.sampleRate) * 1000, cancelled: false });
-    return;
-  }
   try {
     await connect();
   } catch {
     player.end(); // the refusal is in the log and the alert
     return;
   }
-  if (state.contextId !== contextId) return; // Stop or another Play meanwhile
+  // Stop or another Play meanwhile.
+  if (state.contextId !== contextId || state.contextState !== "speaking") return;
   log("info", `continued on a new connection from character ${startChar}`);
   send({ type: "start", context_id: contextId, ...voice });
   if ($("stream-mode").checked) {
@@ -601,6 +614,7 @@ function stopDeltas() {
 /** Cancel the current context on the server and silence playback at once. */
 function cancelCurrent() {
   stopDeltas();
+  utterance.continueAt = null; // a drained utterance is not continued either
   // A context whose `start` never went out (still connecting) has nothing to cancel.
   if (state.contextId && !state.done && state.sent.includes("start")) {
     send({ type: "cancel", context_id: state.contextId });
@@ -629,9 +643,12 @@ let typedSent = "";
 /** Text typed since the last delta is sent as it is typed; Enter also flushes. */
 function onTyped(event) {
   if (!$("type-mode").checked || event.isComposing) return; // wait for the IME to commit
+  // Its server drained: the text waits in the box for the next context, after `done`.
+  if (typeSession && typeSession.drained) return;
   const enter = event.inputType === "insertLineBreak" || event.inputType === "insertParagraph";
   if (!typeSession) {
-    const session = { contextId: null, chain: null };
+    // base: what was sent before this context (its text starts after it).
+    const session = { contextId: null, chain: null, base: typedSent, drained: false };
     typeSession = session;
     session.chain = openContext().then((ws) => {
       if (ws) session.contextId = state.contextId;
@@ -640,7 +657,7 @@ function onTyped(event) {
   }
   const session = typeSession;
   session.chain = session.chain.then(() => {
-    if (!session.contextId || session.contextId !== state.contextId) return;
+    if (!session.contextId || session.contextId !== state.contextId || session.drained) return;
     const current = $("text").value;
     if (current.startsWith(typedSent)) {
       const delta = current.slice(typedSent.length);

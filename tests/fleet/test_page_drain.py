@@ -6,6 +6,7 @@ and speed, in the same playback: every character heard once, in order, no error.
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.fleet.fleet import requires_fleet, run_fleet
+from tests.fleet.test_balancer import gauge
 from tests.fleet.test_resume import REPLY, active_streams
 from tests.web.conftest import WAIT_MS, browser, page, tts_state, wait_state  # noqa: F401
 
@@ -30,22 +32,27 @@ def set_input(tab: Any, selector: str, value: str) -> None:
     )
 
 
+def start_reply(tab: Any, url: str) -> None:
+    """Open the page at ``url``, Play TEXT as an LLM would send it, until two segments."""
+    tab.goto(url + "/", timeout=WAIT_MS)
+    tab.wait_for_function("document.body.dataset.ready === '1'", timeout=WAIT_MS)
+    assert tab.is_checked("#stream-mode")
+    tab.fill("#text", TEXT)
+    for selector, value in [
+        ("#delta-min-chars", "1"), ("#delta-max-chars", "2"),
+        ("#delta-min-ms", "60"), ("#delta-max-ms", "80"), ("#speed", "2"),
+    ]:  # fmt: skip
+        set_input(tab, selector, value)
+    tab.click("#play")
+    wait_state(tab, "s.segments.length >= 2")
+
+
 def test_the_page_continues_a_reply_on_another_replica_when_its_replica_drains(
     page: Any,  # noqa: F811
     tmp_path: Path,
 ) -> None:
     with run_fleet(2, tmp_path) as fleet:
-        page.goto(fleet.url + "/", timeout=WAIT_MS)
-        page.wait_for_function("document.body.dataset.ready === '1'", timeout=WAIT_MS)
-        assert page.is_checked("#stream-mode")
-        page.fill("#text", TEXT)
-        for selector, value in [
-            ("#delta-min-chars", "1"), ("#delta-max-chars", "2"),
-            ("#delta-min-ms", "60"), ("#delta-max-ms", "80"), ("#speed", "2"),
-        ]:  # fmt: skip
-            set_input(page, selector, value)
-        page.click("#play")
-        wait_state(page, "s.segments.length >= 2")
+        start_reply(page, fleet.url)
         counts = active_streams(fleet)
         assert sorted(counts) == [0, 1], counts
         victim = counts.index(1)
@@ -68,3 +75,28 @@ def test_the_page_continues_a_reply_on_another_replica_when_its_replica_drains(
     done = state["done"]
     assert done["cancelled"] is False and done["segments"] == len(segments)
     assert done["audioSamples"] == state["samplesReceived"] == state["samplesPlayed"]
+
+
+def test_stop_during_a_drain_leaves_no_stream_on_any_replica(
+    page: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Stop pressed as the replica drains (before or while the page continues the reply
+    elsewhere): playback stops, and no context is left open on either replica."""
+    with run_fleet(2, tmp_path) as fleet:
+        start_reply(page, fleet.url)
+        counts = active_streams(fleet)
+        victim = counts.index(1)
+        with ThreadPoolExecutor(1) as pool:
+            draining = pool.submit(fleet.stop, victim)
+            wait_state(page, "s.draining")
+            page.click("#stop")
+            assert draining.result() == 0
+        state = wait_state(page, "s.contextState === 'cancelled'")
+        survivor = 1 - victim
+        deadline = time.monotonic() + 5.0
+        while gauge(fleet, survivor, "tts_admitted_streams") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert gauge(fleet, survivor, "tts_admitted_streams") == 0
+        assert active_streams(fleet) == [0, 0]
+    assert state["errors"] == []
