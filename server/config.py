@@ -198,9 +198,9 @@ class Settings:
     )
     body_timeout_s: float = option(
         60.0,
-        "an HTTP request body must arrive whole this soon after its head, or the request is "
-        "answered 408 and its connection closed (a body trickled a byte at a time held "
-        "its connection for ever)",
+        "an HTTP request body must arrive whole this soon after the server starts reading "
+        "it (at once after its head), or the request is answered 408 and its connection "
+        "closed (a body trickled a byte at a time held its connection for ever)",
         group="connections",
     )
     http_stall_timeout_s: float = option(

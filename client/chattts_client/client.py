@@ -134,9 +134,11 @@ class StreamClient:
         as long is lost (closed 1011, after waiting as long again for a close handshake),
         so a server that stopped, or a network cut with no close, is noticed within three
         times this and its contexts resume elsewhere (None: no pings, and such a loss may
-        go unnoticed for as long as TCP takes).
+        go unnoticed for as long as TCP takes; 0 is None).
         ``resume``: how contexts continue when their server goes away (None: they end
-        with the connection, which ``recv`` then raises as ``ConnectionClosed``).
+        with the connection, which ``recv`` then raises as ``ConnectionClosed``); with it,
+        each connection after the first waits at most ``resume.try_timeout_s`` for its
+        handshake and ``ready`` (when shorter than ``open_timeout_s``), as a try does.
         """
         urls = [url] if isinstance(url, str) else list(url)
         if not urls:
@@ -181,7 +183,7 @@ class StreamClient:
         """The link new contexts go to; connected again (the next URL) when that server
         drains or went away. Callers at the same moment share one connection attempt."""
         link = self._link
-        if not (link.closed or link.draining):
+        if not (link.closed or link.draining or link.unresponsive):
             return link
         if self._connecting is None or self._connecting.done():
             self._connecting = asyncio.get_running_loop().create_task(self._connect_next())

@@ -38,6 +38,9 @@ class Link:
         self.url = url
         #: The server sent ``draining``: no new context goes here.
         self.draining = False
+        #: A ``start`` here got no answer in time (the server stopped): no new context
+        #: goes here either; keepalive ends the connection.
+        self.unresponsive = False
         self.closed = False
         self._send_lock = asyncio.Lock()
         self._reader: asyncio.Task[None] | None = None
@@ -56,7 +59,9 @@ class Link:
 
         ``keepalive_s``: a ping this often, and the connection is lost (closed 1011) when
         its pong does not come within as long; a close handshake waits as long at most
-        (a cut network never completes one). None: no pings, websockets' close timeout."""
+        (a cut network never completes one). None or 0: no pings, websockets' close
+        timeout."""
+        keepalive_s = keepalive_s or None
         headers: dict[str, str] = {}
         subprotocols = [SUBPROTOCOL]
         target = url

@@ -22,9 +22,10 @@ class ResumePolicy:
     """How hard a client tries to continue a context whose server went away.
 
     Each interruption gets ``attempts`` tries to open the context on a server (a
-    connection refused or lost, a ``start`` refused, or no answer within
-    ``try_timeout_s`` from a server that accepts connections but has stopped: each is
-    one try), spaced by ``backoff_s`` doubling up to ``max_backoff_s`` (or a busy server's
+    connection refused or lost, a ``start`` refused, or a server that accepts
+    connections but has stopped: no ``ready`` within ``try_timeout_s`` of connecting,
+    or no answer to the ``start`` within as long, after which no new context goes to
+    that connection: each is one try), spaced by ``backoff_s`` doubling up to ``max_backoff_s`` (or a busy server's
     ``retry_after_ms`` when longer), all within ``within_s``; then :class:`ResumeError`.
     """
 
@@ -59,7 +60,9 @@ async def keep_trying(
         attempt += 1
         hint_s = 0.0
         try:
-            async with asyncio.timeout(min(left_s, policy.try_timeout_s)):
+            # A try: a connection (its handshake and ready bounded by try_timeout_s) and
+            # the answer to its start (the same); this bounds anything else in it.
+            async with asyncio.timeout(min(left_s, 2 * policy.try_timeout_s)):
                 refusal = await once(attempt)
             if refusal is None:
                 return None

@@ -86,8 +86,10 @@ class Resumer:
         if track is None and context_id == "default":
             # The first text of "default" opens it on the server, as a start would.
             link = await self._link()
-            track = self.tracks[context_id] = Track(ContextLedger(context_id), {})
-            self._add_leg(track, link, 0, context_id).by_caller = True
+            track = self.tracks.get(context_id)  # another first text, while connecting
+            if track is None:
+                track = self.tracks[context_id] = Track(ContextLedger(context_id), {})
+                self._add_leg(track, link, 0, context_id).by_caller = True
         if track is None or track.ledger.ended:
             await self._unrecorded(track, message)
             return
@@ -163,8 +165,12 @@ class Resumer:
         leg.by_caller = by_caller
         # A resumed leg sounds like what the caller has heard: started's voice and seed.
         params = {**track.params, **track.ledger.voice}
-        await leg.send({"type": "start", **params})
-        await track.pump()
+        try:
+            await leg.send({"type": "start", **params})
+            await track.pump()
+        except BaseException:  # cancelled (a try timed out on a full socket), or failed
+            await leg.drop()
+            raise
         return leg
 
     # --- the servers' events ----------------------------------------------------------
@@ -358,7 +364,14 @@ class Resumer:
             base_char = track.ledger.resume_char()
         leg = await self._open_leg(track, link, base_char)
         try:
-            answer = await asyncio.shield(leg.answer)
+            async with asyncio.timeout(self.policy.try_timeout_s):
+                answer = await asyncio.shield(leg.answer)
+        except TimeoutError:
+            # A server that took the connection but does not answer: no new context goes
+            # there again (its keepalive ends it); the next try connects anew.
+            link.unresponsive = True
+            await leg.drop()
+            raise
         except BaseException:
             await leg.drop()
             raise

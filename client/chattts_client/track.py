@@ -27,6 +27,8 @@ __all__ = ["ServerContext", "Track"]
 _MAX_DELTA_CHARS = 4000
 _MAX_MESSAGE_BYTES = 64 * 1024
 _MAX_BUFFERED_CHARS = 20000
+#: How long a dropped context's ``cancel`` may wait on a full socket.
+_CANCEL_SEND_S = 1.0
 
 
 @dataclass(eq=False)
@@ -86,8 +88,10 @@ class ServerContext:
         alive = self.alive
         self.dropped = True
         self.answered(ConnectionAbortedError("dropped"))
-        if alive:
-            await self.send({"type": "cancel"})
+        if alive:  # bounded: a server that stopped reading must not hold the caller
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_CANCEL_SEND_S):
+                    await self.send({"type": "cancel"})
 
 
 @dataclass(eq=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import socket
 import time
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import pytest
 from chattts_client import ResumeError, ResumePolicy, StreamClient
+from chattts_client.client import SUBPROTOCOL
+from websockets.asyncio.server import ServerConnection, serve
 
 from server.config import Settings
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
@@ -188,3 +191,52 @@ async def test_a_server_that_accepts_but_never_answers_costs_one_try() -> None:
     assert resumed["reason"] == "closed" and resumed["attempts"] == 2
     assert second_engine.requests
     assert taken_s < TIMEOUT_S / 4
+
+
+async def test_a_server_that_stops_after_ready_is_left_for_the_next_one() -> None:
+    """Of three servers the second completes the handshake and sends ``ready``, then
+    answers nothing (frozen after ready): a context lost on the first gets no answer to
+    its ``start`` there within ``try_timeout_s``, so the next try connects anew and the
+    context goes on on the third; no keepalive is needed to find that out."""
+    policy = ResumePolicy(try_timeout_s=0.5)
+
+    async def frozen(ws: ServerConnection) -> None:
+        await ws.send(json.dumps({"type": "ready", "session_id": "x", "sample_rate": 24000}))
+        await ws.wait_closed()  # reads nothing more, answers nothing
+
+    async with serve(frozen, "127.0.0.1", 0, subprotocols=[SUBPROTOCOL]) as silent:  # type: ignore[list-item]
+        silent_url = f"ws://127.0.0.1:{silent.sockets[0].getsockname()[1]}/v1/stream"
+        with two_servers() as (first, second, _, second_engine):
+            async with StreamClient.connect(
+                [first.ws_url, silent_url, second.ws_url], keepalive_s=None, resume=policy
+            ) as client:
+                ctx = await client.open(seed=5)
+                interrupt = asyncio.Event()
+                feeding = asyncio.create_task(
+                    send_like_an_llm(client, ctx, TEXT, halfway=interrupt)
+                )
+                collecting = asyncio.create_task(client.collect(ctx, timeout_s=TIMEOUT_S))
+                await interrupt.wait()
+                for session in list(first.state.sessions):  # type: ignore[attr-defined]
+                    session.transport.abort()
+                result = await collecting
+                await feeding
+    assert heard_once(result, TEXT) <= 1
+    [resumed] = result.resumed
+    assert resumed["reason"] == "closed" and resumed["attempts"] == 2
+    assert second_engine.requests
+
+
+async def test_keepalive_zero_means_no_pings() -> None:
+    """``keepalive_s=0`` turns pings off, as 0 does for the server's own setting (it used
+    to fail every connection at once with a ping timeout)."""
+    engine = ScriptedEngine(chunk_ms=100, chunk_delay_s=0.01, ms_per_char=50)
+    with run_live_server(
+        Settings(model_dir=Path("unused")), engine=lambda: (engine, False, None)
+    ) as live:
+        async with StreamClient.connect(live.ws_url, keepalive_s=0, resume=None) as client:
+            ctx = await client.open(seed=2)
+            await client.send_text(TEXT, ctx)
+            await client.end(ctx)
+            result = await client.collect(ctx, timeout_s=TIMEOUT_S)
+    assert heard_once(result, TEXT) == 0
