@@ -318,8 +318,9 @@ async function continueElsewhere(msg) {
   const startChar = utterance.continueAt;
   utterance.continueAt = null;
   const rest = utterance.chars.slice(startChar);
-  if (rest.length === 0 || state.contextState !== "speaking") {
-    onDone(msg); // nothing left to say (the drain came just before `end`), or stopped
+  if (state.contextState !== "speaking") return; // stopped: nothing more to do
+  if (rest.length === 0) {
+    onDone(msg); // nothing left to say: the drain came just before `end`
     return;
   }
   const voice = { seed: state.seed, speed: state.speed };
