@@ -13,11 +13,11 @@ import json
 import signal
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from chattts_client import ResumeError, ResumePolicy, StreamClient
+from chattts_client import ContextResult, ResumeError, ResumePolicy, StreamClient
 from chattts_client.client import SUBPROTOCOL
 from websockets.asyncio.server import ServerConnection, serve
 
@@ -41,6 +41,25 @@ def two_servers(**settings: object) -> Iterator[tuple[LiveServer, ScriptedEngine
         run_live_server(base, engine=lambda: (engines[1], False, None)) as second,
     ):
         yield first, second, engines[0], engines[1]  # type: ignore[misc]
+
+
+def drop_sessions(live: LiveServer) -> None:
+    """The server's connections die with no goodbye."""
+    for session in list(live.state.sessions):  # type: ignore[attr-defined]
+        session.transport.abort()
+
+
+async def interrupted(client: StreamClient, interrupt: Callable[[], None]) -> ContextResult:
+    """TEXT on a new context, sent like an LLM; ``interrupt()`` once a third went out."""
+    ctx = await client.open(seed=5)
+    halfway = asyncio.Event()
+    feeding = asyncio.create_task(send_like_an_llm(client, ctx, TEXT, halfway=halfway))
+    collecting = asyncio.create_task(client.collect(ctx, timeout_s=TIMEOUT_S))
+    await halfway.wait()
+    interrupt()
+    result = await collecting
+    await feeding
+    return result
 
 
 async def test_a_drained_context_continues_on_the_next_server_with_its_voice() -> None:
@@ -175,17 +194,9 @@ async def test_a_server_that_accepts_but_never_answers_costs_one_try() -> None:
         async with StreamClient.connect(
             [first.ws_url, silent_url, second.ws_url], resume=policy
         ) as client:
-            ctx = await client.open(seed=5)
-            interrupt = asyncio.Event()
-            feeding = asyncio.create_task(send_like_an_llm(client, ctx, TEXT, halfway=interrupt))
-            collecting = asyncio.create_task(client.collect(ctx, timeout_s=TIMEOUT_S))
-            await interrupt.wait()
-            lost_at = time.monotonic()
-            for session in list(first.state.sessions):  # type: ignore[attr-defined]
-                session.transport.abort()
-            result = await collecting
-            await feeding
-            taken_s = time.monotonic() - lost_at
+            began = time.monotonic()
+            result = await interrupted(client, lambda: drop_sessions(first))
+            taken_s = time.monotonic() - began
     assert heard_once(result, TEXT) <= 1
     [resumed] = result.resumed
     assert resumed["reason"] == "closed" and resumed["attempts"] == 2
@@ -210,17 +221,7 @@ async def test_a_server_that_stops_after_ready_is_left_for_the_next_one() -> Non
             async with StreamClient.connect(
                 [first.ws_url, silent_url, second.ws_url], keepalive_s=None, resume=policy
             ) as client:
-                ctx = await client.open(seed=5)
-                interrupt = asyncio.Event()
-                feeding = asyncio.create_task(
-                    send_like_an_llm(client, ctx, TEXT, halfway=interrupt)
-                )
-                collecting = asyncio.create_task(client.collect(ctx, timeout_s=TIMEOUT_S))
-                await interrupt.wait()
-                for session in list(first.state.sessions):  # type: ignore[attr-defined]
-                    session.transport.abort()
-                result = await collecting
-                await feeding
+                result = await interrupted(client, lambda: drop_sessions(first))
     assert heard_once(result, TEXT) <= 1
     [resumed] = result.resumed
     assert resumed["reason"] == "closed" and resumed["attempts"] == 2
