@@ -366,13 +366,11 @@ class Resumer:
         try:
             async with asyncio.timeout(self.policy.try_timeout_s):
                 answer = await asyncio.shield(leg.answer)
-        except TimeoutError:
-            # A server that took the connection but does not answer: no new context goes
-            # there again (its keepalive ends it); the next try connects anew.
-            link.unresponsive = True
-            await leg.drop()
-            raise
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, TimeoutError):
+                # A server that took the connection but does not answer: no new context
+                # goes there again (its keepalive ends it); the next try connects anew.
+                link.unresponsive = True
             await leg.drop()
             raise
         return None if answer.get("type") == "started" else answer

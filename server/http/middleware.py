@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from server import logs
 from server.errors import report
 from server.metrics import Metrics
-from streaming.errors import ClientError, LimitExceeded
+from streaming.errors import LimitExceeded
 
 logger = logging.getLogger(__name__)
 
@@ -46,14 +46,6 @@ class BodyLimit:
         )
         report(error, metrics=self.metrics, log=logger, where="request body")
         return JSONResponse(error.to_body(), status_code=413)
-
-    def _too_slow(self) -> JSONResponse:
-        error = ClientError(
-            f"the request body did not arrive within {self.timeout_s:g} s (--body-timeout-s)",
-            code="body_timeout",
-        )
-        report(error, metrics=self.metrics, log=logger, where="request body")
-        return JSONResponse(error.to_body(), status_code=408, headers={"connection": "close"})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -93,8 +85,6 @@ class BodyLimit:
             await self.app(scope, counted, send)
         except BodyTooLarge:
             await self._too_large()(scope, receive, send)
-        except BodyTooSlow:
-            await self._too_slow()(scope, receive, send)
 
 
 class BodyTooLarge(StarletteHTTPException):
@@ -105,8 +95,9 @@ class BodyTooLarge(StarletteHTTPException):
 
 
 class BodyTooSlow(StarletteHTTPException):
-    """Raised while the body is read, when it is late: passed on as is, like the above;
-    its response closes the connection (the rest of the body is never read)."""
+    """Raised while the body is read, when it is late: FastAPI passes it on as is and the
+    app's HTTP error handler answers it (408 ``body_timeout``); its response closes the
+    connection (the rest of the body is never read)."""
 
     def __init__(self, timeout_s: float) -> None:
         super().__init__(
