@@ -78,6 +78,12 @@ class DrainingServer(uvicorn.Server):
         self._loop = asyncio.get_running_loop()
         await super().startup(sockets)
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop serving (None before startup): other threads reach the
+        server's connections only through it (``call_soon_threadsafe``)."""
+        return self._loop
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         # A client that stopped reading would hold its connection open until uvicorn
         # cancels it with an error: let it go first, with a close code that says why.

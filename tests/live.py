@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from server.app import create_app
 from server.config import Settings
@@ -18,6 +20,8 @@ from server.lifecycle import DrainingServer, uvicorn_config
 
 #: Every wait in the server tests is a multiple of this.
 TIMEOUT_S = 30.0
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,23 @@ class LiveServer:
     @property
     def state(self) -> object:
         return self.app.state.tts  # type: ignore[attr-defined]
+
+    def on_loop(self, fn: Callable[[], T]) -> T:
+        """``fn()`` run on the server's event loop, and its result. The server's
+        transports (uvloop's) must be touched on that loop only: aborting one from the
+        test's thread races the loop inside libuv and can crash the process."""
+        loop = self.server.loop
+        assert loop is not None, "the server has not started"
+        result: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def call() -> None:
+            try:
+                result.set_result(fn())
+            except BaseException as error:  # handed to the caller
+                result.set_exception(error)
+
+        loop.call_soon_threadsafe(call)
+        return result.result(TIMEOUT_S)
 
 
 @contextlib.contextmanager

@@ -44,9 +44,13 @@ def two_servers(**settings: object) -> Iterator[tuple[LiveServer, ScriptedEngine
 
 
 def drop_sessions(live: LiveServer) -> None:
-    """The server's connections die with no goodbye."""
-    for session in list(live.state.sessions):  # type: ignore[attr-defined]
-        session.transport.abort()
+    """The server's connections die with no goodbye (aborted on the server's loop)."""
+
+    def abort_all() -> None:
+        for session in list(live.state.sessions):  # type: ignore[attr-defined]
+            session.transport.abort()
+
+    live.on_loop(abort_all)
 
 
 async def interrupted(client: StreamClient, interrupt: Callable[[], None]) -> ContextResult:
@@ -101,8 +105,7 @@ async def test_an_abrupt_close_resumes_at_the_segment_that_was_cut() -> None:
             collecting = asyncio.create_task(client.collect(ctx, timeout_s=TIMEOUT_S))
             await interrupt.wait()
             await asyncio.sleep(0.3)  # a segment's audio on its way
-            for session in list(first.state.sessions):  # type: ignore[attr-defined]
-                session.transport.abort()
+            drop_sessions(first)
             result = await collecting
             await feeding
     assert heard_once(result, TEXT) == 1
