@@ -43,11 +43,16 @@ class CuttableLink:
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         upstream = socket.socket()
-        if self.receive_buffer is not None:
-            upstream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
-        upstream.setblocking(False)
-        await asyncio.get_running_loop().sock_connect(upstream, ("127.0.0.1", self.target_port))
-        up_reader, up_writer = await asyncio.open_connection(sock=upstream)
+        try:
+            if self.receive_buffer is not None:
+                upstream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
+            upstream.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(upstream, ("127.0.0.1", self.target_port))
+            up_reader, up_writer = await asyncio.open_connection(sock=upstream)
+        except BaseException:
+            upstream.close()  # its transport owns it only once the connection is open
+            writer.close()
+            raise
         self._writers += [writer, up_writer]
 
         async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:

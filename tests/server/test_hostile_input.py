@@ -157,9 +157,13 @@ async def open_paused_client(ws_url: str) -> ClientConnection:
     """A client that holds little itself (small receive buffer, one queued message)."""
     host, port = ws_url.split("//")[1].split("/")[0].split(":")
     sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect((host, int(port)))
-    ws = await connect(ws_url, sock=sock, max_queue=1, max_size=None, open_timeout=TIMEOUT_S)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect((host, int(port)))
+        ws = await connect(ws_url, sock=sock, max_queue=1, max_size=None, open_timeout=TIMEOUT_S)
+    except BaseException:
+        sock.close()  # the connection owns it only once it is open
+        raise
     assert json.loads(await ws.recv())["type"] == "ready"
     return ws
 

@@ -302,18 +302,17 @@ def test_a_client_that_stops_reading_is_cut_and_its_slot_freed() -> None:
         admission = live.state.admission  # type: ignore[attr-defined]
         body = ('{"text": "' + "长" * 3000 + '。", "format": "pcm", "stream": true}').encode()
         host, port = live.base_url.removeprefix("http://").split(":")
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.connect((host, int(port)))
-        sock.sendall(
-            b"POST /v1/tts HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            + f"Content-Length: {len(body)}\r\n\r\n".encode() + body
-        )  # fmt: skip
-        deadline = time.monotonic() + TIMEOUT_S
-        while admission.streams == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert admission.streams == 1  # speaking, and nobody reads
-        while admission.streams and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert admission.streams == 0, "the stalled response still holds its slot"
-        sock.close()
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect((host, int(port)))
+            sock.sendall(
+                b"POST /v1/tts HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode() + body
+            )  # fmt: skip
+            deadline = time.monotonic() + TIMEOUT_S
+            while admission.streams == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert admission.streams == 1  # speaking, and nobody reads
+            while admission.streams and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert admission.streams == 0, "the stalled response still holds its slot"

@@ -193,10 +193,13 @@ def test_instructions_are_accepted_and_said_to_be_ignored(client: openai.OpenAI)
 def test_a_token_is_required_when_configured() -> None:
     settings = Settings(engine="espeak", tokens=("s3cret",))
     with run_live_server(settings) as live:
-        good = openai.OpenAI(base_url=f"{live.base_url}/v1", api_key="s3cret", max_retries=0)
-        assert good.audio.speech.create(model="tts-1", voice="alloy", input="好。").content
-        bad = openai.OpenAI(base_url=f"{live.base_url}/v1", api_key="wrong", max_retries=0)
-        with pytest.raises(openai.AuthenticationError):
+        url = f"{live.base_url}/v1"
+        with openai.OpenAI(base_url=url, api_key="s3cret", max_retries=0) as good:
+            assert good.audio.speech.create(model="tts-1", voice="alloy", input="好。").content
+        with (
+            openai.OpenAI(base_url=url, api_key="wrong", max_retries=0) as bad,
+            pytest.raises(openai.AuthenticationError),
+        ):
             bad.audio.speech.create(model="tts-1", voice="alloy", input="好。")
 
 
@@ -217,12 +220,14 @@ def test_streamed_audio_starts_before_the_last_segment_is_synthesised(
     slow_server: tuple[LiveServer, ScriptedEngine], fmt: str
 ) -> None:
     live, engine = slow_server
-    client = openai.OpenAI(base_url=f"{live.base_url}/v1", api_key="unused", max_retries=0)
     before = len(engine.requests)
     started = time.perf_counter()
-    with client.audio.speech.with_streaming_response.create(
-        model="tts-1", voice="alloy", input=THREE_SEGMENTS, response_format=fmt
-    ) as response:
+    with (
+        openai.OpenAI(base_url=f"{live.base_url}/v1", api_key="unused", max_retries=0) as client,
+        client.audio.speech.with_streaming_response.create(
+            model="tts-1", voice="alloy", input=THREE_SEGMENTS, response_format=fmt
+        ) as response,
+    ):
         chunks = response.iter_bytes()
         first = next(chunks)
         first_s = time.perf_counter() - started
@@ -266,8 +271,10 @@ def test_a_failure_mid_stream_cuts_the_body_short_instead_of_ending_it() -> None
 
 def test_chattts_speaks_openai_requests(tiny_checkpoint: Path) -> None:
     settings = Settings(engine="chattts", model_dir=tiny_checkpoint)
-    with run_live_server(settings, engine=fixed_length_chattts(tiny_checkpoint)) as live:
-        client = openai.OpenAI(base_url=f"{live.base_url}/v1", api_key="unused", max_retries=0)
+    with (
+        run_live_server(settings, engine=fixed_length_chattts(tiny_checkpoint)) as live,
+        openai.OpenAI(base_url=f"{live.base_url}/v1", api_key="unused", max_retries=0) as client,
+    ):
         assert client.models.list().data[0].id == "chattts"
         response = client.audio.speech.create(
             model="tts-1", voice="coral", input="你好。", response_format="flac"
