@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import concurrent.futures
+import asyncio
 import contextlib
 import os
 import socket
@@ -41,16 +41,11 @@ class LiveServer:
         test's thread races the loop inside libuv and can crash the process."""
         loop = self.server.loop
         assert loop is not None, "the server has not started"
-        result: concurrent.futures.Future[T] = concurrent.futures.Future()
 
-        def call() -> None:
-            try:
-                result.set_result(fn())
-            except BaseException as error:  # handed to the caller
-                result.set_exception(error)
+        async def call() -> T:
+            return fn()
 
-        loop.call_soon_threadsafe(call)
-        return result.result(TIMEOUT_S)
+        return asyncio.run_coroutine_threadsafe(call(), loop).result(TIMEOUT_S)
 
 
 @contextlib.contextmanager
