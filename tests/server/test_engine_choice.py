@@ -112,27 +112,30 @@ async def test_a_fast_engine_takes_more_streams_than_segments_in_flight() -> Non
     """An engine much faster than real time (20 ms of work per 100 ms chunk): once its
     speed is measured, admission holds streams to its throughput, not to
     --max-active-segments, and more concurrent streams than that are all admitted."""
-    streams = 8
+    streams = 6  # three times --max-active-segments, well inside the measured capacity
     engine = ScriptedEngine(chunk_ms=100, chunk_delay_s=0.002, ms_per_char=100)
     settings = Settings(engine="espeak", max_active_segments=2)
     with run_live_server(settings, engine=lambda: (engine, False, None)) as live:
         async with StreamClient.connect(live.ws_url) as warm:  # measure the engine first
-            await warm.open()
-            await warm.send_text("先说一句长一点的话，让服务器量一量这个引擎的速度。")
-            await warm.end()
-            assert (await warm.collect(timeout_s=TIMEOUT_S)).done is not None
+            first = await warm.open()
+            await warm.send_text("先说一句长一点的话，让服务器量一量这个引擎的速度。", first)
+            await warm.end(first)
+            assert (await warm.collect(first, timeout_s=TIMEOUT_S)).done is not None
         capacity = live.state.worker.capacity()  # type: ignore[attr-defined]
         assert capacity is not None and capacity > streams
 
-        async def speak(i: int) -> bool:
+        async def speak(i: int) -> tuple[bool, list[dict[str, object]]]:
+            # One context per stream: the one opened (text to "default" would open a
+            # second, implicit context and count as a second stream).
             async with StreamClient.connect(live.ws_url) as tts:
-                await tts.open(attempts=1)
-                await tts.send_text(f"第{i}个流在说话。")
-                await tts.end()
-                result = await tts.collect(timeout_s=TIMEOUT_S)
-                return result.done is not None and result.samples > 0
+                context_id = await tts.open(attempts=1)
+                await tts.send_text(f"第{i}个流在说话。", context_id)
+                await tts.end(context_id)
+                result = await tts.collect(context_id, timeout_s=TIMEOUT_S)
+                return result.done is not None and result.samples > 0, result.errors
 
-        assert all(await asyncio.gather(*(speak(i) for i in range(streams))))
+        spoken = await asyncio.gather(*(speak(i) for i in range(streams)))
+        assert all(ok for ok, _ in spoken), [errors for _, errors in spoken]
 
 
 class _NoRoomEngine(ModelledEngine):
