@@ -164,7 +164,11 @@ async def open_paused_client(ws_url: str) -> ClientConnection:
     except BaseException:
         sock.close()  # the connection owns it only once it is open
         raise
-    assert json.loads(await ws.recv())["type"] == "ready"
+    try:
+        assert json.loads(await ws.recv())["type"] == "ready"
+    except BaseException:
+        await ws.close()
+        raise
     return ws
 
 

@@ -57,9 +57,14 @@ def server() -> Iterator[LiveServer]:
         yield live
 
 
+def openai_client(live: LiveServer, api_key: str = "unused") -> openai.OpenAI:
+    """OpenAI's own client for ``live``, no retries (use it in a ``with``: it pools sockets)."""
+    return openai.OpenAI(base_url=f"{live.base_url}/v1", api_key=api_key, max_retries=0)
+
+
 @pytest.fixture(scope="module")
 def client(server: LiveServer) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0) as c:
+    with openai_client(server) as c:
         yield c
 
 
@@ -193,11 +198,10 @@ def test_instructions_are_accepted_and_said_to_be_ignored(client: openai.OpenAI)
 def test_a_token_is_required_when_configured() -> None:
     settings = Settings(engine="espeak", tokens=("s3cret",))
     with run_live_server(settings) as live:
-        url = f"{live.base_url}/v1"
-        with openai.OpenAI(base_url=url, api_key="s3cret", max_retries=0) as good:
+        with openai_client(live, "s3cret") as good:
             assert good.audio.speech.create(model="tts-1", voice="alloy", input="好。").content
         with (
-            openai.OpenAI(base_url=url, api_key="wrong", max_retries=0) as bad,
+            openai_client(live, "wrong") as bad,
             pytest.raises(openai.AuthenticationError),
         ):
             bad.audio.speech.create(model="tts-1", voice="alloy", input="好。")
@@ -223,7 +227,7 @@ def test_streamed_audio_starts_before_the_last_segment_is_synthesised(
     before = len(engine.requests)
     started = time.perf_counter()
     with (
-        openai.OpenAI(base_url=f"{live.base_url}/v1", api_key="unused", max_retries=0) as client,
+        openai_client(live) as client,
         client.audio.speech.with_streaming_response.create(
             model="tts-1", voice="alloy", input=THREE_SEGMENTS, response_format=fmt
         ) as response,
@@ -273,7 +277,7 @@ def test_chattts_speaks_openai_requests(tiny_checkpoint: Path) -> None:
     settings = Settings(engine="chattts", model_dir=tiny_checkpoint)
     with (
         run_live_server(settings, engine=fixed_length_chattts(tiny_checkpoint)) as live,
-        openai.OpenAI(base_url=f"{live.base_url}/v1", api_key="unused", max_retries=0) as client,
+        openai_client(live) as client,
     ):
         assert client.models.list().data[0].id == "chattts"
         response = client.audio.speech.create(
