@@ -50,8 +50,11 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure(decoder: StreamingDecoder, chat: Any, size: int, steps: int) -> dict[str, float]:
-    """Whole fixed-length utterances for ``size`` rows: step and vocoder costs, throughput."""
+def measure(
+    decoder: StreamingDecoder, chat: Any, size: int, steps: int, cuda_graphs: bool = False
+) -> dict[str, float]:
+    """Whole fixed-length utterances for ``size`` rows: step and vocoder costs, throughput
+    (with ``cuda_graphs``, the step replayed from graphs captured per bucket first)."""
     from batch_step import VocoderClock, open_rows
 
     from server.engines.chattts.batch import BatchedDecoder
@@ -60,7 +63,12 @@ def measure(decoder: StreamingDecoder, chat: Any, size: int, steps: int) -> dict
     _sync(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    batch = BatchedDecoder(decoder, max_batch=size, max_tokens=1024)
+    batch = BatchedDecoder(decoder, max_batch=size, max_tokens=1024, cuda_graphs=cuda_graphs)
+    capture_started = time.perf_counter()
+    batch.prepare()
+    capture_s = time.perf_counter() - capture_started
+    if cuda_graphs and batch.graphs is None:
+        raise RuntimeError("CUDA graph capture failed (see the log above)")
     clock = VocoderClock(batch)
     prefill_started = time.perf_counter()
     rows = open_rows(batch, chat, size, steps)
@@ -85,13 +93,21 @@ def measure(decoder: StreamingDecoder, chat: Any, size: int, steps: int) -> dict
         "realtime_streams": audio_s / wall,
         "ttfa_estimate_ms": (prefill_s + first_chunk * step_s) * 1000,
     }
+    if cuda_graphs:
+        figures["capture_s"] = capture_s
     if device.type == "cuda":
         figures["memory_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
     return figures
 
 
 def ramp(
-    checkpoint: Path, device: str, dtype: str, batches: list[int], steps: int, warm_up: bool
+    checkpoint: Path,
+    device: str,
+    dtype: str,
+    batches: list[int],
+    steps: int,
+    warm_up: bool,
+    cuda_graphs: bool = False,
 ) -> dict[str, Any]:
     """The batch sizes in turn on a fresh model with a ``dtype`` GPT, then the capacity."""
     from server.engines.chattts.checkpoint import load_chat
@@ -101,12 +117,12 @@ def ramp(
     chat = load_chat(checkpoint, device=device)
     decoder = StreamingDecoder(chat, ChatTTSOptions(device=device, gpt_dtype=dtype))
     if warm_up:
-        measure(decoder, chat, 2, steps)
+        measure(decoder, chat, 2, steps, cuda_graphs)
     costs = StepCosts(smoothing=1.0)
     rows: dict[int, dict[str, float]] = {}
     for size in batches:
         try:
-            rows[size] = row = measure(decoder, chat, size, steps)
+            rows[size] = row = measure(decoder, chat, size, steps, cuda_graphs)
         except torch.OutOfMemoryError:
             print(f"{dtype} batch {size}: out of memory")
             break
@@ -145,6 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128])
     parser.add_argument("--steps", type=int, default=96)
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="replay the batched step from CUDA graphs captured per bucket "
+                        "(the server's --batch-cuda-graphs), capture time reported")  # fmt: skip
+    parser.add_argument("--dtypes", nargs="+", default=None,
+                        help="GPT precisions to ramp (default: float32 and bfloat16 on CUDA)")  # fmt: skip
     parser.add_argument("--smoke", action="store_true",
                         help="batches 1 and 2, 16 steps, no warm-up, a tiny checkpoint: checks "
                         "it runs (the suite runs it), on CUDA when there is one, else on the CPU")  # fmt: skip
@@ -159,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         "bench": "gpu_batch",
         "smoke": args.smoke,
         "device": torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu",
+        "cuda_graphs": args.cuda_graphs,
     }
     with tempfile.TemporaryDirectory() as scratch:
         checkpoint = args.checkpoint or (
@@ -168,10 +190,11 @@ def main(argv: list[str] | None = None) -> int:
             from server.engines.chattts.checkpoint import write_checkpoint
 
             write_checkpoint(checkpoint, size="tiny" if args.smoke else "full", seed=0)
-        for dtype in DTYPES["cuda" if device.startswith("cuda") else "cpu"]:
+        for dtype in args.dtypes or DTYPES["cuda" if device.startswith("cuda") else "cpu"]:
             report[dtype] = ramp(
-                checkpoint, device, dtype, args.batches, args.steps, warm_up=not args.smoke
-            )
+                checkpoint, device, dtype, args.batches, args.steps,
+                warm_up=not args.smoke, cuda_graphs=args.cuda_graphs,
+            )  # fmt: skip
     print(json.dumps(report))
     return 0
 

@@ -13,6 +13,11 @@
 # 3. continuous batching at real dims (bench/gpu_batch.py): ms per step, real-time
 #    streams, memory and estimated TTFA per batch size 1 -> 128, and the capacity.
 # With $OUT set (the device tool's output folder) the logs are kept there.
+#
+# Each stage has a wall-clock bound (seconds; a stage that runs past it is stopped and the
+# next one starts), so that a lease of a few minutes always gets every stage's figures:
+#     TESTS_S=150 BATCH_S=200 DECODER_S=150 bash bench/gpu_check.sh
+# QUICK=1 runs the streaming-decoder stage on 10 s utterances only (float32, then bf16).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -30,17 +35,17 @@ fi
 log=/dev/null
 [[ -n "${OUT:-}" ]] && log="$OUT/gpu_cuda_tests.log"
 set +e
-"$PY" -m pytest -c bench/pytest-gpu.ini --rootdir . -p no:cacheprovider -q \
+timeout "${TESTS_S:-300}" "$PY" -m pytest -c bench/pytest-gpu.ini --rootdir . -p no:cacheprovider -q \
   tests/server/test_gpt_static_cuda.py tests/server/test_batch_cuda.py 2>&1 | tee "$log"
 tests_status=${PIPESTATUS[0]}
 set -e
 echo "CUDA tests: exit status $tests_status"
 bench_status=0
-WHEELS= bash bench/gpu_stream_decoder.sh || bench_status=$?
+WHEELS= timeout "${DECODER_S:-420}" bash bench/gpu_stream_decoder.sh || bench_status=$?
 batch_status=0
 batch_log=/dev/null
 [[ -n "${OUT:-}" ]] && batch_log="$OUT/gpu_batch.log"
-"$PY" bench/gpu_batch.py --checkpoint "${CKPT:-checkpoints/full}" 2>&1 | tee "$batch_log" \
+timeout "${BATCH_S:-300}" "$PY" bench/gpu_batch.py --checkpoint "${CKPT:-checkpoints/full}" 2>&1 | tee "$batch_log" \
   || batch_status=$?
 echo "CUDA tests: exit status $tests_status; benchmark: exit status $bench_status;" \
   "batching: exit status $batch_status"

@@ -71,10 +71,15 @@ except ImportError:
 PYCHECK
 
 # Sized for a lent machine's few minutes (about 5 on an H200 by estimate: ~14,000 GPT
-# steps at 10-20 ms in eager float32, far fewer with graphs); FULL=1 repeats more.
+# steps at 10-20 ms in eager float32, far fewer with graphs); FULL=1 repeats more,
+# QUICK=1 times 10 s utterances only.
 # With $OUT set (the device tool's output folder) the whole log is kept there too.
+lengths=(10 30)
 if [[ "${FULL:-0}" == 1 ]]; then
   more=(--repeats 3 --long-repeats 2 --first-audio-repeats 5)
+elif [[ "${QUICK:-0}" == 1 ]]; then
+  lengths=(10)
+  more=(--repeats 1 --long-repeats 1 --first-audio-repeats 2)
 else
   more=(--repeats 2 --long-repeats 1 --first-audio-repeats 3)
 fi
@@ -82,7 +87,7 @@ log=/dev/null
 [[ -n "${OUT:-}" ]] && log="$OUT/gpu_stream_decoder.log"
 export PYTHONUNBUFFERED=1
 "$PY" bench/stream_decoder.py --device cuda --checkpoint "$CKPT" \
-  --lengths 10 30 "${more[@]}" 2>&1 | tee -a "$log"
+  --lengths "${lengths[@]}" "${more[@]}" 2>&1 | tee -a "$log"
 half=("$PY" bench/stream_decoder.py --device cuda --checkpoint "$CKPT"
   --lengths 10 --repeats 1 --first-audio-repeats 2
   --gpt-dtype bfloat16 --compile-vocoder --no-onnx)
