@@ -182,8 +182,8 @@ def download_weights(path: str) -> int:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(
             f"chattts-stream download-weights: cannot download {WEIGHTS_REPO} from Hugging Face "
-            f"({type(exc).__name__}: {reason[:200]}); check the network, or copy the weights "
-            "into the directory by hand (docs/operations.md)",
+            f"({type(exc).__name__}: {reason[:200]}); check the network, or download them on a "
+            "machine with internet access and copy them here: docs/operations.md#model-weights",
             file=sys.stderr,
         )
         return 1

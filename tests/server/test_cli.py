@@ -54,6 +54,26 @@ def test_download_weights_without_network_is_one_clear_line() -> None:
     assert len(lines) == 1 and "cannot download 2Noise/ChatTTS" in lines[0], result.stderr
 
 
+def test_download_weights_offline_names_the_doc_section_with_the_copy_steps() -> None:
+    """The offline failure points to a section of the docs that exists and carries the
+    steps to copy the weights by hand (the nine files, each checked)."""
+    from server.engines.chattts.checkpoint import ASSET_FILES
+    from tests.test_docs_truth import ROOT, heading_anchors
+
+    result = run(
+        "download-weights", "/tmp/unused-weights", env={"HF_ENDPOINT": "http://127.0.0.1:9"}
+    )
+    named = re.findall(r"(docs/[\w-]+\.md)#([\w-]+)", result.stderr)
+    [(doc, anchor)] = named
+    path = ROOT / doc
+    assert path.exists() and anchor in heading_anchors(path), named
+    section = path.read_text(encoding="utf-8").split("\n## ")
+    [steps] = [s for s in section if re.sub(r"[^\w\- ]", "", s.splitlines()[0].lower())
+               .replace(" ", "-") == anchor]  # fmt: skip
+    assert "download-weights" in steps and "tar " in steps
+    assert all(f"`{name}`" in steps for name in ASSET_FILES), ASSET_FILES
+
+
 def test_healthcheck_follows_the_port_the_settings_give() -> None:
     from server.config import Settings
     from tests.live import run_live_server
