@@ -12,19 +12,23 @@ before the reply is complete.
 ``--out FILE.wav`` keeps the WAV header right after every write, so the file plays
 while it grows; ``--out -`` writes raw 16-bit mono PCM to stdout for a player.
 ``fake_llm`` stands in for a model's token stream: put yours in its place. Progress and
-a summary go to stderr; refusals exit non-zero with what to do about them.
+a summary go to stderr; a server that cannot be reached or refuses exits non-zero with
+one line saying what to do (the WAV file is created only once audio arrives).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 import wave
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import BinaryIO
+
+from websockets.exceptions import WebSocketException
 
 from chattts_client import (
     AudioFrame,
@@ -64,27 +68,48 @@ def _piece_sizes(length: int) -> list[int]:
     return sizes
 
 
+class OutputError(Exception):
+    """The audio could not be written where ``--out`` says."""
+
+
 class PcmSink:
     """Where the audio goes: a WAV file whose header is right after every write, or
-    raw PCM on stdout (flushed per frame, so a player downstream starts at once)."""
+    raw PCM on stdout (flushed per frame, so a player downstream starts at once).
+
+    The file is created with the first audio, so a run that gets none leaves none."""
 
     def __init__(self, out: str, sample_rate_hz: int) -> None:
         self.samples = 0
+        self.out = out
+        self._rate_hz = sample_rate_hz
         self._raw: BinaryIO | None = sys.stdout.buffer if out == "-" else None
         self._wav: wave.Wave_write | None = None
-        if self._raw is None:
-            self._wav = wave.open(out, "wb")  # noqa: SIM115 (closed by close())
-            self._wav.setnchannels(1)
-            self._wav.setsampwidth(2)
-            self._wav.setframerate(sample_rate_hz)
+
+    def check(self) -> None:
+        """Fail before connecting when the file cannot be created there."""
+        if self._raw is not None:
+            return
+        folder = os.path.dirname(os.path.abspath(self.out))
+        if os.path.isdir(self.out) or not os.path.isdir(folder):
+            raise OutputError(f"cannot write {self.out}: not a file in an existing folder")
+        if not os.access(folder, os.W_OK):
+            raise OutputError(f"cannot write {self.out}: the folder is not writable")
 
     def write(self, pcm: bytes) -> None:
+        try:
+            if self._raw is not None:
+                self._raw.write(pcm)
+                self._raw.flush()
+            else:
+                if self._wav is None:
+                    self._wav = wave.open(self.out, "wb")  # noqa: SIM115 (closed by close())
+                    self._wav.setnchannels(1)
+                    self._wav.setsampwidth(2)
+                    self._wav.setframerate(self._rate_hz)
+                self._wav.writeframes(pcm)  # rewrites the header's sizes: valid at every moment
+        except OSError as exc:
+            raise OutputError(f"cannot write {self.out}: {exc.strerror or exc}") from exc
         self.samples += len(pcm) // 2
-        if self._wav is not None:
-            self._wav.writeframes(pcm)  # rewrites the header's sizes: valid at every moment
-        elif self._raw is not None:
-            self._raw.write(pcm)
-            self._raw.flush()
 
     def close(self) -> None:
         if self._wav is not None:
@@ -148,23 +173,34 @@ async def speak(args: argparse.Namespace, sink: PcmSink) -> Progress:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", default="ws://localhost:8000/v1/stream")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser.add_argument("--url", default="ws://localhost:8000/v1/stream",
+                        help="the server's /v1/stream (make serve listens on localhost:8000)")  # fmt: skip
     parser.add_argument("--token", default=None, help="the server's bearer token, if it has one")
-    parser.add_argument("--voice", default=None, help="a name from GET /v1/voices")
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--sample-rate", type=int, default=24000, help="of the audio written")
+    parser.add_argument("--voice", default=None,
+                        help="a name from GET /v1/voices; None: the server's default")  # fmt: skip
+    parser.add_argument("--seed", type=int, default=None,
+                        help="the sampling seed; None: the server picks one")  # fmt: skip
+    parser.add_argument("--sample-rate", type=int, default=24000, help="of the audio written, Hz")
     parser.add_argument("--delay-ms", type=float, default=40.0, help="between text pieces")
     parser.add_argument("--text", default=REPLY, help="the reply the stand-in LLM streams")
     parser.add_argument("--out", default="reply.wav", help="a .wav file, or - for raw PCM")
     return parser.parse_args(argv)
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Every option's default in ``-h``; the description's examples as written."""
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     sink = PcmSink(args.out, args.sample_rate)
     try:
+        sink.check()
         progress = asyncio.run(speak(args, sink))
+    except OutputError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     except AuthError as exc:
         print(f"the server refused the token ({exc}): pass --token", file=sys.stderr)
         return 2
@@ -178,9 +214,19 @@ def main(argv: list[str] | None = None) -> int:
     except TTSClientError as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return 1
+    except (OSError, TimeoutError, WebSocketException) as exc:
+        reason = str(exc) or type(exc).__name__
+        print(f"cannot reach the server at {args.url} ({reason}): is it running "
+              "(make serve)? --url names another", file=sys.stderr)  # fmt: skip
+        return 1
+    except KeyboardInterrupt:
+        print(f"interrupted: {sink.samples} samples written", file=sys.stderr)
+        return 130
     finally:
         sink.close()
     where = "stdout" if args.out == "-" else args.out
+    if sink.samples == 0 and args.out != "-":
+        where += " (no audio came: no file written)"
     print(
         f"first audio after {progress.pieces_at_first_audio} of {progress.pieces_total} "
         f"text pieces ({progress.first_audio_s or 0:.2f} s); {sink.samples} samples "

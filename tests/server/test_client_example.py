@@ -6,6 +6,7 @@ input options), and refused."""
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -112,4 +113,56 @@ def test_a_refused_token_exits_2_with_what_to_do(tmp_path: Path) -> None:
     assert refused.returncode == 2, refused.stderr[-2000:]
     assert "refused the token" in refused.stderr and "pass --token" in refused.stderr
     assert "Traceback" not in refused.stderr
+    assert not (tmp_path / "no.wav").exists()  # no audio came: no file
     assert spoken.returncode == 0 and summary(spoken.stderr)[3] > 0
+
+
+def closed_port_url() -> str:
+    """A WebSocket URL where nothing listens (a port the OS just handed out, closed)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"ws://127.0.0.1:{port}/v1/stream"
+
+
+@pytest.mark.parametrize("out", ["reply.wav", "-"])
+def test_no_server_is_one_line_exit_1_and_no_file(tmp_path: Path, out: str) -> None:
+    """With nothing listening: exit status 1, one line naming the URL and what to do, no
+    traceback, and nothing written (no WAV file, nothing on stdout)."""
+    url = closed_port_url()
+    run = subprocess.run(
+        example(url, "--out", out), cwd=tmp_path, capture_output=True, timeout=TIMEOUT_S
+    )
+    stderr = run.stderr.decode()
+    assert run.returncode == 1, stderr
+    assert stderr.strip().splitlines() == [stderr.strip()], stderr
+    assert f"cannot reach the server at {url}" in stderr and "make serve" in stderr
+    assert run.stdout == b"" and list(tmp_path.iterdir()) == []
+
+
+def test_an_out_file_that_cannot_be_written_fails_before_connecting(tmp_path: Path) -> None:
+    """--out in a folder that does not exist: one line saying so and exit status 1, before
+    any connection is tried (nothing listens at the URL either)."""
+    out = tmp_path / "missing" / "reply.wav"
+    run = subprocess.run(
+        example(closed_port_url(), "--out", str(out)),
+        capture_output=True, text=True, timeout=TIMEOUT_S,
+    )  # fmt: skip
+    assert run.returncode == 1
+    assert run.stderr.strip() == f"cannot write {out}: not a file in an existing folder"
+
+
+def test_help_shows_every_option_with_its_default() -> None:
+    """-h lists each option with its default, the URL of a local `make serve` first."""
+    run = subprocess.run([sys.executable, str(EXAMPLE), "-h"], capture_output=True, text=True,
+                         timeout=TIMEOUT_S)  # fmt: skip
+    assert run.returncode == 0
+    options = re.split(r"\n  (?=--)", run.stdout.split("options:", 1)[1])[1:]
+    assert [o.split()[0] for o in options] == [
+        "--url", "--token", "--voice", "--seed", "--sample-rate", "--delay-ms", "--text", "--out",
+    ]  # fmt: skip
+    for option in options:
+        assert "(default:" in option, option
+    flat = " ".join(run.stdout.split())
+    for shown in ("ws://localhost:8000/v1/stream", "reply.wav", "24000", "40.0"):
+        assert f"(default: {shown})" in flat
