@@ -28,8 +28,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from websockets.exceptions import WebSocketException
-
 from chattts_client import (
     AudioFrame,
     AuthError,
@@ -40,6 +38,7 @@ from chattts_client import (
     UnavailableError,
     error_from_event,
 )
+from websockets.exceptions import WebSocketException
 
 REPLY = (
     "你好！我是你的语音助手，很高兴认识你。"
