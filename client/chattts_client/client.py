@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -72,6 +73,8 @@ __all__ = [
     "Event",
     "StreamClient",
 ]
+
+logger = logging.getLogger(__name__)
 
 
 class StreamClient:
@@ -268,19 +271,28 @@ class StreamClient:
         sample_rate: int | None = None,
         timestamps: bool = False,
         attempts: int = 5,
+        busy_within_s: float = 10.0,
         timeout_s: float = 30.0,
     ) -> str:
         """:meth:`start` and wait for ``started``; retry a ``busy`` refusal.
 
-        A busy server sends ``retry_after_ms``: the next attempt waits that long, or the
-        backoff (0.25 s, doubling up to 10 s) if longer, ``attempts`` times in all; then
-        :class:`BusyError` (with the last ``retry_after_ms``). A start refused for another
-        reason raises at once: :class:`RequestError` (``voice_not_found``,
+        A busy server sends ``retry_after_ms`` (2000 by default, ``--busy-retry-after-ms``):
+        the next try waits that long, or the backoff (0.25 s, doubling up to 10 s) if
+        longer. ``attempts`` tries in all (1: fail fast, the first ``busy`` raises), and
+        no wait that would end more than ``busy_within_s`` after the first refusal; then
+        :class:`BusyError` (with the last ``retry_after_ms``). Each retry is logged (logger
+        ``chattts_client``, WARNING) with the server's hint and the wait. A start refused
+        for another reason raises at once: :class:`RequestError` (``voice_not_found``,
         ``invalid_field``, ``context_exists``; :class:`LimitError` for
-        ``too_many_contexts``), :class:`NotReadyError`. Returns the context id.
+        ``too_many_contexts``), :class:`NotReadyError`. ``timeout_s`` bounds the wait
+        for each answer. Returns the context id.
         """
+        if attempts < 1 or busy_within_s < 0:
+            raise ValueError("open needs attempts >= 1 and busy_within_s >= 0")
         context_id = context_id or uuid.uuid4().hex[:8]
+        loop = asyncio.get_running_loop()
         backoff_s = 0.25
+        first_refused_at: float | None = None
         for attempt in range(1, attempts + 1):
             await self.start(
                 context_id,
@@ -294,10 +306,19 @@ class StreamClient:
             if answer["type"] == "started":
                 return context_id
             refusal = error_from_event(answer)
-            if not isinstance(refusal, BusyError) or attempt == attempts:
+            if not isinstance(refusal, BusyError):
                 raise refusal
-            hint_s = (refusal.retry_after_ms or 0) / 1000
-            await asyncio.sleep(max(hint_s, backoff_s))
+            now = loop.time()
+            first_refused_at = now if first_refused_at is None else first_refused_at
+            wait_s = max((refusal.retry_after_ms or 0) / 1000, backoff_s)
+            if attempt == attempts or now + wait_s - first_refused_at > busy_within_s:
+                raise refusal
+            logger.warning(
+                "context %r: the server is busy (retry_after_ms=%s); try %d of %d in %.2f s "
+                "(giving up %.1f s after the first refusal)",
+                context_id, refusal.retry_after_ms, attempt + 1, attempts, wait_s, busy_within_s,
+            )  # fmt: skip
+            await asyncio.sleep(wait_s)
             backoff_s = min(2 * backoff_s, 10.0)
         raise AssertionError("unreachable")
 

@@ -5,6 +5,7 @@ refused message, a failed segment, and a peer that does not speak the protocol."
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import signal
 import threading
@@ -115,27 +116,89 @@ async def test_a_draining_server_raises_unavailable_draining() -> None:
 # --- refusals on the open connection ---------------------------------------------------
 
 
-async def test_busy_after_the_last_retry_raises_busy_error_with_the_hint() -> None:
-    """open() retries busy as hinted, ``attempts`` times, then raises BusyError carrying
-    retry_after_ms; the stream already speaking is not affected."""
+@asynccontextmanager
+async def engine_at_capacity(retry_after_ms: int) -> AsyncIterator[tuple[Any, StreamClient]]:
+    """A real server admitting one stream (``--max-streams 1``), that stream speaking a
+    long text on the yielded client; on exit it is cancelled and must end cleanly."""
     engine = ScriptedEngine(chunk_ms=100, chunk_delay_s=0.05, ms_per_char=300)
-    settings = Settings(
-        engine="chattts", model_dir=Path("unused"), max_streams=1, busy_retry_after_ms=200
-    )
+    settings = Settings(engine="chattts", model_dir=Path("unused"), max_streams=1,
+                        busy_retry_after_ms=retry_after_ms)  # fmt: skip
     with run_live_server(settings, engine=lambda: (engine, False, None)) as live:
         async with StreamClient.connect(live.ws_url) as client:
             speaking = await client.open("a", seed=1)
             await client.send_text("占着引擎的很长的一句话，" * 3, speaking)
-            with pytest.raises(BusyError) as caught:
-                await client.open("b", seed=2, attempts=3)
+            yield live, client
             await client.cancel(speaking)
             result = await client.collect(speaking, timeout_s=TIMEOUT_S)
-        metrics = httpx.get(live.base_url + "/metrics", timeout=TIMEOUT_S).text
+    assert result.errors == [] and result.done is not None  # it spoke on, unaffected
+
+
+def refused(live: Any) -> float:
+    """The WebSocket starts the server has refused ``busy`` so far."""
+    metrics = httpx.get(live.base_url + "/metrics", timeout=TIMEOUT_S).text
+    found = re.search(r'^tts_contexts_refused_total\{route="ws"\} (\S+)$', metrics, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def retries_logged(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name.startswith("chattts_client") and "busy" in
+            r.getMessage()]  # fmt: skip
+
+
+async def test_busy_after_the_last_retry_raises_busy_error_with_the_hint(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """open() retries busy as hinted, ``attempts`` times, logging each retry (logger
+    chattts_client, WARNING, with the server's retry_after_ms and the wait), then raises
+    BusyError carrying retry_after_ms; the stream already speaking is not affected."""
+    caplog.set_level(logging.WARNING, logger="chattts_client")
+    async with engine_at_capacity(retry_after_ms=200) as (live, client):
+        with pytest.raises(BusyError) as caught:
+            await client.open("b", seed=2, attempts=3)
+        assert refused(live) == 3  # all three attempts
     error = caught.value
     assert (error.code, error.retry_after_ms, error.context_id) == ("busy", 200, "b")
     assert isinstance(error, UnavailableError) and error.status_code == 503
-    assert 'tts_contexts_refused_total{route="ws"} 3.0' in metrics  # all three attempts
-    assert result.errors == [] and result.done is not None and result.frames
+    logged = [r.getMessage() for r in retries_logged(caplog)]
+    assert logged == [
+        f"context 'b': the server is busy (retry_after_ms=200); try {n} of 3 in "
+        f"{wait} s (giving up 10.0 s after the first refusal)"
+        for n, wait in ((2, "0.25"), (3, "0.50"))  # the backoff, longer than the hint
+    ]
+    assert all(r.levelno == logging.WARNING for r in retries_logged(caplog))
+    # docs/protocol.md shows the same line (for other numbers).
+    documented = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8").splitlines()
+    numbers = re.compile(r"\d+(?:\.\d+)?")
+    assert numbers.sub("#", logged[0]) in {numbers.sub("#", line) for line in documented}
+
+
+async def test_attempts_1_fails_fast_without_waiting(caplog: pytest.LogCaptureFixture) -> None:
+    """open(attempts=1): the first busy refusal raises at once, long before the server's
+    retry_after_ms, with no retry logged."""
+    caplog.set_level(logging.INFO, logger="chattts_client")
+    async with engine_at_capacity(retry_after_ms=int(TIMEOUT_S * 1000)) as (live, client):
+        began = asyncio.get_running_loop().time()
+        with pytest.raises(BusyError) as caught:
+            await client.open("b", seed=2, attempts=1)
+        waited_s = asyncio.get_running_loop().time() - began
+        assert refused(live) == 1
+    assert caught.value.retry_after_ms == TIMEOUT_S * 1000 and waited_s < TIMEOUT_S / 2
+    assert retries_logged(caplog) == []
+
+
+async def test_busy_within_s_bounds_the_whole_wait(caplog: pytest.LogCaptureFixture) -> None:
+    """However many attempts are allowed, open() gives up rather than start a wait that
+    would end more than busy_within_s after the first refusal: with a 1 s hint and a
+    2.5 s bound, three tries (two waits of 1 s), then BusyError."""
+    caplog.set_level(logging.WARNING, logger="chattts_client")
+    async with engine_at_capacity(retry_after_ms=1000) as (live, client):
+        with pytest.raises(BusyError):
+            await client.open("b", seed=2, attempts=50, busy_within_s=2.5)
+        assert refused(live) == 3
+    logged = [r.getMessage() for r in retries_logged(caplog)]
+    assert [re.search(r"try (\d+) of 50 in (\S+) s", m).groups() for m in logged] == [  # type: ignore[union-attr]
+        ("2", "1.00"), ("3", "1.00"),
+    ]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
