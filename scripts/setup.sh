@@ -107,6 +107,8 @@ if [[ -z "${TTS_SKIP_APT:-}" ]] && command -v dpkg >/dev/null; then
         apt_install prometheus || log "promtool unavailable: the alert rule tests will skip"
         # docker-compose (1.x, Python): validates deploy/docker-compose.yml without a daemon.
         apt_install docker-compose || log "docker-compose unavailable: the compose check will skip"
+        # jq: the documented voice examples build their JSON bodies with it (tests run them).
+        apt_install jq || { log "the documentation's examples need jq"; exit 1; }
         # The fleet tests (tests/fleet/): a real balancer and a real shared voice store.
         apt_install haproxy redis-server || { log "the fleet tests need haproxy and redis-server"; exit 1; }
     fi

@@ -40,6 +40,9 @@ from chattts_client import (
 )
 from websockets.exceptions import WebSocketException
 
+#: Where ``make serve`` listens.
+LOCAL_URL = "ws://localhost:8000/v1/stream"
+
 REPLY = (
     "你好！我是你的语音助手，很高兴认识你。"
     "今天我们来聊聊流式语音合成：文字一边生成，声音一边播放，不用等整段话写完。"
@@ -173,8 +176,9 @@ async def speak(args: argparse.Namespace, sink: PcmSink) -> Progress:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    parser.add_argument("--url", default="ws://localhost:8000/v1/stream",
-                        help="the server's /v1/stream (make serve listens on localhost:8000)")  # fmt: skip
+    parser.add_argument("--url", default=os.environ.get("CHATTTS_URL", LOCAL_URL),
+                        help=f"the server's /v1/stream; $CHATTTS_URL, else {LOCAL_URL} "
+                        "(make serve)")  # fmt: skip
     parser.add_argument("--token", default=None, help="the server's bearer token, if it has one")
     parser.add_argument("--voice", default=None,
                         help="a name from GET /v1/voices; None: the server's default")  # fmt: skip
