@@ -51,7 +51,12 @@ def _sync(device: torch.device) -> None:
 
 
 def measure(
-    decoder: StreamingDecoder, chat: Any, size: int, steps: int, cuda_graphs: bool = False
+    decoder: StreamingDecoder,
+    chat: Any,
+    size: int,
+    steps: int,
+    cuda_graphs: bool = False,
+    max_tokens: int = 1024,
 ) -> dict[str, float]:
     """Whole fixed-length utterances for ``size`` rows: step and vocoder costs, throughput
     (with ``cuda_graphs``, the step replayed from graphs captured per bucket first)."""
@@ -63,7 +68,7 @@ def measure(
     _sync(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    batch = BatchedDecoder(decoder, max_batch=size, max_tokens=1024, cuda_graphs=cuda_graphs)
+    batch = BatchedDecoder(decoder, max_batch=size, max_tokens=max_tokens, cuda_graphs=cuda_graphs)
     capture_started = time.perf_counter()
     batch.prepare()
     capture_s = time.perf_counter() - capture_started
@@ -108,6 +113,7 @@ def ramp(
     steps: int,
     warm_up: bool,
     cuda_graphs: bool = False,
+    max_tokens: int = 1024,
 ) -> dict[str, Any]:
     """The batch sizes in turn on a fresh model with a ``dtype`` GPT, then the capacity."""
     from server.engines.chattts.checkpoint import load_chat
@@ -117,12 +123,12 @@ def ramp(
     chat = load_chat(checkpoint, device=device)
     decoder = StreamingDecoder(chat, ChatTTSOptions(device=device, gpt_dtype=dtype))
     if warm_up:
-        measure(decoder, chat, 2, steps, cuda_graphs)
+        measure(decoder, chat, 2, steps, cuda_graphs, max_tokens)
     costs = StepCosts(smoothing=1.0)
     rows: dict[int, dict[str, float]] = {}
     for size in batches:
         try:
-            rows[size] = row = measure(decoder, chat, size, steps, cuda_graphs)
+            rows[size] = row = measure(decoder, chat, size, steps, cuda_graphs, max_tokens)
         except torch.OutOfMemoryError:
             print(f"{dtype} batch {size}: out of memory")
             break
@@ -161,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128])
     parser.add_argument("--steps", type=int, default=96)
+    parser.add_argument("--max-tokens", type=int, default=1024,
+                        help="positions per row of the key/value store (the server's "
+                        "--gpt-cache-tokens, 2560 by default; allocated whole with "
+                        "--cuda-graphs, so it sets the memory measured)")  # fmt: skip
     parser.add_argument("--cuda-graphs", action="store_true",
                         help="replay the batched step from CUDA graphs captured per bucket "
                         "(the server's --batch-cuda-graphs), capture time reported")  # fmt: skip
@@ -181,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         "smoke": args.smoke,
         "device": torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu",
         "cuda_graphs": args.cuda_graphs,
+        "max_tokens": args.max_tokens,
     }
     with tempfile.TemporaryDirectory() as scratch:
         checkpoint = args.checkpoint or (
@@ -194,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             report[dtype] = ramp(
                 checkpoint, device, dtype, args.batches, args.steps,
                 warm_up=not args.smoke, cuda_graphs=args.cuda_graphs,
+                max_tokens=args.max_tokens,
             )  # fmt: skip
     print(json.dumps(report))
     return 0

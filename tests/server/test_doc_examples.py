@@ -141,6 +141,7 @@ NOT_RUN = {
     ("docs/gpu.md", "--device cuda"): _GPU,
     ("docs/gpu.md", "docker "): _GPU + "; and Docker with the NVIDIA Container Toolkit",
     ("docs/gpu.md", "gpu_check.sh"): _GPU,
+    ("docs/gpu.md", "gpu_batch.py"): _GPU,
     ("docs/gpu.md", "bench/load.py"): _BENCH + " (tests/bench/test_load.py), against a GPU server",
     ("docs/http-api.md", "bench/http_streaming.py"): _BENCH + " (tests/bench/test_http_streaming.py)",
     ("docs/operations.md", "kubectl"): _CLUSTER,
