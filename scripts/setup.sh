@@ -103,6 +103,9 @@ if [[ -z "${TTS_SKIP_APT:-}" ]] && command -v dpkg >/dev/null; then
     apt_install ffmpeg || log "compressed formats (mp3/ogg/flac) will be unavailable"
     if [[ $want_test == 1 ]]; then
         apt_install chromium || { log "the browser tests need chromium"; exit 1; }
+        # A CJK font (1.6 MB; Debian's fonts-noto-cjk is 57 MB): without one the page's
+        # Chinese renders as boxes in the browser tests and their screenshots.
+        apt_install fonts-wqy-microhei || { log "the browser tests need a CJK font"; exit 1; }
         # promtool (in Debian's prometheus) checks and unit-tests deploy/prometheus's rules.
         apt_install prometheus || log "promtool unavailable: the alert rule tests will skip"
         # docker-compose (1.x, Python): validates deploy/docker-compose.yml without a daemon.

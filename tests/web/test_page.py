@@ -213,3 +213,34 @@ def test_worklet_prebuffers_plays_out_after_end_and_counts_underruns(
     assert result["after"]["playedSamples"] == 24 * 300
     assert result["after"]["drained"] is True
     assert result["after"]["underruns"] == 1
+
+
+#: Each Han character of the page drawn alone in the page's own font, and a code point no
+#: font has (the missing-glyph box, "tofu"), as hashes of the drawn pixels' alpha.
+DRAW_HAN = r"""() => {
+  const text = document.body.innerText + document.querySelector('#text').value;
+  const chars = [...new Set([...text].filter((c) => /\p{Script=Han}/u.test(c)))];
+  const font = getComputedStyle(document.body).fontFamily;
+  const canvas = document.createElement('canvas');
+  canvas.width = canvas.height = 32;
+  const ctx = canvas.getContext('2d', { willReadFrequently: true });
+  const draw = (c) => {
+    ctx.clearRect(0, 0, 32, 32);
+    ctx.font = `24px ${font}`;
+    ctx.fillText(c, 2, 26);
+    const alpha = ctx.getImageData(0, 0, 32, 32).data.filter((_, i) => i % 4 === 3);
+    return alpha.reduce((h, a) => (h * 31 + a) >>> 0, 7);
+  };
+  return { chars, images: chars.map(draw), tofu: draw('\u{10FFFD}') };
+}"""
+
+
+def test_the_pages_chinese_renders_with_real_glyphs(page: Any, open_server: LiveServer) -> None:
+    """Every Han character on the page draws a glyph of its own in the page's font: none
+    is the missing-glyph box, and no two look alike (the boxes all do)."""
+    load(page, open_server)
+    drawn = page.evaluate(DRAW_HAN)
+    assert len(drawn["chars"]) > 30, drawn["chars"]
+    boxes = [c for c, image in zip(drawn["chars"], drawn["images"], strict=True) if image == drawn["tofu"]]  # fmt: skip
+    assert boxes == [], f"drawn as the missing-glyph box: {''.join(boxes)} (no CJK font?)"
+    assert len(set(drawn["images"])) == len(drawn["chars"])
