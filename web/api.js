@@ -109,7 +109,11 @@ export async function explainRefusal(token) {
   return describeRefusal(503, { code: "too_many_connections" }, token);
 }
 
-/** The banner's lines for a /ready body: degraded service, random weights; [] if none. */
+/** The engine /ready names when the fallback voice serves. */
+const FALLBACK_ENGINE = "espeak";
+
+/** The banner's lines for a /ready body: degraded service, the fallback voice serving as
+ * configured (no model), random weights; [] if none. */
 export function readinessWarnings(readiness) {
   const lines = [];
   if (!readiness) return lines;
@@ -119,6 +123,16 @@ export function readinessWarnings(readiness) {
     lines.push({
       kind: "degraded",
       text: `降级运行 degraded: ${engine} is speaking instead of the model${detail}`,
+    });
+  }
+  if (readiness.engine === FALLBACK_ENGINE && !readiness.degraded) {
+    lines.push({
+      kind: "fallback-voice",
+      text:
+        "后备语音 fallback voice: no ChatTTS model is loaded, so espeak-ng's robotic Mandarin " +
+        "voice speaks. For ChatTTS, get its weights and restart the server with them: " +
+        "`.venv/bin/chattts-stream download-weights models/chattts`, then " +
+        '`make serve ARGS="--model-dir models/chattts"` (README.md, "Quickstart (CPU)")',
     });
   }
   if (readiness.random_weights) {

@@ -4,6 +4,11 @@
 // the utterance; a Play utterance then continues on a new connection (a load balancer
 // sends it to another server) with the same voice, seed and speed, from the character
 // where the drained server stopped, in the same playback; `resumed` records where.
+// When the connection is lost instead (the server crashed, the network cut it), the
+// utterance continues the same way, as the Python client's resumption does
+// (client/chattts_client/ledger.py): from the start of the segment whose audio may have
+// been cut (heard again, under its own index), or after the last one heard, retried
+// with a growing pause within RESUME_WITHIN_MS.
 //
 // `window.ttsState` is a read-only snapshot for tests and the curious. `contextState`
 // is "idle" before the first Play, "speaking" from Play until the server's `done` AND
@@ -23,7 +28,14 @@ import {
   readinessWarnings,
 } from "/web/api.js";
 import { Player, parseAudioFrame } from "/web/player.js";
-import { appendLog, renderAlert, renderBanner, renderSegment, renderVoices } from "/web/view.js";
+import {
+  appendLog,
+  markSegment,
+  renderAlert,
+  renderBanner,
+  renderSegment,
+  renderVoices,
+} from "/web/view.js";
 import { encodeWav, saveFile } from "/web/wav.js";
 
 const SUBPROTOCOL = "tts.v1";
@@ -32,12 +44,20 @@ const TOKEN_STORAGE_KEY = "tts.token";
 const DEFAULT_SAMPLE_RATE_HZ = 24000;
 const MAX_LOG_ENTRIES = 200;
 const READY_POLL_MS = 2000; // while /ready says the engine is still loading
+// Continuing after a lost connection, as the Python client's ResumePolicy does.
+const RESUME_ATTEMPTS = 8;
+const RESUME_WITHIN_MS = 30000;
+const RESUME_BACKOFF_MS = [100, 2000]; // first pause, doubling up to the second
+// Close codes after which the page itself was at fault: the same frames would be refused
+// again (protocol error, bad data, invalid UTF-8, policy, too large).
+const CLIENT_FAULT_CLOSES = new Set([1002, 1003, 1007, 1008, 1009]);
 
 const $ = (id) => document.getElementById(id);
 
 const state = {
   connected: false,
-  connection: "disconnected", // disconnected | connecting | connected | closed | refused
+  // idle (no connection yet) | connecting | connected | closed | refused | resuming
+  connection: "idle",
   draining: false, // the server of this connection said `draining`
   sessionId: null,
   engine: null,
@@ -62,7 +82,9 @@ const state = {
   errors: [],
   warnings: [],
   sent: [], // types of the client messages sent for the current context, in order
-  resumed: [], // {reason: "draining", startChar}: where the utterance continued elsewhere
+  // Where the utterance continued elsewhere: {reason: "draining" | "closed", startChar,
+  // index, repeated (a segment cut by a lost connection is heard again), attempts}.
+  resumed: [],
   voices: null, // the picker's names, from GET /v1/voices; null until listed
   alert: null, // {status, code, message}: the latest refusal (401 or 503), until cleared
   readiness: null, // the latest GET /ready body
@@ -85,13 +107,36 @@ let socketDraining = false; // the server said `draining`: nothing new goes to i
 // The Play utterance across servers: its whole text (code points), where the current
 // server context's characters, segments and samples begin in it, and what remains to
 // be continued elsewhere once a drained server is done ({startChar} or null).
-let utterance = { chars: null, charBase: 0, segmentBase: 0, sampleBase: 0, continueAt: null };
+// Across legs, what was heard (as the Python client's ledger keeps it): characters before
+// `heardChars` were heard completely; `openSegment` {index, startChar, endChar} is the
+// segment whose audio may still be coming (its next segment event or `done` has not).
+let utterance = newUtterance();
 let deltaTimer = null; // pending timed delta of the "stream as an LLM" mode
 let firstTextAt = null; // performance.now() of the first text sent in this context
 let expectedSequence = 0;
 let contextCounter = 0;
-let typeSession = null; // {contextId, chain} while a "type to speak" context is open
+// {contextId, chain, base, drained, ended, legs, resuming} while a "type to speak" context
+// is open (ended: Play sent its `end`; legs: continued after a lost connection).
+let typeSession = null;
+let held = null; // {frames, ended}: a queued context's audio, while the one before plays out
+const finishWaiters = []; // serverFinished()'s
 let refusedContextId = null; // the context whose `start` the server refused
+
+function newUtterance() {
+  return {
+    chars: null,
+    charBase: 0,
+    segmentBase: 0,
+    sampleBase: 0,
+    continueAt: null,
+    heardChars: 0,
+    openSegment: null,
+    startFields: null, // the `start` fields of its first leg (voice, seed, speed)
+    voice: null, // voice, seed and speed as its first `started` confirmed them
+    lostAt: null, // performance.now() of the first lost connection
+    resumeAttempts: 0,
+  };
+}
 
 // --- connection ---------------------------------------------------------------------
 
@@ -100,8 +145,9 @@ function socketUrl() {
   return `${scheme}//${location.host}/v1/stream`;
 }
 
-/** The connection, opened (or reused) with the current token; resolves on `ready`. */
-function connect() {
+/** The connection, opened (or reused) with the current token; resolves on `ready`.
+ * `quiet`: a refused upgrade only rejects (a resumption's try), nothing is reported. */
+function connect({ quiet = false } = {}) {
   const token = $("token").value.trim();
   const reusable = socket && socketToken === token && !socketDraining;
   if (reusable && socket.readyState <= WebSocket.OPEN) return socketReady;
@@ -113,7 +159,7 @@ function connect() {
   ws.binaryType = "arraybuffer";
   socket = ws;
   socketToken = token;
-  setConnection("connecting");
+  setConnection(quiet ? "resuming" : "connecting");
   socketReady = new Promise((resolve, reject) => {
     let opened = false;
     let ready = false;
@@ -140,6 +186,10 @@ function connect() {
       socket = null;
       state.connected = false;
       stopDeltas();
+      if (!opened && quiet) {
+        reject(new Error(`connection refused (${event.code})`));
+        return;
+      }
       if (!opened) {
         setConnection("refused");
         explainRefusal(token).then((problem) => {
@@ -152,7 +202,9 @@ function connect() {
       setConnection("closed", event.code);
       // After `draining` the close is expected once the context here has its `done`.
       const cut = state.contextState === "speaking" && state.done === null;
-      if (socketDraining && !cut) {
+      if (cut && resumable(event.code)) {
+        void resumeAfterLoss(event.code); // lost mid-utterance: it goes on elsewhere
+      } else if (socketDraining && !cut) {
         log("info", `the draining server closed the connection (${event.code})`);
       } else if (event.code !== 1000 && event.code !== 1005) {
         utterance.continueAt = null; // the drained server did not finish: nothing follows
@@ -162,8 +214,8 @@ function connect() {
           context_id: null,
         });
       }
-      if (state.contextState === "speaking") {
-        player.end(); // play out what arrived; no more will come
+      if (state.contextState === "speaking" && state.connection !== "resuming") {
+        playerEnd(); // play out what arrived; no more will come
       }
       if (!ready) reject(new Error(`connection closed (${event.code}) before ready`));
     };
@@ -174,15 +226,37 @@ function connect() {
 
 function setConnection(connection, code) {
   state.connection = connection;
+  renderStatus(code);
+}
+
+/** The badge: the connection's state, or before there is one, the server's (GET /ready). */
+function renderStatus(code) {
   const el = $("status");
-  el.dataset.state = connection;
-  el.textContent = {
-    disconnected: "未连接 disconnected",
+  let shown = state.connection;
+  let text = {
     connecting: "连接中 connecting…",
     connected: "已连接 connected",
     closed: `已断开 closed${code ? ` (${code})` : ""}`,
     refused: "被拒绝 refused",
-  }[connection];
+    resuming: "重新连接中 reconnecting…",
+  }[shown];
+  if (shown === "idle") {
+    const readiness = state.readiness;
+    if (readinessUnreachable) {
+      shown = "unreachable";
+      text = "无法连接 server unreachable";
+    } else if (readiness === null) {
+      text = "空闲 idle";
+    } else if (readiness.ready) {
+      shown = "ready";
+      text = `就绪 ready: ${readiness.engine}`;
+    } else {
+      shown = readiness.state === "loading" ? "loading" : "unavailable";
+      text = readiness.state === "loading" ? "加载中 loading" : `不可用 ${readiness.state}`;
+    }
+  }
+  el.dataset.state = shown;
+  el.textContent = text;
 }
 
 function send(msg) {
@@ -225,13 +299,18 @@ function onEvent(msg) {
       showAlert(null); // whatever was refused before, this context was not
       state.seed = msg.seed;
       state.speed = msg.speed;
+      if (!utterance.voice) {
+        // What every later leg of the utterance starts with (the seed the server chose).
+        utterance.voice = { seed: msg.seed, speed: msg.speed };
+        if (msg.voice) utterance.voice.voice = msg.voice;
+      }
       if (msg.sample_rate !== player.sampleRateHz) {
         // Only reached if the page asked for another rate; the AudioContext must match.
         player.open(msg.sample_rate);
         player.begin();
       }
-      log("info", `started: stream ${msg.stream}, voice ${msg.voice}, seed ${msg.seed}, ` +
-        `speed ${msg.speed}`);
+      log("info", `started: stream ${msg.stream}, voice ${msg.voice ?? "默认 default"}, ` +
+        `seed ${msg.seed}, speed ${msg.speed}`);
       break;
     case "segment": {
       if (msg.context_id !== state.contextId) return;
@@ -244,6 +323,15 @@ function onEvent(msg) {
         audio_start_sample: msg.audio_start_sample + utterance.sampleBase,
       };
       seg.audio_start_ms = Math.round((seg.audio_start_sample / state.sampleRate) * 10000) / 10;
+      // Everything before it was heard; its own audio is what may still be cut.
+      utterance.heardChars = Math.max(utterance.heardChars, seg.start_char);
+      utterance.openSegment = { index: seg.index, startChar: seg.start_char, endChar: seg.end_char };
+      const last = state.segments[state.segments.length - 1];
+      if (last && last.index === seg.index) {
+        // The segment a lost connection cut, heard again from its start: one entry.
+        state.segments.pop();
+        $("segments").lastElementChild?.remove();
+      }
       state.segments.push({
         index: seg.index,
         text: seg.text,
@@ -259,10 +347,18 @@ function onEvent(msg) {
     case "draining":
       onDraining(msg);
       break;
-    case "warning":
-      state.warnings.push({ code: msg.code, message: msg.message, context_id: msg.context_id });
-      log("warning", `${msg.code}: ${msg.message}`);
+    case "warning": {
+      // Every warning is shown (the log keeps its code and message); one about a segment
+      // of this utterance also marks that segment (e.g. segment_without_audio).
+      const mine = msg.context_id === state.contextId && Number.isInteger(msg.segment);
+      const segment = mine ? msg.segment + utterance.segmentBase : null;
+      state.warnings.push({
+        code: msg.code, message: msg.message, context_id: msg.context_id, segment,
+      });
+      log("warning", `${msg.code}: ${msg.message}` + (segment === null ? "" : ` (segment ${segment})`));
+      if (segment !== null) markSegment($("segments"), segment, msg.code, msg.message);
       break;
+    }
     case "error":
       // The text and end sent after a refused start only echo the refusal.
       if (msg.context_id === refusedContextId && msg.code === "unknown_context") return;
@@ -323,33 +419,133 @@ async function continueElsewhere(msg) {
     onDone(msg); // nothing left to say: the drain came just before `end`
     return;
   }
-  const voice = { seed: state.seed, speed: state.speed };
-  if (state.voice) voice.voice = state.voice;
-  const contextId = newContextId();
-  state.contextId = contextId;
-  state.stream = null;
-  expectedSequence = 0;
-  state.sent = [];
-  state.resumed.push({ reason: "draining", startChar });
-  utterance.charBase = startChar;
-  utterance.segmentBase = state.segments.length;
-  utterance.sampleBase = state.samplesReceived;
+  // The drained server finished its part: all of it was heard.
+  utterance.heardChars = startChar;
+  utterance.openSegment = null;
+  const contextId = beginLeg(startChar, { reason: "draining", startChar });
   try {
     await connect();
   } catch {
-    player.end(); // the refusal is in the log and the alert
+    playerEnd(); // the refusal is in the log and the alert
     return;
   }
   // Stop or another Play meanwhile.
   if (state.contextId !== contextId || state.contextState !== "speaking") return;
   log("info", `continued on a new connection from character ${startChar}`);
-  send({ type: "start", context_id: contextId, ...voice });
-  if ($("stream-mode").checked) {
-    sendDeltas(contextId, rest);
+  sendLeg(contextId, rest, true);
+}
+
+/** The utterance's next server context (a "leg"), from `startChar` on: its numbers
+ * continue the utterance's (`resumed` records where); returns its context id. */
+function beginLeg(startChar, resumed) {
+  const contextId = newContextId();
+  state.contextId = contextId;
+  state.stream = null;
+  expectedSequence = 0;
+  state.sent = [];
+  state.resumed.push(resumed);
+  utterance.charBase = startChar;
+  // A segment heard again keeps its index; otherwise the numbering goes on.
+  utterance.segmentBase = resumed.repeated ? resumed.index : state.segments.length;
+  utterance.sampleBase = state.samplesReceived;
+  if (typeSession && typeSession.legs) typeSession.contextId = contextId;
+  return contextId;
+}
+
+/** `start` the leg with the voice, seed and speed heard so far, then send it `chars`
+ * (as an LLM would in that mode), and `end` when the whole text is known. */
+function sendLeg(contextId, chars, ended) {
+  const heard = utterance.voice || utterance.startFields || {};
+  send({ type: "start", context_id: contextId, ...heard });
+  if (!ended) {
+    if (chars.length) sendText(contextId, chars.join(""));
+  } else if ($("stream-mode").checked && !typeSession) {
+    sendDeltas(contextId, chars);
   } else {
-    sendText(contextId, rest.join(""));
+    if (chars.length) sendText(contextId, chars.join(""));
     send({ type: "end", context_id: contextId });
   }
+}
+
+function resumable(code) {
+  const known = utterance.chars !== null || (typeSession && typeSession.contextId === state.contextId);
+  return known && !CLIENT_FAULT_CLOSES.has(code);
+}
+
+/** The connection was lost mid-utterance: continue it on a new one (the balancer picks
+ * the server) from the segment whose audio may have been cut, or after the last one
+ * heard; tries until RESUME_ATTEMPTS or RESUME_WITHIN_MS since the first loss. */
+async function resumeAfterLoss(code) {
+  stopDeltas();
+  utterance.continueAt = null; // a drain's continuation is this one now
+  const lostContext = state.contextId;
+  const open = utterance.openSegment;
+  const startChar = open ? open.startChar : utterance.heardChars;
+  const session = typeSession && typeSession.contextId === lostContext ? typeSession : null;
+  // Play: the whole text is known. Type to speak: what this session sent so far.
+  const chars = session ? sessionChars(session) : utterance.chars;
+  const ended = session ? session.ended : true;
+  if (session) session.legs = true;
+  utterance.lostAt = utterance.lostAt ?? performance.now();
+  setConnection("resuming");
+  log("info", `连接中断 connection lost (${code}): continuing from character ${startChar} ` +
+    "on a new connection");
+  let pause = RESUME_BACKOFF_MS[0];
+  let resolveResume;
+  if (session) session.resuming = new Promise((resolve) => (resolveResume = resolve));
+  try {
+    while (utterance.resumeAttempts < RESUME_ATTEMPTS &&
+           performance.now() - utterance.lostAt < RESUME_WITHIN_MS) {
+      utterance.resumeAttempts += 1;
+      try {
+        await connect({ quiet: true });
+      } catch {
+        await new Promise((resolve) => setTimeout(resolve, pause));
+        pause = Math.min(2 * pause, RESUME_BACKOFF_MS[1]);
+        if (state.contextId !== lostContext || state.contextState !== "speaking") return;
+        continue;
+      }
+      if (state.contextId !== lostContext || state.contextState !== "speaking") return;
+      const contextId = beginLeg(startChar, {
+        reason: "closed", startChar, repeated: open !== null,
+        index: open ? open.index : state.segments.length, attempts: utterance.resumeAttempts,
+      });
+      utterance.openSegment = null;
+      log("info", `continued on a new connection from character ${startChar}` +
+        (open ? ` (segment ${open.index} again)` : ""));
+      if (session && !ended) {
+        // What was typed meanwhile goes with it; typing then continues on this leg.
+        session.drained = false;
+        const heard = session.base + chars.slice(0, startChar).join("");
+        const current = $("text").value;
+        const typed = current.startsWith(heard);
+        sendLeg(contextId, typed ? Array.from(current.slice(heard.length)) : chars.slice(startChar), false);
+        typedSent = typed ? current : session.base + chars.join("");
+      } else {
+        sendLeg(contextId, chars.slice(startChar), ended);
+      }
+      return;
+    }
+    if (state.contextId !== lostContext) return;
+    addError({
+      code: "resume_failed",
+      message: `连接中断 connection lost (${code}) and no server took the rest after ` +
+        `${utterance.resumeAttempts} tries: from character ${startChar} it was not spoken`,
+      context_id: null,
+    });
+    if (session && typeSession === session) typeSession = null;
+    playerEnd(); // play out what arrived
+  } finally {
+    if (session) {
+      session.resuming = null;
+      resolveResume();
+    }
+  }
+}
+
+/** The characters a "type to speak" session sent, in its own numbering. */
+function sessionChars(session) {
+  return Array.from(typedSent).slice(Array.from(session.base).length);
 }
 
 /** An error before `started`: the server refused `start`, so this context never opened. */
@@ -357,7 +553,7 @@ function onStartRefused(msg) {
   refusedContextId = msg.context_id;
   if (typeSession && typeSession.contextId === msg.context_id) typeSession = null;
   stopDeltas();
-  player.clear();
+  playerClear();
   setContextState("refused");
 }
 
@@ -379,7 +575,7 @@ function onDone(msg) {
     `${(state.done.audioMs / 1000).toFixed(2)} s 音频 audio (${audioSamples} samples)` +
     (msg.cancelled ? " — 已取消 cancelled" : "");
   if (msg.cancelled) {
-    player.clear();
+    playerClear();
     setContextState("cancelled");
     return;
   }
@@ -387,7 +583,9 @@ function onDone(msg) {
     addWarning("sample_count_mismatch",
       `done reports ${audioSamples} samples, ${state.samplesReceived} arrived`);
   }
-  player.end(); // contextState becomes "done" once the worklet has played it all
+  utterance.openSegment = null; // every segment's audio is here
+  playerEnd(); // contextState becomes "done" once the worklet has played it all
+  notifyFinished();
 }
 
 function onAudio(buffer) {
@@ -412,12 +610,13 @@ function onAudio(buffer) {
   state.framesReceived += 1;
   state.samplesReceived += frame.samples.length;
   $("frames").textContent = String(state.framesReceived);
-  player.push(frame.samples);
+  playerPush(frame.samples);
 }
 
 // --- player reports -----------------------------------------------------------------
 
 player.onstate = (report) => {
+  if (held) return; // about the reply before, still playing out
   if (report.playedSamples > 0) $("download").disabled = false;
   if (state.contextState === "cancelled") {
     state.bufferedMs = report.bufferedMs;
@@ -440,13 +639,18 @@ player.onreport = (report) => {
 };
 
 player.onfirstplay = () => {
-  if (firstTextAt === null || state.ttfaPlayedMs !== null) return;
+  if (held || firstTextAt === null || state.ttfaPlayedMs !== null) return;
   state.ttfaPlayedMs = Math.round(performance.now() - firstTextAt);
   $("ttfa-played").textContent = String(state.ttfaPlayedMs);
 };
 
 player.ondrained = () => {
-  if (state.contextState === "speaking" && (state.done || !state.connected)) {
+  if (held) {
+    releaseHeld(); // the reply before has played out: this one's audio follows
+    return;
+  }
+  const resuming = state.connection === "resuming";
+  if (state.contextState === "speaking" && (state.done || (!state.connected && !resuming))) {
     setContextState("done");
   }
 };
@@ -476,6 +680,7 @@ function setContextState(value) {
   el.textContent = value;
   el.dataset.state = value;
   document.body.dataset.contextState = value;
+  notifyFinished();
 }
 
 function resetUtterance(contextId) {
@@ -496,7 +701,7 @@ function resetUtterance(contextId) {
   state.done = null;
   state.sent = [];
   state.resumed = [];
-  utterance = { chars: null, charBase: 0, segmentBase: 0, sampleBase: 0, continueAt: null };
+  utterance = newUtterance();
   expectedSequence = 0;
   firstTextAt = null;
   $("segments").replaceChildren();
@@ -531,14 +736,18 @@ function numberInput(id, fallback) {
 }
 
 /** Start a context: open the audio path (inside the click), connect, send `start`. */
-async function openContext() {
+async function openContext({ queued = false } = {}) {
   // Created inside the user gesture so the browser lets it play.
   player.setPrebufferMs(numberInput("prebuffer-ms", 100));
   player.open(state.sampleRate || DEFAULT_SAMPLE_RATE_HZ);
-  if (state.contextState === "speaking") cancelCurrent();
+  // Queued (type to speak): after the reply before it, whose audio may still be playing.
+  if (queued) await serverFinished();
+  const tail = queued && state.contextState === "speaking" && state.done && !state.done.cancelled;
+  if (state.contextState === "speaking" && !tail) cancelCurrent();
   const contextId = newContextId();
   resetUtterance(contextId);
   setContextState("speaking");
+  held = tail ? { frames: [], ended: false } : null;
   let ws;
   try {
     ws = await connect();
@@ -548,22 +757,63 @@ async function openContext() {
   }
   if (state.contextId !== contextId) return null; // Stop or another Play meanwhile
   await player.open(state.sampleRate);
-  player.begin();
-  send({
-    type: "start",
-    context_id: contextId,
-    speed: Number($("speed").value),
-    ...voiceFields(),
-  });
+  if (!held) player.begin();
+  utterance.startFields = { speed: Number($("speed").value), ...voiceFields() };
+  send({ type: "start", context_id: contextId, ...utterance.startFields });
   return ws;
 }
 
+/** Resolves once the current context gets no more audio from the server (its `done`, or
+ * it ended otherwise); at once when there is none. */
+function serverFinished() {
+  if (state.contextState !== "speaking" || state.done) return Promise.resolve();
+  return new Promise((resolve) => finishWaiters.push(resolve));
+}
+
+function notifyFinished() {
+  if (state.contextState !== "speaking" || state.done) {
+    for (const resolve of finishWaiters.splice(0)) resolve();
+  }
+}
+
+// Playback through `held` while the reply before plays out: a queued context's audio
+// waits here until the player has drained the previous reply, then starts after it.
+function playerPush(samples) {
+  if (held) held.frames.push(samples);
+  else player.push(samples);
+}
+
+function playerEnd() {
+  if (held) held.ended = true;
+  else player.end();
+}
+
+function playerClear() {
+  held = null;
+  player.clear();
+}
+
+/** The previous reply has played out: the held context's audio starts now. */
+function releaseHeld() {
+  const { frames, ended } = held;
+  held = null;
+  player.begin();
+  for (const samples of frames) player.push(samples);
+  if (ended) player.end();
+}
+
 async function play() {
-  if (typeSession) {
-    // In "type to speak", Play finishes what was typed.
-    send({ type: "end", context_id: typeSession.contextId });
+  if (typeSession && !typeSession.ended) {
+    // In "type to speak", Play finishes what was typed (after the text still queued);
+    // what is typed next goes to a new context, spoken after this one.
+    const session = typeSession;
+    session.ended = true;
+    session.chain = session.chain.then(() => {
+      if (session.contextId) send({ type: "end", context_id: session.contextId });
+    });
     return;
   }
+  if (typeSession) return; // ended: still being spoken
   const text = $("text").value;
   if (!text.trim()) return;
   const ws = await openContext();
@@ -620,7 +870,7 @@ function cancelCurrent() {
   if (state.contextId && !state.done && state.sent.includes("start")) {
     send({ type: "cancel", context_id: state.contextId });
   }
-  player.clear();
+  playerClear();
   state.bufferedMs = 0;
   setContextState("cancelled");
   renderPlayback();
@@ -632,7 +882,7 @@ function stop() {
     typedSent = $("text").value; // what was typed so far is not spoken later
   }
   if (state.contextState === "speaking") cancelCurrent();
-  else player.clear();
+  else playerClear();
 }
 
 // --- type to speak ------------------------------------------------------------------
@@ -647,17 +897,22 @@ function onTyped(event) {
   // Its server drained: the text waits in the box for the next context, after `done`.
   if (typeSession && typeSession.drained) return;
   const enter = event.inputType === "insertLineBreak" || event.inputType === "insertParagraph";
-  if (!typeSession) {
-    // base: what was sent before this context (its text starts after it).
-    const session = { contextId: null, chain: null, base: typedSent, drained: false };
+  if (!typeSession || typeSession.ended) {
+    // base: what was sent before this context (its text starts after it). A context
+    // after a reply is queued: that reply's audio plays to its end first.
+    const session = {
+      contextId: null, chain: null, base: typedSent, drained: false, ended: false,
+      legs: false, resuming: null,
+    };
     typeSession = session;
-    session.chain = openContext().then((ws) => {
+    session.chain = openContext({ queued: true }).then((ws) => {
       if (ws) session.contextId = state.contextId;
       else if (typeSession === session) typeSession = null;
     });
   }
   const session = typeSession;
-  session.chain = session.chain.then(() => {
+  session.chain = session.chain.then(async () => {
+    if (session.resuming) await session.resuming; // a lost connection, continued
     if (!session.contextId || session.contextId !== state.contextId || session.drained) return;
     const current = $("text").value;
     if (current.startsWith(typedSent)) {
@@ -690,12 +945,20 @@ async function loadVoices() {
 }
 
 let readinessPoll = null;
+let readinessUnreachable = false; // GET /ready got no answer
 
 /** The banner from GET /ready: a degraded server, random weights (or nothing). */
 async function refreshReadiness() {
   clearTimeout(readinessPoll);
   const readiness = await fetchReadiness();
   state.readiness = readiness;
+  readinessUnreachable = readiness === null;
+  if (readiness && readiness.engine && !state.connected) {
+    // Before any connection: the engine the server serves, from GET /ready.
+    state.engine = readiness.engine;
+    $("engine").textContent = readiness.engine;
+  }
+  renderStatus();
   const lines = readinessWarnings(readiness);
   state.banner = lines.map((line) => line.kind);
   renderBanner($("banner"), lines);

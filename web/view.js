@@ -60,6 +60,15 @@ export function renderSegment(list, msg) {
   list.append(li);
 }
 
+/** A warning about segment `index` (its code and message), shown on its list entry. */
+export function markSegment(list, index, code, message) {
+  const li = list.querySelector(`li[data-index="${index}"]`);
+  if (!li) return;
+  li.classList.add("warned");
+  li.dataset.warning = code;
+  li.title = `${li.title}\n⚠ ${code}: ${message}`;
+}
+
 /** Prepend a log line (level: info, warning, error), keeping at most `maxEntries`. */
 export function appendLog(list, level, text, maxEntries) {
   const li = document.createElement("li");

@@ -100,3 +100,39 @@ def test_stop_during_a_drain_leaves_no_stream_on_any_replica(
         assert gauge(fleet, survivor, "tts_admitted_streams") == 0
         assert active_streams(fleet) == [0, 0]
     assert state["errors"] == []
+
+
+def test_the_page_continues_a_reply_on_another_replica_when_its_replica_is_killed(
+    page: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """SIGKILL of the replica speaking a reply (an abrupt close: no `draining`, no
+    `done`): the page continues it on a new connection, which the balancer sends to the
+    other replica, with the same voice, seed and speed, from the segment whose audio was
+    cut (heard again under its own index), as the Python client does. Every character is
+    in the segments once and in order, every sample received is played, and no error."""
+    with run_fleet(2, tmp_path) as fleet:
+        start_reply(page, fleet.url)
+        before = tts_state(page)
+        counts = active_streams(fleet)
+        assert sorted(counts) == [0, 1], counts
+        fleet.kill(counts.index(1))
+        page.wait_for_function("window.ttsState.contextState === 'done'", timeout=WAIT_MS * 3)
+        state = tts_state(page)
+        assert active_streams(fleet)[1 - counts.index(1)] == 0  # the survivor finished it
+    assert state["errors"] == [], state["errors"]
+    [resumed] = state["resumed"]
+    assert resumed["reason"] == "closed" and 0 <= resumed["startChar"] < len(TEXT)
+    segments = state["segments"]
+    assert "".join(seg["text"] for seg in segments) == TEXT  # each character once, in order
+    assert [seg["index"] for seg in segments] == list(range(len(segments)))
+    assert [seg["startChar"] for seg in segments[1:]] == [seg["endChar"] for seg in segments[:-1]]
+    starts = {seg["startChar"]: seg["index"] for seg in segments}
+    assert starts[resumed["startChar"]] == resumed["index"]  # it resumed at a segment's start
+    # No timestamps are asked for, so the latest segment's audio may always have been cut.
+    assert resumed["repeated"] is True and resumed["index"] >= len(before["segments"]) - 1
+    assert (state["voice"], state["seed"], state["speed"]) == (None, before["seed"], 2.0)
+    assert before["seed"] is not None and state["sequenceGaps"] == 0
+    done = state["done"]
+    assert done["cancelled"] is False and done["segments"] == len(segments)
+    assert done["audioSamples"] == state["samplesReceived"] == state["samplesPlayed"]

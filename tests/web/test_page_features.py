@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import threading
 import wave
 from collections.abc import Iterator
@@ -123,6 +124,103 @@ def test_picker_lists_the_servers_voices_and_start_sends_the_chosen_one(
     start = wire.first("start")
     assert start["voice"] == "narrator" and "seed" not in start
     assert state["voice"] == "narrator"
+    assert "voice narrator," in log_text(page)
+
+
+def log_text(page: Any) -> str:
+    return "\n".join(page.eval_on_selector_all("#log li", "lis => lis.map(li => li.textContent)"))
+
+
+def test_the_log_names_the_default_voice_not_null(page: Any, open_server: LiveServer) -> None:
+    """A context on the server's default voice is logged as started with the default
+    voice (its seed and speed), not with `voice null`."""
+    load(page, open_server)
+    play_whole_text(page, "你好。")
+    state = wait_state(page, "s.contextState === 'done'")
+    assert state["voice"] is None and state["errors"] == []
+    logged = log_text(page)
+    assert f"voice 默认 default, seed {state['seed']}, speed 1" in logged, logged
+    assert "null" not in logged
+
+
+# --- warnings -------------------------------------------------------------------------
+
+
+def test_every_warning_is_shown_with_its_code_and_message(
+    page: Any, open_server: LiveServer
+) -> None:
+    """A `warning` event (an emoji the voice cannot read) is shown in the log with its
+    code and the server's message, as the page received it."""
+    load(page, open_server)
+    play_whole_text(page, "你好😀，欢迎。")
+    state = wait_state(page, "s.contextState === 'done'")
+    [warning] = state["warnings"]
+    assert warning["code"] == "unspeakable_characters" and "😀" in warning["message"]
+    shown = page.eval_on_selector_all("#log li.warning", "lis => lis.map(li => li.textContent)")
+    assert any(f"unspeakable_characters: {warning['message']}" in line for line in shown), shown
+    assert page.is_visible("#log li.warning")
+
+
+def test_a_warning_about_a_segment_marks_that_segment(page: Any, open_server: LiveServer) -> None:
+    """A `segment_without_audio` warning (its `segment` the context's index), injected into
+    a real session after the second segment's event, is logged with its code, message and
+    segment, and marks that segment in the list."""
+    message = "segment 1 made no audio: it was not heard"
+
+    def relay(ws: Any) -> None:
+        server = ws.connect_to_server()
+        ws.on_message(server.send)
+
+        def to_page(frame: str | bytes) -> None:
+            ws.send(frame)
+            event = json.loads(frame) if isinstance(frame, str) else {}
+            if event.get("type") == "segment" and event["index"] == 1:
+                ws.send(json.dumps({"type": "warning", "context_id": event["context_id"],
+                                    "code": "segment_without_audio", "message": message,
+                                    "segment": 1}))  # fmt: skip
+
+        server.on_message(to_page)
+
+    page.route_web_socket("**/v1/stream", relay)
+    load(page, open_server)
+    play_whole_text(page, SHORT_TEXT)
+    state = wait_state(page, "s.contextState === 'done'")
+    assert [(w["code"], w["segment"]) for w in state["warnings"]] == [("segment_without_audio", 1)]
+    assert f"segment_without_audio: {message} (segment 1)" in log_text(page)
+    marked = page.eval_on_selector_all(
+        "#segments li.warned", "lis => lis.map(li => li.dataset.index)"
+    )
+    assert marked == ["1"]
+    assert (
+        page.get_attribute("#segments li[data-index='1']", "data-warning")
+        == "segment_without_audio"
+    )
+
+
+# --- type to speak --------------------------------------------------------------------
+
+
+def test_typing_after_a_reply_lets_its_tail_play_out(page: Any, open_server: LiveServer) -> None:
+    """In type-to-speak, the first keystroke after a reply (its `done` in, its audio still
+    playing) starts the next context without cutting that reply: every sample of both is
+    played, the second after the first, and nothing is cancelled."""
+    wire = Wire(page)
+    load(page, open_server)
+    page.check("#type-mode")
+    page.keyboard.type("今天天气很好，我们一起去公园散步吧。")
+    page.click("#play")  # the end of the first reply
+    first = wait_state(page, "s.done !== null")
+    assert first["contextState"] == "speaking", "the reply should still be playing"
+    page.keyboard.type("好的。")  # while its audio plays
+    wait_state(page, f"s.contextId !== {json.dumps(first['contextId'])} && s.sent.includes('text')")
+    page.click("#play")
+    second = wait_state(page, "s.contextState === 'done'")
+    total = first["done"]["audioSamples"] + second["done"]["audioSamples"]
+    played = wait_state(page, f"s.worklet && s.worklet.totalPlayedSamples >= {total}")
+    assert played["worklet"]["totalPlayedSamples"] == total  # every sample, once
+    assert second["samplesPlayed"] == second["samplesReceived"] == second["done"]["audioSamples"]
+    assert [m["type"] for m in wire.sent if m["type"] in ("cancel", "end")] == ["end", "end"]
+    assert second["errors"] == []
 
 
 # --- download -------------------------------------------------------------------------
@@ -193,13 +291,46 @@ def test_banner_says_the_model_has_random_weights(page: Any, tiny_checkpoint: Pa
     assert "random weights" in (page.text_content("#banner") or "")
 
 
-def test_no_banner_for_a_healthy_server(page: Any, open_server: LiveServer) -> None:
-    """A server that runs the engine it was asked for, with real weights, shows no banner."""
-    load(page, open_server)
-    state = wait_state(page, "s.readiness !== null")
-    assert state["readiness"]["degraded"] is False
+def test_no_banner_for_a_healthy_server(page: Any) -> None:
+    """A server that runs the model it was asked for, with real weights (a scripted
+    engine stands in for one), shows no banner."""
+    settings = Settings(engine="chattts", model_dir=Path("unused"))
+    with run_live_server(settings, engine=lambda: (ScriptedEngine(), False, None)) as server:
+        load(page, server)
+        state = wait_state(page, "s.readiness !== null")
+    assert state["readiness"]["degraded"] is False and state["readiness"]["engine"] == "scripted"
     assert state["banner"] == []
     assert page.locator("#banner").count() == 1 and page.is_hidden("#banner")
+
+
+def test_the_fallback_voice_says_what_it_is_and_how_to_get_chattts(
+    page: Any, open_server: LiveServer
+) -> None:
+    """A server with no model speaks the fallback voice: the banner says so, and how to
+    get ChatTTS with README's own commands, naming README's section that has them."""
+    load(page, open_server)
+    state = wait_state(page, "s.readiness !== null")
+    assert state["banner"] == ["fallback-voice"]
+    text = page.text_content("#banner [data-kind='fallback-voice']") or ""
+    assert "fallback voice" in text and "espeak" in text
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    commands = re.findall(r"`([^`]+)`", text)
+    assert len(commands) == 2 and all(command in readme for command in commands), commands
+    (section,) = re.findall(r'README\.md, "([^"]+)"', text)
+    assert f"\n## {section}\n" in readme
+
+
+def test_at_load_the_page_shows_the_engine_and_that_the_server_is_ready(
+    page: Any, open_server: LiveServer
+) -> None:
+    """Before any connection the page shows what GET /ready says: the engine, and a state
+    that is true (ready, not "disconnected")."""
+    load(page, open_server)
+    state = wait_state(page, "s.readiness !== null")
+    assert state["connection"] == "idle" and state["connected"] is False
+    assert page.text_content("#engine") == state["engine"] == "espeak"
+    assert page.get_attribute("#status", "data-state") == "ready"
+    assert "ready: espeak" in (page.text_content("#status") or "")
 
 
 # --- refusals -------------------------------------------------------------------------
