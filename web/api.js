@@ -129,8 +129,9 @@ export function readinessWarnings(readiness) {
     lines.push({
       kind: "fallback-voice",
       text:
-        "后备语音 fallback voice: no ChatTTS model is loaded, so espeak-ng's robotic Mandarin " +
-        "voice speaks. For ChatTTS, get its weights and restart the server with them: " +
+        "后备语音 fallback voice: no ChatTTS model is loaded, so espeak-ng's robotic " +
+        "Mandarin voice speaks. For ChatTTS, get its weights and restart the server with " +
+        "them: " +
         "`.venv/bin/chattts-stream download-weights models/chattts`, then " +
         '`make serve ARGS="--model-dir models/chattts"` (README.md, "Quickstart (CPU)")',
     });

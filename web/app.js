@@ -119,6 +119,7 @@ let contextCounter = 0;
 // is open (ended: Play sent its `end`; legs: continued after a lost connection).
 let typeSession = null;
 let held = null; // {frames, ended}: a queued context's audio, while the one before plays out
+let resuming = false; // resumeAfterLoss is trying to connect
 const finishWaiters = []; // serverFinished()'s
 let refusedContextId = null; // the context whose `start` the server refused
 
@@ -146,8 +147,8 @@ function socketUrl() {
 }
 
 /** The connection, opened (or reused) with the current token; resolves on `ready`.
- * `quiet`: a refused upgrade only rejects (a resumption's try), nothing is reported. */
-function connect({ quiet = false } = {}) {
+ * During a resumption a failed try only rejects: the resumption reports, if it gives up. */
+function connect() {
   const token = $("token").value.trim();
   const reusable = socket && socketToken === token && !socketDraining;
   if (reusable && socket.readyState <= WebSocket.OPEN) return socketReady;
@@ -159,7 +160,7 @@ function connect({ quiet = false } = {}) {
   ws.binaryType = "arraybuffer";
   socket = ws;
   socketToken = token;
-  setConnection(quiet ? "resuming" : "connecting");
+  setConnection(resuming ? "resuming" : "connecting");
   socketReady = new Promise((resolve, reject) => {
     let opened = false;
     let ready = false;
@@ -186,8 +187,9 @@ function connect({ quiet = false } = {}) {
       socket = null;
       state.connected = false;
       stopDeltas();
-      if (!opened && quiet) {
-        reject(new Error(`connection refused (${event.code})`));
+      if (resuming) {
+        // A try of a resumption that failed before `ready`: the resumption tries again.
+        reject(new Error(`connection closed (${event.code}) before ready`));
         return;
       }
       if (!opened) {
@@ -214,7 +216,7 @@ function connect({ quiet = false } = {}) {
           context_id: null,
         });
       }
-      if (state.contextState === "speaking" && state.connection !== "resuming") {
+      if (state.contextState === "speaking" && !resuming) {
         playerEnd(); // play out what arrived; no more will come
       }
       if (!ready) reject(new Error(`connection closed (${event.code}) before ready`));
@@ -325,7 +327,9 @@ function onEvent(msg) {
       seg.audio_start_ms = Math.round((seg.audio_start_sample / state.sampleRate) * 10000) / 10;
       // Everything before it was heard; its own audio is what may still be cut.
       utterance.heardChars = Math.max(utterance.heardChars, seg.start_char);
-      utterance.openSegment = { index: seg.index, startChar: seg.start_char, endChar: seg.end_char };
+      utterance.openSegment = {
+        index: seg.index, startChar: seg.start_char, endChar: seg.end_char,
+      };
       const last = state.segments[state.segments.length - 1];
       if (last && last.index === seg.index) {
         // The segment a lost connection cut, heard again from its start: one entry.
@@ -355,7 +359,8 @@ function onEvent(msg) {
       state.warnings.push({
         code: msg.code, message: msg.message, context_id: msg.context_id, segment,
       });
-      log("warning", `${msg.code}: ${msg.message}` + (segment === null ? "" : ` (segment ${segment})`));
+      const where = segment === null ? "" : ` (segment ${segment})`;
+      log("warning", `${msg.code}: ${msg.message}${where}`);
       if (segment !== null) markSegment($("segments"), segment, msg.code, msg.message);
       break;
     }
@@ -468,8 +473,8 @@ function sendLeg(contextId, chars, ended) {
 }
 
 function resumable(code) {
-  const known = utterance.chars !== null || (typeSession && typeSession.contextId === state.contextId);
-  return known && !CLIENT_FAULT_CLOSES.has(code);
+  const typing = typeSession && typeSession.contextId === state.contextId;
+  return (utterance.chars !== null || typing) && !CLIENT_FAULT_CLOSES.has(code);
 }
 
 /** The connection was lost mid-utterance: continue it on a new one (the balancer picks
@@ -493,12 +498,13 @@ async function resumeAfterLoss(code) {
   let pause = RESUME_BACKOFF_MS[0];
   let resolveResume;
   if (session) session.resuming = new Promise((resolve) => (resolveResume = resolve));
+  resuming = true;
   try {
     while (utterance.resumeAttempts < RESUME_ATTEMPTS &&
            performance.now() - utterance.lostAt < RESUME_WITHIN_MS) {
       utterance.resumeAttempts += 1;
       try {
-        await connect({ quiet: true });
+        await connect();
       } catch {
         await new Promise((resolve) => setTimeout(resolve, pause));
         pause = Math.min(2 * pause, RESUME_BACKOFF_MS[1]);
@@ -519,7 +525,8 @@ async function resumeAfterLoss(code) {
         const heard = session.base + chars.slice(0, startChar).join("");
         const current = $("text").value;
         const typed = current.startsWith(heard);
-        sendLeg(contextId, typed ? Array.from(current.slice(heard.length)) : chars.slice(startChar), false);
+        const rest = typed ? Array.from(current.slice(heard.length)) : chars.slice(startChar);
+        sendLeg(contextId, rest, false);
         typedSent = typed ? current : session.base + chars.join("");
       } else {
         sendLeg(contextId, chars.slice(startChar), ended);
@@ -536,6 +543,7 @@ async function resumeAfterLoss(code) {
     if (session && typeSession === session) typeSession = null;
     playerEnd(); // play out what arrived
   } finally {
+    resuming = false;
     if (session) {
       session.resuming = null;
       resolveResume();
@@ -649,7 +657,6 @@ player.ondrained = () => {
     releaseHeld(); // the reply before has played out: this one's audio follows
     return;
   }
-  const resuming = state.connection === "resuming";
   if (state.contextState === "speaking" && (state.done || (!state.connected && !resuming))) {
     setContextState("done");
   }

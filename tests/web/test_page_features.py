@@ -444,3 +444,42 @@ def test_a_busy_engine_shows_the_503_busy_message(page: Any) -> None:
     shown = alert(page)
     assert (shown["visible"], shown["status"], shown["code"]) == (True, "503", "busy")
     assert "server busy" in shown["text"] and "retry in 2 s" in shown["text"]
+
+
+def test_typing_goes_on_after_a_lost_connection(page: Any, open_server: LiveServer) -> None:
+    """In type-to-speak, a connection that dies abruptly (closed 1011 after the first
+    segment) is continued on a new one with the same seed: the cut segment again, then
+    what was typed meanwhile and after, each character in the segments once, no error."""
+    connections: list[Any] = []
+
+    def relay(ws: Any) -> None:
+        server = ws.connect_to_server()
+        connections.append(ws)
+        ws.on_message(server.send)
+
+        def to_page(frame: str | bytes) -> None:
+            ws.send(frame)
+            event = json.loads(frame) if isinstance(frame, str) else {}
+            if len(connections) == 1 and event.get("type") == "segment":
+                ws.close(code=1011, reason="lost")  # the first connection dies here
+                server.close()
+
+        server.on_message(to_page)
+
+    page.route_web_socket("**/v1/stream", relay)
+    load(page, open_server)
+    page.check("#type-mode")
+    page.keyboard.type("今天天气很好，")
+    wait_state(page, "s.resumed.length === 1 && s.stream !== null")
+    page.keyboard.type("我们一起去公园散步吧。")
+    page.click("#play")
+    state = wait_state(page, "s.contextState === 'done'")
+    typed = "今天天气很好，我们一起去公园散步吧。"
+    assert len(connections) == 2 and state["errors"] == [], state["errors"]
+    [resumed] = state["resumed"]
+    assert resumed["reason"] == "closed" and resumed["repeated"] is True
+    assert "".join(seg["text"] for seg in state["segments"]) == typed
+    assert [seg["index"] for seg in state["segments"]] == list(range(len(state["segments"])))
+    seeds = re.findall(r"started: stream \d+, voice 默认 default, seed (\d+)", log_text(page))
+    assert len(seeds) == 2 and seeds[0] == seeds[1] == str(state["seed"])  # one voice throughout
+    assert state["done"]["audioSamples"] == state["samplesReceived"] == state["samplesPlayed"]
