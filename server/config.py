@@ -123,6 +123,13 @@ class Settings:
         "it, before it counts as unreachable (start-up then exits with status 3)",
         group="engine",
     )
+    voices_store_check_timeout_ms: float = option(
+        1000.0,
+        "how long the speech path waits for --voices-store to confirm a created voice's "
+        "name (one round trip per request or start that names one); past it, or with the "
+        "store unreachable, the voices last seen are spoken until the store answers again",
+        group="engine",
+    )
     fallback_on_load_failure: bool = option(
         False,
         "when the named ChatTTS model fails to load, serve the fallback voice (degraded) "
@@ -495,6 +502,7 @@ _POSITIVE = (
     "ws_ping_timeout_s",
     "max_voices",
     "voices_store_timeout_s",
+    "voices_store_check_timeout_ms",
     "segment_max_chars",
     "frame_ms",
     "first_frame_ms",

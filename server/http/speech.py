@@ -274,6 +274,7 @@ async def start_speech(
     ``voice`` is resolved before admission (an unknown name is a 400 whatever the load),
     then again on the fallback voice when the request is admitted there (busy): its own
     voice of that name, as for a WebSocket context."""
+    await state.voices.confirm(voice)  # the store's truth of the name, read after write
     spec = state.voices.for_stream(voice, seed=seed, speed=speed)
     fallback = state.admission.start("http")
     speech = TextSpeech(state, text, spec, output_rate_hz, fallback)

@@ -2,9 +2,11 @@
 :class:`Voices`, the registry bound to the running engines.
 
 Reads on the speech path (:meth:`VoiceRegistry.resolve`, :meth:`VoiceRegistry.get`) come
-from memory, without I/O: the store keeps its copy current (server.voices.store). The
-voice routes read the store itself (:meth:`VoiceRegistry.fetch_list`) and write through
-it (:meth:`VoiceRegistry.add`, :meth:`VoiceRegistry.delete`).
+from memory, without I/O, once :meth:`Voices.confirm` has made the copy of the name asked
+for agree with the store (server.voices.store): a voice is spoken as soon as its write
+returned, on any replica, and never after its delete returned. The voice routes read
+the store itself (:meth:`VoiceRegistry.fetch_list`) and write through it
+(:meth:`VoiceRegistry.add`, :meth:`VoiceRegistry.delete`).
 """
 
 from __future__ import annotations
@@ -62,6 +64,12 @@ class VoiceRegistry:
 
     def get(self, engine: str, name: str) -> Voice | None:
         return self._preset(engine).get(name) or self.store.cached(engine).get(name)
+
+    async def confirm(self, engine: str, name: str) -> None:
+        """Bring the copy of ``name`` in line with the store before it is resolved (a
+        preset, or a name no voice can have, needs no look)."""
+        if name not in self._preset(engine) and NAME.fullmatch(name):
+            await self.store.confirm(engine, name)
 
     def resolve(self, engine: str, name: str, check_raw: Callable[[str], None]) -> Voice:
         """The voice ``name`` means on ``engine``: a named voice, else the engine's raw voice
@@ -156,6 +164,13 @@ class Voices:
             raise Unavailable(f"the engine is {self._worker.status.state}", code="not_ready")
         return engine.name
 
+    async def confirm(self, name: str | None) -> None:
+        """Make the name about to be resolved on the main engine what the store holds now
+        (call it right before the synchronous :meth:`resolve`, :meth:`own_seed` or
+        :meth:`for_stream`, with no ``await`` between)."""
+        if name is not None and self._worker.engine is not None:
+            await self.registry.confirm(self._worker.engine.name, name)
+
     def resolve(self, name: str | None, *, fallback: bool = False) -> Voice:
         """The voice ``name`` means (None: the engine's default); NotFound lists the names."""
         engine = self.engine(fallback=fallback)
@@ -196,5 +211,9 @@ def voice_store(settings: Settings) -> VoiceStore:
     if settings.voices_store:
         from server.voices.redis_store import RedisStore
 
-        return RedisStore(settings.voices_store, timeout_s=settings.voices_store_timeout_s)
+        return RedisStore(
+            settings.voices_store,
+            timeout_s=settings.voices_store_timeout_s,
+            check_timeout_s=settings.voices_store_check_timeout_ms / 1000,
+        )
     return DirectoryStore(settings.voices_dir)

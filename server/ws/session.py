@@ -342,7 +342,16 @@ class Session:
                     message = await self.websocket.receive()
                     if message["type"] == "websocket.disconnect":
                         return True
-                    await self._apply(self.core.receive(_frame_payload(message)))
+                    read = self.core.read(_frame_payload(message))
+                    if isinstance(read, c.Refused):
+                        await self._apply([read])
+                        continue
+                    if isinstance(read, p.Start):
+                        # The store's truth of the name, not a copy a change has not
+                        # reached yet; applied with no await between (a Start's voice is
+                        # resolved synchronously, and again by the Context it opens).
+                        await self.voices.confirm(read.voice)
+                    await self._apply(self.core.apply(read))
         except TimeoutError:
             if not idle.expired():
                 raise
