@@ -301,6 +301,14 @@ class Settings:
     pause_scale: float = option(
         1.0, "multiplies the pause after each segment (0: no pauses)", group="audio"
     )
+    min_audio_ms_per_char: float = option(
+        40.0,
+        "a segment's audio shorter than this per sounding character (at speed 1; speed 2 "
+        "halves it) is implausibly short, as is no audio at all: made again once with a "
+        "derived seed if none of it was sent yet, else reported (segment_without_audio); "
+        "0: only no audio at all. Speech runs at 150-300 ms a Chinese character",
+        group="audio",
+    )
 
     # Text
     allow_control_tags: bool = option(
@@ -326,6 +334,7 @@ class Settings:
             first_frame_ms=self.first_frame_ms,
             shape_joins=self.shape_joins,
             pause_scale=self.pause_scale,
+            min_audio_ms_per_char=self.min_audio_ms_per_char,
         )
 
     @property
@@ -512,6 +521,7 @@ _POSITIVE = (
 #: Settings that must not be negative, with what 0 means where it means something.
 _NOT_NEGATIVE = {
     "pause_scale": "",
+    "min_audio_ms_per_char": " (0: only no audio at all)",
     "drain_timeout_s": "",
     "ws_idle_timeout_s": " (0: never)",
     "ws_ping_interval_s": " (0: no pings)",

@@ -379,6 +379,18 @@ class WarningEvent(ServerMessage):
 
 
 @dataclass(frozen=True)
+class SegmentWarningEvent(ServerMessage):
+    """A warning about one segment's audio (``segment``: its index, as in ``segment``
+    events and audio frame headers): ``segment_retried``, ``segment_without_audio``."""
+
+    context_id: str
+    code: str
+    message: str
+    segment: int
+    type: str = field(init=False, default="warning")
+
+
+@dataclass(frozen=True)
 class ErrorEvent(ServerMessage):
     context_id: str | None
     code: str

@@ -52,6 +52,23 @@ class SpeechSettings:
     first_frame_ms: int = 40
     shape_joins: bool = True
     pause_scale: float = 1.0
+    #: A segment's audio shorter than this per sounding character (at speed 1; a speed
+    #: of 2 halves it) is implausibly short: the engine ended it early or said nothing.
+    min_audio_ms_per_char: float = 40.0
+
+    def least_audio_s(self, spoken: str, speed: float) -> float:
+        """The least audio, in seconds, a plausible reading of ``spoken`` lasts at
+        ``speed``: its sounding characters (letters and digits of any script, so each
+        Chinese character; no punctuation or spaces) times ``min_audio_ms_per_char``."""
+        return _sounding(spoken) * self.min_audio_ms_per_char / 1000 / max(speed, 1e-9)
+
+    def too_little_audio(self, spoken: str, speed: float, audio_s: float) -> bool:
+        """Whether ``audio_s`` seconds is implausibly little audio for ``spoken`` at
+        ``speed``: none at all for a text with a sounding character, or less than
+        :meth:`least_audio_s`."""
+        if not _sounding(spoken):
+            return False
+        return audio_s <= 0 or audio_s < self.least_audio_s(spoken, speed)
 
     def segmenter_config(self, *, whole_text: bool) -> SegmenterConfig:
         """Streamed text cuts its first segment early; a whole text has no first-audio
@@ -66,6 +83,10 @@ class SpeechSettings:
         """A whole text cut as one push then a flush."""
         segmenter = self.segmenter(whole_text=True)
         return [*segmenter.push(text), *segmenter.flush()]
+
+
+def _sounding(text: str) -> int:
+    return sum(1 for char in text if char.isalnum())
 
 
 def removals_in_stream(segment: Segment, prepared: PreparedText) -> tuple[Removal, ...]:
@@ -109,7 +130,9 @@ class SpeechPipeline:
     Calling contract, per segment: :meth:`begin`; when it ``speaks``, :meth:`push` each
     engine chunk (returns the frames ready now) and then :meth:`finish` (the rest and the
     pause), or :meth:`abandon` when the segment will not finish (cancel, engine error,
-    timeout: its held audio is dropped, and no pause follows it).
+    timeout: its held audio is dropped, and no pause follows it). While none of its
+    audio has left as frames (:attr:`segment_sent` False), :meth:`restart` starts the
+    segment's audio over, for the engine to make it again.
     """
 
     def __init__(
@@ -143,6 +166,8 @@ class SpeechPipeline:
         self._held_pause = 0  # whole_text: the last segment's pause, until more audio
         self._segment_start = 0  # output sample where the current segment's audio starts
         self._segment_out = 0  # output samples of the current segment's audio so far
+        # At the current segment's begin(): samples framed, and the pause held then.
+        self._begun_at = (0, 0)
         #: The span of the last segment finished (None before the first).
         self.last_span: SegmentSpan | None = None
 
@@ -158,9 +183,29 @@ class SpeechPipeline:
             self._segment_samples = 0
             self._segment_start = self.samples + self._held_pause
             self._segment_out = 0
+            self._begun_at = (self.samples, self._held_pause)
             if self._joiner is not None:
                 self._joiner.begin(segment.text)
         return start
+
+    @property
+    def segment_sent(self) -> bool:
+        """Whether any of the current segment's audio has left as frames."""
+        return self._segment is not None and self.samples > self._begun_at[0]
+
+    def restart(self) -> None:
+        """Start the current segment's audio over: what is held of it is dropped, as if
+        :meth:`begin` had just been called (RuntimeError once some of it has left)."""
+        segment = self._segment
+        if segment is None or self.segment_sent:
+            raise RuntimeError("restart() needs a segment none of whose audio has left")
+        if self._resampler is not None:
+            self._resampler.flush()
+        self._chunker.flush()
+        self._segment_samples = self._segment_out = 0
+        self._held_pause = self._begun_at[1]
+        if self._joiner is not None:
+            self._joiner.begin(segment.text)
 
     def push(self, chunk: np.ndarray) -> list[np.ndarray]:
         """One engine chunk (float32 at the engine rate) in; the frames ready now out."""

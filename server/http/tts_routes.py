@@ -189,7 +189,7 @@ def _done_headers(speech: TextSpeech) -> dict[str, str]:
     headers = {"X-TTS-Inference-Ms": f"{speech.elapsed_s * 1000:.1f}"}
     if speech.fallback_segments:
         headers["X-TTS-Fallback-Segments"] = str(speech.fallback_segments)
-    return headers
+    return headers | speech.audio_headers()
 
 
 async def _json_response(speech: TextSpeech, headers: dict[str, str]) -> JSONResponse:

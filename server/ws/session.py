@@ -28,7 +28,15 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from server import logs
 from server.errors import report
-from server.runtime.speaker import FellBack, Frames, SegmentSpeaker, Started, Timed
+from server.runtime.speaker import (
+    FellBack,
+    Frames,
+    Retried,
+    SegmentSpeaker,
+    Started,
+    Timed,
+    WithoutAudio,
+)
 from server.state import AppState
 from server.transport import SCOPE_KEY, drain_then_abort, unblock_writes
 from streaming import connection as c
@@ -86,6 +94,8 @@ class Context:
         self.chars_in = 0  # characters of text cut into segments
         self.removed_chars = 0
         self.failures = 0  # segments that failed (reported as errors)
+        self.segments_retried = 0  # made again: their first try made too little audio
+        self.segments_without_audio = 0  # ended with too little audio (reported)
         self.outcome = "disconnected"  # until done is sent
         self.first_audio_s: float | None = None  # first text -> first frame sent
         self.first_text_at: float | None = None
@@ -182,6 +192,8 @@ class Context:
             removed=self.removed_chars,
             segments=self.segments_spoken,
             failed_segments=self.failures or None,
+            retried_segments=self.segments_retried or None,
+            segments_without_audio=self.segments_without_audio or None,
             ttfa_ms=first_audio,
             audio_s=round(self.samples_sent / self.sample_rate_hz, 3),
             outcome=self.outcome,
@@ -224,6 +236,18 @@ class Context:
         elif isinstance(event, Timed):
             await session.send_json(
                 p.TimestampsEvent(context_id=self.id, stream=self.state.stream, **asdict(event))
+            )
+        elif isinstance(event, Retried | WithoutAudio):
+            if isinstance(event, Retried):
+                self.segments_retried += 1
+                code = "segment_retried"
+            else:
+                self.segments_without_audio += 1
+                code = "segment_without_audio"
+            await session.send_json(
+                p.SegmentWarningEvent(
+                    context_id=self.id, code=code, message=event.describe(), segment=event.index
+                )
             )
 
     async def _send_start(

@@ -275,6 +275,16 @@ SERVER_MESSAGES: list[tuple[p.ServerMessage, str, set[str]]] = [
         {"context_id", "code", "message", "removed"},
     ),
     (
+        p.SegmentWarningEvent(
+            context_id="a",
+            code="segment_without_audio",
+            message="segment 2 made no audio, and so did its retry with another seed",
+            segment=2,
+        ),
+        "warning",
+        {"context_id", "code", "message", "segment"},
+    ),
+    (
         p.ErrorEvent(context_id=None, code="buffer_full", message="full", limit=20),
         "error",
         {"context_id", "code", "message", "limit", "retry_after_ms"},

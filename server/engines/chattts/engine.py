@@ -269,7 +269,7 @@ class ChatTTSEngine:
         whatever ran before.
         Raises :class:`ValueError` for a speaker string this model cannot use.
         """
-        key = (voice.voice, voice.seed if voice.speaker_seed is None else voice.speaker_seed)
+        key = (voice.voice, voice.speaker_key)
         speaker = self._speakers.get(key)
         if speaker is not None:
             self._speakers.move_to_end(key)
