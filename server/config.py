@@ -220,6 +220,12 @@ class Settings:
     max_voice_clip_seconds: float = option(
         30.0, "longest reference clip a voice is made from (POST /v1/voices)", group="limits"
     )
+    min_voice_clip_sound_s: float = option(
+        0.5,
+        "sound a reference clip must hold (20 ms blocks above -45 dBFS): silence, or a clip "
+        "too quiet to hold a voice, is refused",
+        group="limits",
+    )
     segment_timeout_s: float = option(
         60.0,
         "time a segment may wait for its audio (queueing and synthesis, not sending)",
@@ -505,6 +511,7 @@ _POSITIVE = (
     "busy_retry_after_ms",
     "http_timeout_s",
     "max_voice_clip_seconds",
+    "min_voice_clip_sound_s",
     "max_http_body_bytes",
     "http_stall_timeout_s",
     "body_timeout_s",

@@ -164,9 +164,11 @@ class RedisStore:
         return self._current.is_set()
 
     def unavailable(self, exc: BaseException) -> Unavailable:
+        """The error a caller gets: the store's address and the client library's words
+        stay in the log."""
+        logger.warning("voices store %s unreachable (%s)", self.location, _describe(exc))
         return Unavailable(
-            f"the voices store {self.location} is unreachable ({type(exc).__name__}: {exc})",
-            code="voices_unavailable",
+            "the voices store is unreachable: try again shortly", code="voices_unavailable"
         )
 
     async def open(self) -> None:
@@ -178,7 +180,11 @@ class RedisStore:
                 break
             except (RedisError, OSError) as exc:
                 if asyncio.get_running_loop().time() >= deadline:
-                    raise self.unavailable(exc) from None
+                    # For the operator (start-up's one critical line), not a caller.
+                    raise Unavailable(
+                        f"the voices store {self.location} is unreachable ({_describe(exc)})",
+                        code="voices_unavailable",
+                    ) from None
                 await asyncio.sleep(_RETRY_FIRST_S)
         self._follower = asyncio.create_task(self._follow(), name="voices-store")
         try:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import builtins
 import logging
+import unicodedata
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from server.engines.base import VoiceSpec
 from server.voices.store import DirectoryStore, VoiceStore, taken, too_many
-from server.voices.voice import FALLBACK_ENGINE, NAME, Voice, presets
+from server.voices.voice import FALLBACK_ENGINE, NAME_RULES, Voice, is_voice_name, presets
 from streaming.errors import ClientError, Conflict, NotFound, Unavailable
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ class VoiceRegistry:
     async def confirm(self, engine: str, name: str) -> None:
         """Bring the copy of ``name`` in line with the store before it is resolved (a
         preset, or a name no voice can have, needs no look)."""
-        if name not in self._preset(engine) and NAME.fullmatch(name):
+        if name not in self._preset(engine) and is_voice_name(name):
             await self.store.confirm(engine, name)
 
     def resolve(self, engine: str, name: str, check_raw: Callable[[str], None]) -> Voice:
@@ -84,8 +85,8 @@ class VoiceRegistry:
         except ValueError as exc:
             if not self.store.current:
                 raise Unavailable(
-                    f"no voice {name[:64]!r} among those last seen, and the voices store "
-                    f"{self.store.location} is unreachable: try again",
+                    f"no voice {name[:64]!r} among those last seen, and the voices store is "
+                    "unreachable: try again shortly",
                     code="voices_unavailable",
                 ) from None
             # A field naming nothing is a bad request (400), not a missing resource (404).
@@ -118,13 +119,9 @@ class VoiceRegistry:
     def check_room(self, engine: str, name: str, limit: int | None = None) -> None:
         """Refuse early a name that cannot be added (bad, taken, or no room left, as last
         seen): before the work of making a voice. :meth:`add` decides."""
-        if not NAME.fullmatch(name):
-            raise ClientError(
-                "a voice name is 1-64 letters, digits, '.', '_' or '-', starting with a "
-                "letter or digit",
-                code="invalid_field",
-                param="name",
-            )
+        if not is_voice_name(name):
+            reason = "" if unicodedata.is_normalized("NFC", name) else " (in Unicode NFC)"
+            raise ClientError(NAME_RULES + reason, code="invalid_field", param="name")
         if self.get(engine, name) is not None:
             raise taken(name)
         if limit is not None and len(self.store.cached(engine)) >= limit:

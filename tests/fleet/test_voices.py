@@ -123,23 +123,25 @@ async def test_the_speech_path_reads_the_store_not_a_copy_no_change_reached(
 ) -> None:
     """Voices changed in Redis with no change published (as if none had reached the
     replicas yet): a new one is spoken by every route of every replica, one replaced
-    speaks with its new seed, one removed is refused voice_not_found by each."""
+    speaks with its new seed, one removed is refused voice_not_found by each (its name in
+    Chinese)."""
     records, versions = "chattts-stream:voices:espeak", "chattts-stream:voice-versions:espeak"
+    chinese = "安静.v1"  # a Chinese name: a Redis field and a URL path segment too
     with run_fleet(2, tmp_path) as fleet, redis.Redis.from_url(fleet.store.url) as store:
-        store.hset(records, "quiet", json.dumps(voice_record(Voice("quiet", "espeak", seed=5))))
+        store.hset(records, chinese, json.dumps(voice_record(Voice(chinese, "espeak", seed=5))))
         async with httpx.AsyncClient(timeout=TIMEOUT_S) as http:
             for replica in fleet.replicas:
-                codes = await answers_on(http, replica, "quiet")
+                codes = await answers_on(http, replica, chinese)
                 assert set(codes.values()) == {"spoken"}, (replica.index, codes)
-                assert (await first_answer(replica.ws_url, "quiet"))["seed"] == 5
-            store.hset(records, "quiet", json.dumps(voice_record(Voice("quiet", "espeak", seed=6))))
-            store.hset(versions, "quiet", store.incr("chattts-stream:voice-version"))
+                assert (await first_answer(replica.ws_url, chinese))["seed"] == 5
+            store.hset(records, chinese, json.dumps(voice_record(Voice(chinese, "espeak", seed=6))))
+            store.hset(versions, chinese, store.incr("chattts-stream:voice-version"))
             for replica in fleet.replicas:
-                assert (await first_answer(replica.ws_url, "quiet"))["seed"] == 6, replica.index
-            store.hdel(records, "quiet")
-            store.hdel(versions, "quiet")
+                assert (await first_answer(replica.ws_url, chinese))["seed"] == 6, replica.index
+            store.hdel(records, chinese)
+            store.hdel(versions, chinese)
             for replica in fleet.replicas:
-                codes = await answers_on(http, replica, "quiet")
+                codes = await answers_on(http, replica, chinese)
                 assert set(codes.values()) == {"voice_not_found"}, (replica.index, codes)
 
 
@@ -193,7 +195,10 @@ async def test_while_the_store_is_away_errors_are_clear_and_it_recovers(tmp_path
         refused = httpx.post(first + "/v1/voices", json={"name": "new", "seed": 8})
         assert refused.status_code == 503, refused.text
         assert refused.json()["error"]["code"] == "voices_unavailable"
-        assert "unreachable" in refused.json()["error"]["message"]
+        message = refused.json()["error"]["message"]
+        assert "unreachable" in message
+        for internal in ("127.0.0.1", str(fleet.store.port), "Error", "Connection"):
+            assert internal not in message, message  # the log has them, not the caller
         listed = httpx.get(second + "/v1/voices")
         assert listed.status_code == 503 and listed.json()["error"]["code"] == "voices_unavailable"
         assert (await first_answer(fleet.replicas[1].ws_url, "kept"))["seed"] == 7

@@ -323,7 +323,12 @@ class ChatTTSEngine:
         try:
             size = int(chat.speaker._decode(voice).size)
         except Exception as exc:
-            raise ValueError(f"not a ChatTTS speaker string: {exc}") from exc
+            # The decoder's own words (zlib's, lzma's, numpy's) mean nothing to a caller.
+            logger.debug("a speaker string did not decode: %s: %s", type(exc).__name__, exc)
+            raise ValueError(
+                "not a ChatTTS speaker string (one Chat.sample_random_speaker() returned): "
+                "it does not decode"
+            ) from None
         expected = int(chat.config.gpt.hidden_size)
         if size != expected:
             raise ValueError(f"speaker string has {size} dimensions; this model needs {expected}")
