@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -412,10 +413,13 @@ def read_token_file(path: Path) -> tuple[str, ...]:
     )
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add every setting as a flag, in its group; defaults are resolved in :func:`build_settings`."""
+def add_arguments(parser: argparse.ArgumentParser, only: Collection[str] | None = None) -> None:
+    """Add every setting as a flag, in its group (``only``: just these settings, by
+    name, and no --token-file); defaults are resolved in :func:`build_settings`."""
     groups: dict[str, argparse._ArgumentGroup] = {}
     for spec in specs(Settings):
+        if only is not None and spec.name not in only:
+            continue
         group = groups.get(spec.group)
         if group is None:
             group = groups[spec.group] = parser.add_argument_group(GROUPS[spec.group])
@@ -427,12 +431,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             metavar=spec.metavar,
             help=f"{spec.help} [{spec.default_text}]",
         )
+    if only is not None:
+        return
     parser.add_argument(
         "--token-file",
         type=Path,
         default=None,
         help="file with one bearer token per line [env TTS_TOKEN_FILE; TTS_TOKENS takes a comma-separated list]",
     )
+
+
+#: TTS_* variables that are not settings but are read: tokens here, scripts/setup.sh's.
+_OTHER_VARIABLES = ("TTS_TOKEN_FILE", "TTS_TOKENS", "TTS_TORCH_SPEC", "TTS_PYTHON", "TTS_SKIP_APT")
+# What Kubernetes injects for a Service whose name starts with "tts" (service links).
+_SERVICE_LINK = re.compile(r"TTS_\w*(_SERVICE_HOST|_SERVICE_PORT\w*|_PORT_\d+_(TCP|UDP)\w*)")
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """The ``TTS_*`` variables of ``environ`` that nothing reads (misspelt, most likely:
+    ``TTS_MAX_STREAM``), each with the closest variable that is a setting, if one is
+    close. Names only: values may be secrets."""
+    known = [spec.env for spec in specs(Settings)] + list(_OTHER_VARIABLES)
+    unknown = []
+    for name in sorted(environ):
+        if not name.startswith("TTS_") or name in known or _SERVICE_LINK.fullmatch(name):
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+        unknown.append((name, close[0] if close else None))
+    return unknown
 
 
 def build_settings(
@@ -563,6 +589,13 @@ def _combination_problems(settings: Settings) -> list[str]:
         problems.append("engine chattts needs --model-dir (or TTS_MODEL_DIR)")
     chattts = settings.chattts
     batching = settings.max_batch > 1 and chattts.decoder == "ours"
+    if batching and chattts.gpt_cache == "static":
+        problems.append(
+            "gpt_cache static is the unbatched decoder's cache, and max_batch above 1 turns "
+            "batching on, whose decoder keeps its own cache: set max_batch 1 for the static "
+            "cache (and cuda_graphs), or keep batching and leave gpt_cache dynamic "
+            "(batch_cuda_graphs is batching's CUDA-graph option)"
+        )
     if batching and chattts.gpt_cache_tokens <= chattts.max_new_token:
         problems.append(
             f"gpt_cache_tokens must exceed max_new_token with max_batch above 1 (a batch row "
