@@ -16,6 +16,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 __all__ = [
     "FrameChunker",
     "Resampler",
+    "float32_json_array",
     "float_to_pcm16",
     "pcm16_to_float",
     "sounding_seconds",
@@ -39,6 +40,16 @@ def float_to_pcm16(samples: np.ndarray) -> bytes:
     scaled = np.rint(x * _PCM16_SCALE)
     np.clip(scaled, -32768.0, 32767.0, out=scaled)
     return scaled.astype("<i2").tobytes()
+
+
+def float32_json_array(samples: np.ndarray) -> str:
+    """``samples`` as a JSON array of numbers, each the shortest decimal that reads back
+    as the same float32 (``0.1``, not the float64 expansion ``0.10000000149011612``).
+    Non-finite samples, which JSON cannot hold, become 0."""
+    x = np.asarray(samples, dtype=np.float32)
+    if not np.isfinite(x).all():
+        x = np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+    return "[" + ",".join(x.astype(str).tolist()) + "]"
 
 
 def sounding_seconds(

@@ -5,7 +5,13 @@ The WebSocket context, ``POST /v1/tts`` and any later route speak through
 written (:attr:`SegmentStart.removed`, offsets in the whole utterance's text), then
 turns the engine's chunks into frames at the client's rate:
 
-    engine chunks -> SegmentJoiner (trim, fade, loudness) -> Resampler -> FrameChunker
+    engine chunks -> TimeStretcher -> SegmentJoiner (trim, fade, loudness) -> Resampler
+                  -> FrameChunker
+
+The stretcher (``tempo`` other than 1: speeds beyond the engine's own rate control, see
+:func:`streaming.stretch.split_speed`) changes the duration, not the pitch, of each
+segment's audio on its own; everything after it, pauses and timestamps included, is in
+the stretched time the listener hears.
 
 and after the segment adds the pause its punctuation asks for (``streaming.joins``).
 A streamed utterance gets every pause at once (its listener should not wait for it); a
@@ -27,6 +33,7 @@ import numpy as np
 from streaming.audio import FrameChunker, Resampler
 from streaming.joins import JoinSettings, SegmentJoiner, pause_ms_for
 from streaming.segment import Segment, Segmenter, SegmenterConfig
+from streaming.stretch import TimeStretcher
 from streaming.text import PreparedText, Removal
 
 __all__ = [
@@ -142,11 +149,14 @@ class SpeechPipeline:
         output_rate_hz: int,
         *,
         whole_text: bool = False,
+        tempo: float = 1.0,
     ) -> None:
         self.settings = settings
         self.engine_rate_hz = engine_rate_hz
         self.output_rate_hz = output_rate_hz
         self.whole_text = whole_text
+        self.tempo = tempo
+        self._stretcher = TimeStretcher(engine_rate_hz, tempo) if tempo != 1.0 else None
         self._joiner = (
             SegmentJoiner(engine_rate_hz, JoinSettings(pause_scale=settings.pause_scale))
             if settings.shape_joins
@@ -199,6 +209,8 @@ class SpeechPipeline:
         segment = self._segment
         if segment is None or self.segment_sent:
             raise RuntimeError("restart() needs a segment none of whose audio has left")
+        if self._stretcher is not None:
+            self._stretcher.reset()
         if self._resampler is not None:
             self._resampler.flush()
         self._chunker.flush()
@@ -212,6 +224,8 @@ class SpeechPipeline:
         if self._segment is None:
             raise RuntimeError("push() outside a segment: call begin() first")
         self._segment_samples += int(chunk.size)
+        if self._stretcher is not None:
+            chunk = self._stretcher.process(chunk)
         shaped = self._joiner.process(chunk) if self._joiner is not None else chunk
         body = self._resample(shaped)
         self._segment_out += int(body.size)
@@ -223,17 +237,24 @@ class SpeechPipeline:
         if segment is None:
             raise RuntimeError("finish() outside a segment: call begin() first")
         self._segment = None
-        rest = self._joiner.finish(pause=False) if self._joiner is not None else _NOTHING
+        stretched = self._stretcher.flush() if self._stretcher is not None else _NOTHING
+        if self._joiner is not None:
+            rest = np.concatenate(
+                (self._joiner.process(stretched), self._joiner.finish(pause=False))
+            )
+        else:
+            rest = stretched
         body = self._resample(rest)
         if self._resampler is not None:
             body = np.concatenate((body, self._resampler.flush()))
         self._segment_out += int(body.size)
+        # The joiner trims stretched samples: in the engine's, that is tempo times more.
         lead_trim = self._joiner.last_lead_dropped if self._joiner is not None else 0
         self.last_span = SegmentSpan(
             self._segment_start,
             self._segment_start + self._segment_out,
-            lead_trim,
-            self.output_rate_hz / self.engine_rate_hz,
+            round(lead_trim * self.tempo),
+            self.output_rate_hz / self.engine_rate_hz / self.tempo,
         )
         pause = self._pause_samples(segment) if self._segment_samples else 0
         if self.whole_text:
@@ -249,6 +270,8 @@ class SpeechPipeline:
         if self._segment is None:
             return  # finished, or never speaking: nothing is held
         self._segment = None
+        if self._stretcher is not None:
+            self._stretcher.reset()
         if self._joiner is not None:
             self._joiner.abandon()
         # Resetting both drops what they hold of the abandoned segment.

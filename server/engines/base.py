@@ -140,8 +140,22 @@ class Cancelled(TTSError):
     code = "cancelled"
 
 
+#: The speeds an engine's own rate control covers unless it says otherwise (its
+#: ``speed_range``): ChatTTS's ``[speed_N]`` prompts. Beyond, the server time-stretches.
+DEFAULT_SPEED_RANGE = (0.5, 2.0)
+
+
+def native_speed_range(engine: object) -> tuple[float, float]:
+    """The speed factors ``engine`` makes itself (its ``speed_range``, else the default)."""
+    found: tuple[float, float] = getattr(engine, "speed_range", DEFAULT_SPEED_RANGE)
+    return found
+
+
 class Engine(Protocol):
-    """A speech engine: text segment in, float32 mono chunks at ``sample_rate_hz`` out."""
+    """A speech engine: text segment in, float32 mono chunks at ``sample_rate_hz`` out.
+
+    An engine may say which speed factors its own rate control covers (``speed_range``,
+    see :func:`native_speed_range`); the server stretches the rest."""
 
     #: Short stable name, shown on /ready and in metrics ("chattts", "espeak", ...).
     name: str

@@ -183,6 +183,10 @@ def _native_rate() -> int:
     return _fork_server().sample_rate_hz
 
 
+#: The speed factors espeak's own rate covers (80-450 words a minute, 175 normal).
+SPEED_RANGE = (_MIN_RATE_WPM / _NORMAL_RATE_WPM, _MAX_RATE_WPM / _NORMAL_RATE_WPM)
+
+
 class EspeakEngine:
     """Mandarin speech from libespeak-ng, resampled to 24 kHz and yielded in ~100 ms chunks.
 
@@ -201,6 +205,7 @@ class EspeakEngine:
 
     name: str = "espeak"
     sample_rate_hz: int = 24_000
+    speed_range = SPEED_RANGE
     # Each synthesize() renders and resamples its whole segment before its first yield,
     # so the worker may interleave generators.
     interleaves = True

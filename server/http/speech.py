@@ -105,6 +105,8 @@ class TextSpeech:
     voice: VoiceSpec
     output_rate_hz: int
     fallback: bool
+    #: The time-stretch beyond the engine's own rate (``voice.speed``): 1 for none.
+    tempo: float = 1.0
     started: float = field(default_factory=time.perf_counter)
     removed: list[dict[str, object]] = field(default_factory=list)
     spoken: list[str] = field(default_factory=list)
@@ -169,7 +171,11 @@ class TextSpeech:
         """The utterance's frames at ``output_rate_hz``, as the engine makes them."""
         state = self.state
         pipeline = SpeechPipeline(
-            state.settings.speech, state.worker.sample_rate_hz, self.output_rate_hz, whole_text=True
+            state.settings.speech,
+            state.worker.sample_rate_hz,
+            self.output_rate_hz,
+            whole_text=True,
+            tempo=self.tempo,
         )
         speaker = SegmentSpeaker(
             state.worker,
@@ -252,6 +258,7 @@ class TextSpeech:
             "X-TTS-Removed": removed_header(removed),
             "X-TTS-Removed-Count": str(len(removed)) if removed else "",
             "X-TTS-Degraded": "busy" if self.fallback else "",
+            "X-TTS-Speed": f"engine={self.voice.speed:g}; stretch={self.tempo:g}",
         }
         return {k: v for k, v in headers.items() if v}
 
@@ -293,18 +300,21 @@ async def start_speech(
 
     ``voice`` is resolved before admission (an unknown name is a 400 whatever the load),
     then again on the fallback voice when the request is admitted there (busy): its own
-    voice of that name, as for a WebSocket context."""
+    voice of that name, as for a WebSocket context. ``speed`` (0.25-4) is the engine's
+    own as far as its rate control goes, a time-stretch beyond (``TextSpeech.tempo``)."""
     await state.voices.confirm(voice)  # the store's truth of the name, read after write
-    spec = state.voices.for_stream(voice, seed=seed, speed=speed)
+    engine_speed, tempo = state.voices.speed_split(speed)
+    spec = state.voices.for_stream(voice, seed=seed, speed=engine_speed)
     fallback = state.admission.start("http")
-    speech = TextSpeech(state, text, spec, output_rate_hz, fallback)
+    speech = TextSpeech(state, text, spec, output_rate_hz, fallback, tempo)
     speech.voice_name = voice
     if request is not None:
         speech.summary = request.scope.get(SUMMARY_KEY)
     try:
         if fallback:
+            engine_speed, speech.tempo = state.voices.speed_split(speed, fallback=True)
             speech.voice = state.voices.for_stream(
-                voice, seed=seed, speed=speed, fallback=True, seed_given=seed is not None
+                voice, seed=seed, speed=engine_speed, fallback=True, seed_given=seed is not None
             )
         await speech.prepare()
     except BaseException:

@@ -17,10 +17,12 @@ import unicodedata
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from server.engines.base import VoiceSpec
+from server.engines.base import VoiceSpec, native_speed_range
+from server.engines.espeak import SPEED_RANGE as FALLBACK_SPEED_RANGE
 from server.voices.store import DirectoryStore, VoiceStore, taken, too_many
 from server.voices.voice import FALLBACK_ENGINE, NAME_RULES, Voice, is_voice_name, presets
 from streaming.errors import ClientError, Conflict, NotFound, Unavailable
+from streaming.stretch import split_speed
 
 if TYPE_CHECKING:
     from server.config import Settings
@@ -151,6 +153,12 @@ class Voices:
     def __init__(self, registry: VoiceRegistry, worker: EngineWorker) -> None:
         self.registry = registry
         self._worker = worker
+
+    def speed_split(self, speed: float, *, fallback: bool = False) -> tuple[float, float]:
+        """``(engine speed, tempo)`` for a stream at ``speed``: the speaking engine's own
+        rate control over its range, a time-stretch of ``tempo`` for the rest."""
+        engine = FALLBACK_SPEED_RANGE if fallback else native_speed_range(self._worker.engine)
+        return split_speed(speed, engine)
 
     def engine(self, *, fallback: bool = False) -> str:
         """The name of the engine voices resolve on (Unavailable before it has loaded)."""

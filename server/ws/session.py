@@ -67,16 +67,21 @@ class Context:
         self.id = state.id
         voice = state.voice
         self.sample_rate_hz = voice.sample_rate_hz
+        # The engine's own rate control as far as it goes, a time-stretch beyond.
+        engine_speed, tempo = session.voices.speed_split(voice.speed, fallback=voice.fallback)
         self.speaker = SegmentSpeaker(
             session.worker,
             session.metrics,
             SpeechPipeline(
-                session.settings.speech, session.worker.sample_rate_hz, voice.sample_rate_hz
+                session.settings.speech,
+                session.worker.sample_rate_hz,
+                voice.sample_rate_hz,
+                tempo=tempo,
             ),
             session.voices.for_stream(
                 voice.voice,
                 seed=voice.seed,
-                speed=voice.speed,
+                speed=engine_speed,
                 fallback=voice.fallback,
                 seed_given=voice.seed_given,
             ),

@@ -30,7 +30,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from server.engines.base import Batcher, BatchRow, Cancelled, SynthesisRequest, VoiceSpec
+from server.engines.base import (
+    DEFAULT_SPEED_RANGE,
+    Batcher,
+    BatchRow,
+    Cancelled,
+    SynthesisRequest,
+    VoiceSpec,
+)
 from server.engines.chattts.batch import BatchedDecoder
 from server.engines.chattts.checkpoint import load_chat
 from server.engines.chattts.decoder import GenerationParams, StreamingDecoder
@@ -104,6 +111,8 @@ class ChatTTSEngine:
 
     name = "chattts"
     sample_rate_hz = 24_000
+    #: What speed_prompt's [speed_N] covers; beyond, the server time-stretches.
+    speed_range = DEFAULT_SPEED_RANGE
 
     def __init__(self, model_dir: str | Path, options: ChatTTSOptions | None = None) -> None:
         self.options = options = options or ChatTTSOptions()
