@@ -74,10 +74,7 @@ class ChatTTSOptions:
         choices=_DTYPES,
     )
     compile_vocoder: bool = option(
-        False,
-        "CUDA: torch.compile the Decoder and the Vocos backbone (compiled at the first "
-        "vocode; a compilation that fails leaves both uncompiled, with one warning)",
-        group="chattts",
+        False, "CUDA: torch.compile Decoder and Vocos; on failure, eager", group="chattts"
     )
     vocoder_backend: str = option(
         "torch",
