@@ -20,7 +20,7 @@ from server import __version__, blas, logs
 from server.config import Settings
 from server.engines.select import EngineFactory
 from server.http.errors import install_error_handlers
-from server.http.middleware import BodyLimit, RequestLog
+from server.http.middleware import BodyLimit, JsonBodies, RequestLog
 from server.http.openai_routes import openai_routes
 from server.http.speech import EXPOSED_HEADERS
 from server.http.system_routes import mount_static, system_routes
@@ -105,6 +105,7 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
             allow_headers=["Authorization", "Content-Type"],
             expose_headers=[*EXPOSED_HEADERS, "Retry-After"],
         )  # fmt: skip
+    app.add_middleware(JsonBodies, openapi=app.openapi)  # inside BodyLimit
     app.add_middleware(
         BodyLimit, limit=settings.max_http_body_bytes, timeout_s=settings.body_timeout_s,
         metrics=state.metrics,

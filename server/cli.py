@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from server import __version__, logs
-from server.config import Settings, add_arguments, build_settings
+from server.config import Settings, add_arguments, build_settings, unknown_variables
 
 if TYPE_CHECKING:
     from server.lifecycle import DrainingServer
@@ -20,6 +21,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 WEIGHTS_REPO = "2Noise/ChatTTS"
+#: The settings ``preview`` reads (its flags; every TTS_* variable still applies).
+PREVIEW_SETTINGS = (
+    "segment_max_chars", "first_segment_min_chars", "allow_control_tags", "text_cache_dir",
+)  # fmt: skip
 
 
 class _Compact(argparse.HelpFormatter):
@@ -77,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="stream",
         help="segment like the WebSocket (stream) or like POST /v1/tts (http)",
     )
-    add_arguments(preview)
+    add_arguments(preview, only=PREVIEW_SETTINGS)
     checkpoint = commands.add_parser(
         "make-checkpoint",
         help="write a random-weight ChatTTS checkpoint (for tests and benchmarks: its audio is noise)",
@@ -109,6 +114,9 @@ def serve(settings: Settings) -> int:
     from server.lifecycle import DrainingServer, uvicorn_config
 
     logs.configure(settings.log_level, settings.log_format)
+    for name, close in unknown_variables(os.environ):
+        hint = f" (did you mean {close}?)" if close else ""
+        logger.warning("environment variable %s is not a setting%s: ignored", name, hint)
     app = create_app(settings)
     config = uvicorn_config(app, settings)
     state = app.state.tts
@@ -149,6 +157,9 @@ def preview(settings: Settings, text: str, mode: str) -> int:
 
     from server.textnorm import TextFrontend
 
+    for name, close in unknown_variables(os.environ):
+        hint = f" (did you mean {close}?)" if close else ""
+        print(f"chattts-stream preview: {name} is not a setting{hint}: ignored", file=sys.stderr)
     if text == "-":
         text = sys.stdin.read()
     frontend = TextFrontend(
@@ -165,7 +176,6 @@ def download_weights(path: str) -> int:
 
     A failure (no network, no such repository, a full disk) is one line on stderr and
     exit status 1, not the library's tracebacks."""
-    import os
 
     # Their progress bars and retry warnings would bury the one line that matters.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -192,7 +202,6 @@ def download_weights(path: str) -> int:
 
 
 def healthcheck(port: int | None, timeout_s: float) -> int:
-    import os
     import urllib.request
 
     port = port or build_settings(None, os.environ).port
@@ -225,6 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "preview":
         return preview(build_settings(args), args.text, args.mode)
     if args.command == "make-checkpoint":
+        logs.quiet_dependencies()  # transformers' progress bars, before it is imported
         from server.engines.chattts.checkpoint import main as checkpoint_main
 
         forwarded = [args.path, "--seed", str(args.seed), *(["--full"] if args.full else [])]

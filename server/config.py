@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,13 @@ class Settings:
         "it, before it counts as unreachable (start-up then exits with status 3)",
         group="engine",
     )
+    voices_store_check_timeout_ms: float = option(
+        1000.0,
+        "how long the speech path waits for --voices-store to confirm a created voice's "
+        "name (one round trip per request or start that names one); past it, or with the "
+        "store unreachable, the voices last seen are spoken until the store answers again",
+        group="engine",
+    )
     fallback_on_load_failure: bool = option(
         False,
         "when the named ChatTTS model fails to load, serve the fallback voice (degraded) "
@@ -213,6 +221,12 @@ class Settings:
     max_voice_clip_seconds: float = option(
         30.0, "longest reference clip a voice is made from (POST /v1/voices)", group="limits"
     )
+    min_voice_clip_sound_s: float = option(
+        0.5,
+        "sound a reference clip must hold (20 ms blocks above -45 dBFS): silence, or a clip "
+        "too quiet to hold a voice, is refused",
+        group="limits",
+    )
     segment_timeout_s: float = option(
         60.0,
         "time a segment may wait for its audio (queueing and synthesis, not sending)",
@@ -294,6 +308,14 @@ class Settings:
     pause_scale: float = option(
         1.0, "multiplies the pause after each segment (0: no pauses)", group="audio"
     )
+    min_audio_ms_per_char: float = option(
+        40.0,
+        "a segment's audio shorter than this per sounding character (at speed 1; speed 2 "
+        "halves it) is implausibly short, as is no audio at all: made again once with a "
+        "derived seed if none of it was sent yet, else reported (segment_without_audio); "
+        "0: only no audio at all. Speech runs at 150-300 ms a Chinese character",
+        group="audio",
+    )
 
     # Text
     allow_control_tags: bool = option(
@@ -319,6 +341,7 @@ class Settings:
             first_frame_ms=self.first_frame_ms,
             shape_joins=self.shape_joins,
             pause_scale=self.pause_scale,
+            min_audio_ms_per_char=self.min_audio_ms_per_char,
         )
 
     @property
@@ -390,10 +413,13 @@ def read_token_file(path: Path) -> tuple[str, ...]:
     )
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add every setting as a flag, in its group; defaults are resolved in :func:`build_settings`."""
+def add_arguments(parser: argparse.ArgumentParser, only: Collection[str] | None = None) -> None:
+    """Add every setting as a flag, in its group (``only``: just these settings, by
+    name, and no --token-file); defaults are resolved in :func:`build_settings`."""
     groups: dict[str, argparse._ArgumentGroup] = {}
     for spec in specs(Settings):
+        if only is not None and spec.name not in only:
+            continue
         group = groups.get(spec.group)
         if group is None:
             group = groups[spec.group] = parser.add_argument_group(GROUPS[spec.group])
@@ -405,12 +431,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             metavar=spec.metavar,
             help=f"{spec.help} [{spec.default_text}]",
         )
+    if only is not None:
+        return
     parser.add_argument(
         "--token-file",
         type=Path,
         default=None,
         help="file with one bearer token per line [env TTS_TOKEN_FILE; TTS_TOKENS takes a comma-separated list]",
     )
+
+
+#: TTS_* variables that are not settings but are read: tokens here, scripts/setup.sh's.
+_OTHER_VARIABLES = ("TTS_TOKEN_FILE", "TTS_TOKENS", "TTS_TORCH_SPEC", "TTS_PYTHON", "TTS_SKIP_APT")
+# What Kubernetes injects for a Service whose name starts with "tts" (service links).
+_SERVICE_LINK = re.compile(r"TTS_\w*(_SERVICE_HOST|_SERVICE_PORT\w*|_PORT_\d+_(TCP|UDP)\w*)")
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """The ``TTS_*`` variables of ``environ`` that nothing reads (misspelt, most likely:
+    ``TTS_MAX_STREAM``), each with the closest variable that is a setting, if one is
+    close. Names only: values may be secrets."""
+    known = [spec.env for spec in specs(Settings)] + list(_OTHER_VARIABLES)
+    unknown = []
+    for name in sorted(environ):
+        if not name.startswith("TTS_") or name in known or _SERVICE_LINK.fullmatch(name):
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+        unknown.append((name, close[0] if close else None))
+    return unknown
 
 
 def build_settings(
@@ -489,12 +537,14 @@ _POSITIVE = (
     "busy_retry_after_ms",
     "http_timeout_s",
     "max_voice_clip_seconds",
+    "min_voice_clip_sound_s",
     "max_http_body_bytes",
     "http_stall_timeout_s",
     "body_timeout_s",
     "ws_ping_timeout_s",
     "max_voices",
     "voices_store_timeout_s",
+    "voices_store_check_timeout_ms",
     "segment_max_chars",
     "frame_ms",
     "first_frame_ms",
@@ -504,6 +554,7 @@ _POSITIVE = (
 #: Settings that must not be negative, with what 0 means where it means something.
 _NOT_NEGATIVE = {
     "pause_scale": "",
+    "min_audio_ms_per_char": " (0: only no audio at all)",
     "drain_timeout_s": "",
     "ws_idle_timeout_s": " (0: never)",
     "ws_ping_interval_s": " (0: no pings)",
@@ -538,6 +589,13 @@ def _combination_problems(settings: Settings) -> list[str]:
         problems.append("engine chattts needs --model-dir (or TTS_MODEL_DIR)")
     chattts = settings.chattts
     batching = settings.max_batch > 1 and chattts.decoder == "ours"
+    if batching and chattts.gpt_cache == "static":
+        problems.append(
+            "gpt_cache static is the unbatched decoder's cache, and max_batch above 1 turns "
+            "batching on, whose decoder keeps its own cache: set max_batch 1 for the static "
+            "cache (and cuda_graphs), or keep batching and leave gpt_cache dynamic "
+            "(batch_cuda_graphs is batching's CUDA-graph option)"
+        )
     if batching and chattts.gpt_cache_tokens <= chattts.max_new_token:
         problems.append(
             f"gpt_cache_tokens must exceed max_new_token with max_batch above 1 (a batch row "

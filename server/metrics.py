@@ -102,6 +102,16 @@ class Metrics:
             "segments spoken by the fallback voice after the main engine failed on them",
             registry=r,
         )
+        self.segments_without_audio = Counter(
+            "tts_segments_without_audio_total",
+            "segments whose audio was empty or implausibly short for their text "
+            "(--min-audio-ms-per-char): retried (made again with a derived seed before any "
+            "of it was sent) or reported (a warning to the client)",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in ("retried", "reported"):
+            self.segments_without_audio.labels(outcome=outcome)
         self.segment_latency = Histogram(
             "tts_segment_synthesis_seconds",
             "engine time per segment",

@@ -174,6 +174,10 @@ def reference_markdown(cls: type) -> str:
         "from the declarations in `server/config.py` and `server/engines/*/options.py`",
         "(`.venv/bin/python -m server.config > docs/settings.md`); a test keeps it current.",
         "Tokens are not settings here: `--token-file` / `TTS_TOKEN_FILE` and `TTS_TOKENS`.",
+        "A `TTS_*` variable that is none of these (a misspelt one) is named in a warning at",
+        "start, with the closest setting's variable, and ignored; values are never logged.",
+        "Settings that cannot work together stop start-up with one line naming each flag and",
+        "variable (`--gpt-cache static` needs `--max-batch 1`).",
     ]
     by_group: dict[str, list[OptionSpec]] = {}
     for spec in specs(cls):

@@ -16,8 +16,10 @@ from numpy.lib.stride_tricks import sliding_window_view
 __all__ = [
     "FrameChunker",
     "Resampler",
+    "float32_json_array",
     "float_to_pcm16",
     "pcm16_to_float",
+    "sounding_seconds",
     "wav_bytes",
 ]
 
@@ -38,6 +40,31 @@ def float_to_pcm16(samples: np.ndarray) -> bytes:
     scaled = np.rint(x * _PCM16_SCALE)
     np.clip(scaled, -32768.0, 32767.0, out=scaled)
     return scaled.astype("<i2").tobytes()
+
+
+def float32_json_array(samples: np.ndarray) -> str:
+    """``samples`` as a JSON array of numbers, each the shortest decimal that reads back
+    as the same float32 (``0.1``, not the float64 expansion ``0.10000000149011612``).
+    Non-finite samples, which JSON cannot hold, become 0."""
+    x = np.asarray(samples, dtype=np.float32)
+    if not np.isfinite(x).all():
+        x = np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+    return "[" + ",".join(x.astype(str).tolist()) + "]"
+
+
+def sounding_seconds(
+    samples: np.ndarray, rate_hz: int, *, floor_db: float = -45.0, block_ms: float = 20.0
+) -> float:
+    """Seconds of ``samples`` that are sound: the blocks of ``block_ms`` whose RMS is above
+    ``floor_db`` dBFS (quiet speech is around -30; a silent room, -60 and below)."""
+    block = max(1, round(rate_hz * block_ms / 1000))
+    whole = samples.size - samples.size % block
+    if not whole:
+        return 0.0
+    blocks = np.asarray(samples[:whole], dtype=np.float64).reshape(-1, block)
+    power = np.mean(np.square(blocks), axis=1)
+    loud = int(np.count_nonzero(power > 10.0 ** (floor_db / 10.0)))
+    return loud * block / rate_hz
 
 
 def pcm16_to_float(data: bytes) -> np.ndarray:

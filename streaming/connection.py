@@ -197,6 +197,13 @@ class Connection:
 
     def receive(self, raw: str | bytes) -> list[Event]:
         """Apply one client frame; a refused one changes nothing but gets its error."""
+        message = self.read(raw)
+        return [message] if isinstance(message, Refused) else self.apply(message)
+
+    def read(self, raw: str | bytes) -> p.ClientMessage | Refused:
+        """One client frame as a message (:meth:`apply` it), or its refusal: the first
+        half of :meth:`receive`, for a caller that looks at the message in between (the
+        voice a ``start`` names, confirmed with the store)."""
         try:
             size = len(raw) if isinstance(raw, bytes) else len(raw.encode("utf-8", "surrogatepass"))
             limit = self.limits.max_message_bytes
@@ -206,7 +213,15 @@ class Connection:
                     code="message_too_large",
                     limit=limit,
                 )
-            return self._dispatch(p.parse_client_message(raw))
+            return p.parse_client_message(raw)
+        except (ClientError, Unavailable) as exc:
+            return Refused(exc)
+
+    def apply(self, message: p.ClientMessage) -> list[Event]:
+        """Apply one message :meth:`read` gave; a refused one changes nothing but gets its
+        error."""
+        try:
+            return self._dispatch(message)
         except (ClientError, Unavailable) as exc:
             return [Refused(exc)]
 

@@ -36,8 +36,10 @@ AUDIO_HEADER = struct.Struct("<III")
 AUDIO_HEADER_BYTES = AUDIO_HEADER.size
 
 SUPPORTED_SAMPLE_RATES_HZ = (8000, 16000, 22050, 24000, 44100, 48000)
-MIN_SPEED = 0.5
-MAX_SPEED = 2.0
+#: The speed factors every route takes (1: the engine's normal rate); beyond an engine's
+#: own rate control the audio is time-stretched (streaming.stretch).
+MIN_SPEED = 0.25
+MAX_SPEED = 4.0
 MAX_CONTEXT_ID_CHARS = 64
 MAX_VOICE_CHARS = 4096
 MAX_SEED = 2**31 - 1
@@ -217,8 +219,22 @@ def _optional_seed(obj: dict[str, Any], context_id: str) -> int | None:
 
 def _speed(obj: dict[str, Any], context_id: str) -> float:
     value = obj.get("speed", 1.0)
-    if value is None:
-        return 1.0
+    return 1.0 if value is None else check_speed(value, context_id=context_id)
+
+
+def speed_in_body(data: Any) -> Any:
+    """An HTTP body (a dict, before its schema) with its ``speed`` checked as the
+    WebSocket's is: null means the default, anything else is refused by
+    :func:`check_speed` (raised as is: the same 400 on every route)."""
+    if isinstance(data, dict) and "speed" in data:
+        speed = data["speed"]
+        data = {**data, "speed": 1.0 if speed is None else check_speed(speed)}
+    return data
+
+
+def check_speed(value: object, *, context_id: str | None = None) -> float:
+    """``value`` as a speed factor, or the one refusal every route gives (400
+    ``invalid_field``, the same message on the WebSocket and over HTTP)."""
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
@@ -229,6 +245,7 @@ def _speed(obj: dict[str, Any], context_id: str) -> float:
             f"field 'speed' must be a number in [{MIN_SPEED}, {MAX_SPEED}]",
             code="invalid_field",
             context_id=context_id,
+            param="speed",
         )
     return float(value)
 
@@ -375,6 +392,18 @@ class WarningEvent(ServerMessage):
     code: str
     message: str
     removed: list[dict[str, Any]] = field(default_factory=list)
+    type: str = field(init=False, default="warning")
+
+
+@dataclass(frozen=True)
+class SegmentWarningEvent(ServerMessage):
+    """A warning about one segment's audio (``segment``: its index, as in ``segment``
+    events and audio frame headers): ``segment_retried``, ``segment_without_audio``."""
+
+    context_id: str
+    code: str
+    message: str
+    segment: int
     type: str = field(init=False, default="warning")
 
 

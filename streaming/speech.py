@@ -5,7 +5,13 @@ The WebSocket context, ``POST /v1/tts`` and any later route speak through
 written (:attr:`SegmentStart.removed`, offsets in the whole utterance's text), then
 turns the engine's chunks into frames at the client's rate:
 
-    engine chunks -> SegmentJoiner (trim, fade, loudness) -> Resampler -> FrameChunker
+    engine chunks -> TimeStretcher -> SegmentJoiner (trim, fade, loudness) -> Resampler
+                  -> FrameChunker
+
+The stretcher (``tempo`` other than 1: speeds beyond the engine's own rate control, see
+:func:`streaming.stretch.split_speed`) changes the duration, not the pitch, of each
+segment's audio on its own; everything after it, pauses and timestamps included, is in
+the stretched time the listener hears.
 
 and after the segment adds the pause its punctuation asks for (``streaming.joins``).
 A streamed utterance gets every pause at once (its listener should not wait for it); a
@@ -27,6 +33,7 @@ import numpy as np
 from streaming.audio import FrameChunker, Resampler
 from streaming.joins import JoinSettings, SegmentJoiner, pause_ms_for
 from streaming.segment import Segment, Segmenter, SegmenterConfig
+from streaming.stretch import TimeStretcher
 from streaming.text import PreparedText, Removal
 
 __all__ = [
@@ -52,6 +59,23 @@ class SpeechSettings:
     first_frame_ms: int = 40
     shape_joins: bool = True
     pause_scale: float = 1.0
+    #: A segment's audio shorter than this per sounding character (at speed 1; a speed
+    #: of 2 halves it) is implausibly short: the engine ended it early or said nothing.
+    min_audio_ms_per_char: float = 40.0
+
+    def least_audio_s(self, spoken: str, speed: float) -> float:
+        """The least audio, in seconds, a plausible reading of ``spoken`` lasts at
+        ``speed``: its sounding characters (letters and digits of any script, so each
+        Chinese character; no punctuation or spaces) times ``min_audio_ms_per_char``."""
+        return _sounding(spoken) * self.min_audio_ms_per_char / 1000 / max(speed, 1e-9)
+
+    def too_little_audio(self, spoken: str, speed: float, audio_s: float) -> bool:
+        """Whether ``audio_s`` seconds is implausibly little audio for ``spoken`` at
+        ``speed``: none at all for a text with a sounding character, or less than
+        :meth:`least_audio_s`."""
+        if not _sounding(spoken):
+            return False
+        return audio_s <= 0 or audio_s < self.least_audio_s(spoken, speed)
 
     def segmenter_config(self, *, whole_text: bool) -> SegmenterConfig:
         """Streamed text cuts its first segment early; a whole text has no first-audio
@@ -66,6 +90,10 @@ class SpeechSettings:
         """A whole text cut as one push then a flush."""
         segmenter = self.segmenter(whole_text=True)
         return [*segmenter.push(text), *segmenter.flush()]
+
+
+def _sounding(text: str) -> int:
+    return sum(1 for char in text if char.isalnum())
 
 
 def removals_in_stream(segment: Segment, prepared: PreparedText) -> tuple[Removal, ...]:
@@ -109,7 +137,9 @@ class SpeechPipeline:
     Calling contract, per segment: :meth:`begin`; when it ``speaks``, :meth:`push` each
     engine chunk (returns the frames ready now) and then :meth:`finish` (the rest and the
     pause), or :meth:`abandon` when the segment will not finish (cancel, engine error,
-    timeout: its held audio is dropped, and no pause follows it).
+    timeout: its held audio is dropped, and no pause follows it). While none of its
+    audio has left as frames (:attr:`segment_sent` False), :meth:`restart` starts the
+    segment's audio over, for the engine to make it again.
     """
 
     def __init__(
@@ -119,11 +149,14 @@ class SpeechPipeline:
         output_rate_hz: int,
         *,
         whole_text: bool = False,
+        tempo: float = 1.0,
     ) -> None:
         self.settings = settings
         self.engine_rate_hz = engine_rate_hz
         self.output_rate_hz = output_rate_hz
         self.whole_text = whole_text
+        self.tempo = tempo
+        self._stretcher = TimeStretcher(engine_rate_hz, tempo) if tempo != 1.0 else None
         self._joiner = (
             SegmentJoiner(engine_rate_hz, JoinSettings(pause_scale=settings.pause_scale))
             if settings.shape_joins
@@ -143,6 +176,8 @@ class SpeechPipeline:
         self._held_pause = 0  # whole_text: the last segment's pause, until more audio
         self._segment_start = 0  # output sample where the current segment's audio starts
         self._segment_out = 0  # output samples of the current segment's audio so far
+        # At the current segment's begin(): samples framed, and the pause held then.
+        self._begun_at = (0, 0)
         #: The span of the last segment finished (None before the first).
         self.last_span: SegmentSpan | None = None
 
@@ -158,15 +193,39 @@ class SpeechPipeline:
             self._segment_samples = 0
             self._segment_start = self.samples + self._held_pause
             self._segment_out = 0
+            self._begun_at = (self.samples, self._held_pause)
             if self._joiner is not None:
                 self._joiner.begin(segment.text)
         return start
+
+    @property
+    def segment_sent(self) -> bool:
+        """Whether any of the current segment's audio has left as frames."""
+        return self._segment is not None and self.samples > self._begun_at[0]
+
+    def restart(self) -> None:
+        """Start the current segment's audio over: what is held of it is dropped, as if
+        :meth:`begin` had just been called (RuntimeError once some of it has left)."""
+        segment = self._segment
+        if segment is None or self.segment_sent:
+            raise RuntimeError("restart() needs a segment none of whose audio has left")
+        if self._stretcher is not None:
+            self._stretcher.reset()
+        if self._resampler is not None:
+            self._resampler.flush()
+        self._chunker.flush()
+        self._segment_samples = self._segment_out = 0
+        self._held_pause = self._begun_at[1]
+        if self._joiner is not None:
+            self._joiner.begin(segment.text)
 
     def push(self, chunk: np.ndarray) -> list[np.ndarray]:
         """One engine chunk (float32 at the engine rate) in; the frames ready now out."""
         if self._segment is None:
             raise RuntimeError("push() outside a segment: call begin() first")
         self._segment_samples += int(chunk.size)
+        if self._stretcher is not None:
+            chunk = self._stretcher.process(chunk)
         shaped = self._joiner.process(chunk) if self._joiner is not None else chunk
         body = self._resample(shaped)
         self._segment_out += int(body.size)
@@ -178,17 +237,24 @@ class SpeechPipeline:
         if segment is None:
             raise RuntimeError("finish() outside a segment: call begin() first")
         self._segment = None
-        rest = self._joiner.finish(pause=False) if self._joiner is not None else _NOTHING
+        stretched = self._stretcher.flush() if self._stretcher is not None else _NOTHING
+        if self._joiner is not None:
+            rest = np.concatenate(
+                (self._joiner.process(stretched), self._joiner.finish(pause=False))
+            )
+        else:
+            rest = stretched
         body = self._resample(rest)
         if self._resampler is not None:
             body = np.concatenate((body, self._resampler.flush()))
         self._segment_out += int(body.size)
+        # The joiner trims stretched samples: in the engine's, that is tempo times more.
         lead_trim = self._joiner.last_lead_dropped if self._joiner is not None else 0
         self.last_span = SegmentSpan(
             self._segment_start,
             self._segment_start + self._segment_out,
-            lead_trim,
-            self.output_rate_hz / self.engine_rate_hz,
+            round(lead_trim * self.tempo),
+            self.output_rate_hz / self.engine_rate_hz / self.tempo,
         )
         pause = self._pause_samples(segment) if self._segment_samples else 0
         if self.whole_text:
@@ -204,6 +270,8 @@ class SpeechPipeline:
         if self._segment is None:
             return  # finished, or never speaking: nothing is held
         self._segment = None
+        if self._stretcher is not None:
+            self._stretcher.reset()
         if self._joiner is not None:
             self._joiner.abandon()
         # Resetting both drops what they hold of the abandoned segment.

@@ -7,7 +7,7 @@ from one dedicated thread, one synthesis at a time. Nothing here may touch the e
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -37,6 +37,24 @@ class VoiceSpec:
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
+
+    @property
+    def speaker_key(self) -> int:
+        """The seed that picks the sampled speaker (when ``voice`` names none)."""
+        return self.seed if self.speaker_seed is None else self.speaker_seed
+
+    def retry(self) -> VoiceSpec:
+        """The same speaker with another sampling seed, derived from this one (the same
+        every time, so a retried segment is as reproducible as its seed): for a segment
+        whose first try made no audio."""
+        return replace(self, seed=derived_seed(self.seed), speaker_seed=self.speaker_key)
+
+
+def derived_seed(seed: int) -> int:
+    """Another seed in 0..2**31-2, a fixed function of ``seed`` (Knuth's multiplicative
+    hash, so neighbouring seeds stay apart), never ``seed`` itself."""
+    derived = (seed * 2654435761 + 0x9E3779B9) % (2**31 - 1)
+    return derived if derived != seed else (derived + 1) % (2**31 - 1)
 
 
 @dataclass(frozen=True)
@@ -122,8 +140,22 @@ class Cancelled(TTSError):
     code = "cancelled"
 
 
+#: The speeds an engine's own rate control covers unless it says otherwise (its
+#: ``speed_range``): ChatTTS's ``[speed_N]`` prompts. Beyond, the server time-stretches.
+DEFAULT_SPEED_RANGE = (0.5, 2.0)
+
+
+def native_speed_range(engine: object) -> tuple[float, float]:
+    """The speed factors ``engine`` makes itself (its ``speed_range``, else the default)."""
+    found: tuple[float, float] = getattr(engine, "speed_range", DEFAULT_SPEED_RANGE)
+    return found
+
+
 class Engine(Protocol):
-    """A speech engine: text segment in, float32 mono chunks at ``sample_rate_hz`` out."""
+    """A speech engine: text segment in, float32 mono chunks at ``sample_rate_hz`` out.
+
+    An engine may say which speed factors its own rate control covers (``speed_range``,
+    see :func:`native_speed_range`); the server stretches the rest."""
 
     #: Short stable name, shown on /ready and in metrics ("chattts", "espeak", ...).
     name: str

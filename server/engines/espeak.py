@@ -183,15 +183,19 @@ def _native_rate() -> int:
     return _fork_server().sample_rate_hz
 
 
+#: The speed factors espeak's own rate covers (80-450 words a minute, 175 normal).
+SPEED_RANGE = (_MIN_RATE_WPM / _NORMAL_RATE_WPM, _MAX_RATE_WPM / _NORMAL_RATE_WPM)
+
+
 class EspeakEngine:
     """Mandarin speech from libespeak-ng, resampled to 24 kHz and yielded in ~100 ms chunks.
 
-    Voice: ``request.voice.voice`` (one of :data:`VOICES`) or else ``request.voice.seed``
-    picks a variant, and the seed a base pitch, deterministically (see
-    :func:`voice_for_seed`); ``request.voice.speed`` scales the speaking rate (see
-    :func:`rate_for_speed`). Synthesis of a sentence
-    takes a few milliseconds, so a segment is synthesised whole and ``should_stop`` is
-    polled between chunks.
+    Voice: ``request.voice.voice`` (one of :data:`VOICES`) or else the voice's seed (its
+    ``speaker_seed`` when set) picks a variant, and that seed a base pitch,
+    deterministically (see :func:`voice_for_seed`); ``request.voice.speed`` scales the
+    speaking rate (see :func:`rate_for_speed`). Synthesis of a sentence takes a few
+    milliseconds, so a segment is synthesised whole and ``should_stop`` is polled
+    between chunks.
 
     Deterministic: the same request gives the same samples. libespeak-ng keeps its
     pitch-flutter phase (``static int Flutter_ix`` in wavegen.c) and other state in C
@@ -201,6 +205,7 @@ class EspeakEngine:
 
     name: str = "espeak"
     sample_rate_hz: int = 24_000
+    speed_range = SPEED_RANGE
     # Each synthesize() renders and resamples its whole segment before its first yield,
     # so the worker may interleave generators.
     interleaves = True
@@ -242,7 +247,7 @@ class EspeakEngine:
         """
         if self._closed:
             raise EspeakError("engine is closed")
-        voice_name, pitch = voice_for_seed(request.voice.seed, request.voice.voice)
+        voice_name, pitch = voice_for_seed(request.voice.speaker_key, request.voice.voice)
         rate_wpm = rate_for_speed(request.voice.speed)
         # ChatTTS control tags ([uv_break], [laugh], ...) mean nothing to espeak, which
         # would read them out letter by letter.

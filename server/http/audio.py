@@ -13,11 +13,13 @@ as soon as there are any, so a response can start after the first segment:
   stdout, read as it comes; started with ``posix_spawn``, never ``fork()``
   (:mod:`server.child_process` says why). Decoded, each gives every sample of the PCM,
   after only the codec's own priming (MP3 1,105 samples, AAC 1,024, Opus and FLAC none).
+  Written to a pipe, FLAC's header cannot carry its length (STREAMINFO says 0,
+  unknown, as a streamed WAV's sizes do); whole files get it (:func:`fill_flac_length`).
 
-A ``tempo`` other than 1 time-stretches the audio without changing its pitch (ffmpeg's
-``atempo``, chained for factors below 0.5), for speeds beyond the engine's own range;
-then even PCM and WAV pass through ffmpeg. Without ffmpeg those requests get a 503
-``format_unavailable`` before any work starts (:func:`require_ffmpeg`).
+Speeds beyond the engine's own rate control are time-stretched before the audio gets
+here (:mod:`streaming.stretch`, in the speech pipeline), so PCM and WAV never need
+ffmpeg; without it the compressed formats get a 503 ``format_unavailable`` before any
+work starts (:func:`require_ffmpeg`).
 """
 
 from __future__ import annotations
@@ -38,12 +40,12 @@ __all__ = [
     "MEDIA_TYPES",
     "Encoders",
     "encode",
+    "fill_flac_length",
     "fill_wav_sizes",
     "media_type",
     "needs_ffmpeg",
     "require_ffmpeg",
     "streaming_wav_header",
-    "tempo_filters",
 ]
 
 MEDIA_TYPES = {
@@ -75,15 +77,16 @@ def media_type(fmt: str, rate_hz: int) -> str:
     return MEDIA_TYPES[fmt]
 
 
-def needs_ffmpeg(fmt: str, tempo: float) -> bool:
-    return fmt not in ("pcm", "wav") or tempo != 1.0
+def needs_ffmpeg(fmt: str) -> bool:
+    return fmt not in ("pcm", "wav")
 
 
-def require_ffmpeg(fmt: str, tempo: float) -> None:
+def require_ffmpeg(fmt: str) -> None:
     """Refuse, before any synthesis, a request this machine cannot encode."""
-    if needs_ffmpeg(fmt, tempo) and shutil.which("ffmpeg") is None:
-        what = f"format {fmt}" if fmt not in ("pcm", "wav") else "a speed beyond the engine's range"
-        raise Unavailable(f"{what} needs ffmpeg, which is not installed", code="format_unavailable")
+    if needs_ffmpeg(fmt) and shutil.which("ffmpeg") is None:
+        raise Unavailable(
+            f"format {fmt} needs ffmpeg, which is not installed", code="format_unavailable"
+        )
 
 
 def streaming_wav_header(rate_hz: int, data_bytes: int | None = None) -> bytes:
@@ -100,26 +103,15 @@ def streaming_wav_header(rate_hz: int, data_bytes: int | None = None) -> bytes:
     )
 
 
-def tempo_filters(tempo: float) -> str:
-    """ffmpeg's filter chain for ``tempo`` (each ``atempo`` takes 0.5-100)."""
-    parts = []
-    while tempo < 0.5:
-        parts.append("atempo=0.5")
-        tempo /= 0.5
-    parts.append(f"atempo={tempo:.6g}")
-    return ",".join(parts)
-
-
-def _ffmpeg_args(fmt: str, rate_hz: int, tempo: float) -> tuple[str, ...]:
+def _ffmpeg_args(fmt: str, rate_hz: int) -> tuple[str, ...]:
     muxer, codec = _FFMPEG[fmt]
-    filters = ["-filter:a", tempo_filters(tempo)] if tempo != 1.0 else []
     return (
         "ffmpeg", "-hide_banner", "-loglevel", "error", "-nostdin",
         # Raw input needs no probing: without these ffmpeg reads ~0.3 s of it first. Not
         # "-fflags nobuffer": it discards the packet read while probing (the first 40 ms).
         "-probesize", "32", "-analyzeduration", "0",
         "-f", "s16le", "-ar", str(rate_hz), "-ac", "1", "-i", "pipe:0",
-        *filters, *codec, "-flush_packets", "1", "-f", muxer, "pipe:1",
+        *codec, "-flush_packets", "1", "-f", muxer, "pipe:1",
     )  # fmt: skip
 
 
@@ -129,7 +121,7 @@ class Encoders:
     Starting ffmpeg costs ~100 ms (measured here: mp3's first byte 147 ms after the
     request with a fresh process, against 18 ms for raw PCM), which a streamed response
     would add to its time to first byte. A spare waits on its stdin, costing a few MB
-    and no CPU. Encodings with a time-stretch are started on demand (their factor varies).
+    and no CPU.
     Every child handed out is the caller's to end (:meth:`ChildProcess.aclose`);
     :meth:`close` at shutdown kills the spares and any child still running.
     Use from one event loop.
@@ -141,13 +133,13 @@ class Encoders:
         self._children: set[ChildProcess] = set()
         self._closed = False
 
-    async def process(self, fmt: str, rate_hz: int, tempo: float) -> ChildProcess:
+    async def process(self, fmt: str, rate_hz: int) -> ChildProcess:
         """A started ffmpeg encoding PCM at ``rate_hz`` to ``fmt``, the caller's to end."""
-        args = _ffmpeg_args(fmt, rate_hz, tempo)
+        args = _ffmpeg_args(fmt, rate_hz)
         spare = self._spares.pop(args, None)
         # The next spare is started before any wait, so no other caller can have put one
         # in its place meanwhile: one spare per encoding, whatever the concurrency.
-        if tempo == 1.0 and not self._closed and len(self._spares) < self._max_kinds:
+        if not self._closed and len(self._spares) < self._max_kinds:
             self._spares[args] = asyncio.get_running_loop().create_task(self._spawn(args))
         process = None
         if spare is not None:
@@ -188,7 +180,6 @@ async def encode(
     fmt: str,
     rate_hz: int,
     *,
-    tempo: float = 1.0,
     encoders: Encoders | None = None,
 ) -> AsyncGenerator[bytes]:
     """The bytes of ``fmt`` for ``frames`` (float32 mono at ``rate_hz``), as they come.
@@ -197,15 +188,15 @@ async def encode(
     async with contextlib.aclosing(frames):
         if fmt == "wav":
             yield streaming_wav_header(rate_hz)
-        if not needs_ffmpeg(fmt, tempo):
+        if not needs_ffmpeg(fmt):
             async for frame in frames:
                 if frame.size:
                     yield float_to_pcm16(frame)
             return
         if encoders is not None:
-            process = await encoders.process(fmt, rate_hz, tempo)
+            process = await encoders.process(fmt, rate_hz)
         else:
-            process = await spawn(_ffmpeg_args(fmt, rate_hz, tempo))
+            process = await spawn(_ffmpeg_args(fmt, rate_hz))
         try:
             # aclosing: leaving early must end ffmpeg now (async for does not close what
             # it iterates; the generator would linger until garbage collection).
@@ -219,6 +210,20 @@ async def encode(
 def fill_wav_sizes(wav: bytes) -> bytes:
     """A whole streamed WAV (header of unknown length) with its exact sizes."""
     return streaming_wav_header(int.from_bytes(wav[24:28], "little"), len(wav) - 44) + wav[44:]
+
+
+def fill_flac_length(flac: bytes, samples: int) -> bytes:
+    """A whole FLAC that ffmpeg wrote to a pipe (it cannot seek back: its STREAMINFO says
+    0, "unknown", for the total samples) with ``samples`` written there, so players show
+    its duration. Anything but a FLAC starting with its STREAMINFO comes back as is."""
+    # "fLaC", a 4-byte block header (type 0 = STREAMINFO, length 34), then STREAMINFO:
+    # the total samples are its 36 bits from byte 13's low nibble to byte 17.
+    if len(flac) < 42 or flac[:4] != b"fLaC" or flac[4] & 0x7F != 0 or not 0 <= samples < 2**36:
+        return flac
+    info = bytearray(flac[8:42])
+    info[13] = (info[13] & 0xF0) | (samples >> 32)
+    info[14:18] = (samples & 0xFFFFFFFF).to_bytes(4, "big")
+    return flac[:8] + bytes(info) + flac[42:]
 
 
 async def _ffmpeg(

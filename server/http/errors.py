@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from server.errors import report
-from server.http.middleware import SUMMARY_KEY
+from server.http.middleware import SENT_CONTENT_TYPE_KEY, SUMMARY_KEY
 from server.metrics import Metrics
 from streaming.errors import ClientError, TTSError, outcome
 
@@ -29,6 +29,9 @@ def validation_error(exc: RequestValidationError) -> ClientError:
             reason = (err.get("ctx") or {}).get("error", "invalid JSON")
             return ClientError(f"the body is not JSON: {reason}", code="invalid_json")
         field = ".".join(str(part) for part in err["loc"][1:])
+        if not field and err["type"] in ("model_attributes_type", "dict_type", "model_type"):
+            # pydantic's words for a body that is JSON but not an object
+            return ClientError("the body must be a JSON object ({...})", code="invalid_request")
         fields.append(field)
         problems.append(f"{field or 'body'}: {err['msg']}")
     if not fields:
@@ -51,8 +54,18 @@ def install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         error = validation_error(exc)
+        status = 422
+        sent = request.scope.get(SENT_CONTENT_TYPE_KEY)
+        if sent is not None and error.code == "invalid_json":
+            status = 415  # not JSON, and not said to be: say what to send
+            error = ClientError(
+                "the body must be a JSON object sent with content-type: application/json "
+                f"(curl: -H 'content-type: application/json'); it came with {sent[:100]} "
+                "and is not JSON",
+                code="unsupported_media_type",
+            )
         report(error, metrics=metrics, log=logger, where=f"{request.method} {request.url.path}")
-        return JSONResponse(error.to_body(), status_code=422)
+        return JSONResponse(error.to_body(), status_code=status)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

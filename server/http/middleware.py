@@ -1,4 +1,5 @@
-"""The app's own ASGI middleware: a request body's size and time limits, and the request log and counter.
+"""The app's own ASGI middleware: a request body's size and time limits, JSON bodies sent
+without their content type, and the request log and counter.
 
 Plain ASGI rather than ``@app.middleware``: Starlette's BaseHTTPMiddleware re-streams
 every body through a queue and hides the server's ``send`` (and so the transport, see
@@ -9,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fastapi.responses import JSONResponse
@@ -23,7 +26,15 @@ from streaming.errors import LimitExceeded
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SUMMARY_KEY", "BodyLimit", "BodyTooLarge", "BodyTooSlow", "RequestLog"]
+__all__ = [
+    "SENT_CONTENT_TYPE_KEY",
+    "SUMMARY_KEY",
+    "BodyLimit",
+    "BodyTooLarge",
+    "BodyTooSlow",
+    "JsonBodies",
+    "RequestLog",
+]
 
 
 class BodyLimit:
@@ -105,6 +116,67 @@ class BodyTooSlow(StarletteHTTPException):
             f"the request body did not arrive within {timeout_s:g} s (--body-timeout-s)",
             headers={"connection": "close"},
         )
+
+
+#: Where :class:`JsonBodies` leaves the content type a JSON route's body came with, when
+#: it was not JSON's (a body that then does not parse is refused 415, saying so).
+SENT_CONTENT_TYPE_KEY = "chattts_stream.sent_content_type"
+
+
+class JsonBodies:
+    """ASGI middleware: a body sent to a route that takes JSON without JSON's content type
+    (curl's default ``application/x-www-form-urlencoded``, ``text/plain``, or none) is
+    read as JSON: when it parses, the request is served as if the header had been
+    right; when it does not, the error handler answers 415 saying what to send
+    (:data:`SENT_CONTENT_TYPE_KEY`). ``openapi``: the app's OpenAPI schema, read at the
+    first request for the routes whose request body is JSON."""
+
+    def __init__(self, app: ASGIApp, openapi: Callable[[], dict[str, Any]]) -> None:
+        self.app = app
+        self._openapi = openapi
+        self._json_routes: list[tuple[str, re.Pattern[str]]] | None = None
+
+    def _takes_json(self, scope: Scope) -> bool:
+        if self._json_routes is None:
+            self._json_routes = json_body_routes(self._openapi())
+        method, path = scope["method"], scope["path"]
+        return any(m == method and regex.fullmatch(path) for m, regex in self._json_routes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] in ("POST", "PUT", "PATCH"):
+            sent = None
+            for name, value in scope["headers"]:
+                if name == b"content-type":
+                    sent = value.decode("latin-1")
+            if not _is_json(sent) and self._takes_json(scope):
+                headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+                scope = dict(scope, headers=[*headers, (b"content-type", b"application/json")])
+                scope[SENT_CONTENT_TYPE_KEY] = sent or "no content type"
+        await self.app(scope, receive, send)
+
+
+def json_body_routes(openapi: dict[str, Any]) -> list[tuple[str, re.Pattern[str]]]:
+    """``(METHOD, path regex)`` of each operation of ``openapi`` whose request body is JSON."""
+    found = []
+    for template, operations in openapi.get("paths", {}).items():
+        parts = re.split(r"(\{[^}/]+\})", template)
+        regex = re.compile("".join("[^/]+" if p.startswith("{") else re.escape(p) for p in parts))
+        for method, operation in operations.items():
+            content = (operation.get("requestBody") or {}).get("content", {})
+            if "application/json" in content:
+                found.append((method.upper(), regex))
+    return found
+
+
+def _is_json(content_type: str | None) -> bool:
+    """Whether FastAPI reads a body of ``content_type`` as JSON (application/json and
+    application/*+json, any parameters)."""
+    if content_type is None:
+        return False
+    kind = content_type.split(";", 1)[0].strip().lower()
+    return kind == "application/json" or (
+        kind.startswith("application/") and kind.endswith("+json")
+    )
 
 
 #: Routes whose summary line is logged at DEBUG: probes and scrapes, every few seconds.

@@ -9,8 +9,9 @@ pipecat's and LiveKit's OpenAI services, chat front-ends) works unchanged:
   every engine), a raw speaker string, or ``{"id": name}``;
 - ``response_format``: mp3 (default), opus, aac, flac, wav, pcm (24 kHz s16le, as
   OpenAI's); every format is 24 kHz mono;
-- ``speed`` 0.25-4: the engine's own rate control over its range (0.5-2), then a
-  pitch-preserving time-stretch for the rest (header ``X-TTS-Speed``);
+- ``speed`` 0.25-4: the engine's own rate control over its range (ChatTTS 0.5-2), then
+  a pitch-preserving time-stretch for the rest (header ``X-TTS-Speed``), as on every
+  route;
 - ``instructions``: accepted, not applied (ChatTTS takes no style prompt): said in the
   ``X-TTS-Instructions`` header;
 - ``stream_format``: ``audio`` (the file's bytes, chunked) or ``sse`` (``data:`` lines
@@ -31,7 +32,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 
 from server.auth import require_bearer
 from server.errors import report
@@ -48,7 +49,7 @@ from server.state import AppState
 from streaming import protocol as p
 from streaming.errors import ClientError, NotFound, TTSError, outcome, public_message
 
-__all__ = ["OPENAI_MODEL_ALIASES", "openai_routes", "speed_split"]
+__all__ = ["OPENAI_MODEL_ALIASES", "openai_routes"]
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +85,17 @@ class SpeechRequest(BaseModel):
         None, max_length=4096, description="accepted, not applied (X-TTS-Instructions says so)"
     )
     response_format: SpeechFormat = "mp3"
-    speed: float = Field(1.0, ge=0.25, le=4.0, description="0.25-4; beyond 0.5-2: time-stretched")
+    speed: float = Field(
+        1.0,
+        description="0.25-4; beyond the engine's own range (ChatTTS: 0.5-2): time-stretched",
+        json_schema_extra={"minimum": p.MIN_SPEED, "maximum": p.MAX_SPEED},
+    )
     stream_format: Literal["audio", "sse"] = "audio"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _speed(cls, data: Any) -> Any:
+        return p.speed_in_body(data)  # the WebSocket's check and message, raised as is
 
 
 class Model(BaseModel):
@@ -152,51 +162,38 @@ def _unknown_model(model_id: str, models: list[Model]) -> str:
     return f"no model {model_id[:64]!r}; the models are: {', '.join(m.id for m in models)}"
 
 
-def speed_split(speed: float) -> tuple[float, float]:
-    """``(engine speed, time-stretch tempo)`` for an OpenAI ``speed``: the engine's own
-    rate control over its range, the stretch for what is beyond it."""
-    engine = min(max(speed, p.MIN_SPEED), p.MAX_SPEED)
-    return engine, speed / engine
-
-
 async def _speak(
     state: AppState, body: SpeechRequest, request: Request, *, timestamps: bool
 ) -> Response:
     check_text_length(state, body.input)
     check_can_speak(state)
-    engine_speed, tempo = speed_split(body.speed)
     fmt = body.response_format
-    http_audio.require_ffmpeg(fmt, tempo)
+    http_audio.require_ffmpeg(fmt)
     name = body.voice.id if isinstance(body.voice, VoiceId) else body.voice
     speech = await start_speech(
-        state, body.input, name, OUTPUT_RATE_HZ, speed=engine_speed, request=request
+        state, body.input, name, OUTPUT_RATE_HZ, speed=body.speed, request=request
     )
     if timestamps and body.stream_format == "sse":
         speech.timestamps = []
-    headers = speech.headers() | {"X-TTS-Speed": f"engine={engine_speed:g}; stretch={tempo:g}"}
+    headers = speech.headers()
     if body.instructions:
         headers["X-TTS-Instructions"] = "ignored: ChatTTS takes no style instructions"
-    encoded = http_audio.encode(
-        speech.frames(), fmt, OUTPUT_RATE_HZ, tempo=tempo, encoders=state.encoders
-    )
+    encoded = http_audio.encode(speech.frames(), fmt, OUTPUT_RATE_HZ, encoders=state.encoders)
     if body.stream_format == "sse":
         headers["Cache-Control"] = "no-cache"
         return await respond_streaming(
-            speech, _sse(speech, encoded, tempo), "text/event-stream", headers, request
+            speech, _sse(speech, encoded), "text/event-stream", headers, request
         )
     media_type = http_audio.media_type(fmt, OUTPUT_RATE_HZ)
     return await respond_streaming(speech, encoded, media_type, headers, request)
 
 
-async def _sse(
-    speech: TextSpeech, audio: AsyncGenerator[bytes], tempo: float
-) -> AsyncGenerator[bytes]:
+async def _sse(speech: TextSpeech, audio: AsyncGenerator[bytes]) -> AsyncGenerator[bytes]:
     """OpenAI's speech events, one ``data:`` line each; a failure mid-stream is an
     ``error`` event (the status was sent with the first event). Asked for with the
     ``X-TTS-Timestamps`` header, each segment's ``speech.audio.timestamps`` comes once its
     audio is made (with a compressed format, possibly before the last of it is encoded
-    and sent; times are on the response's own audio clock: stretched audio, stretched
-    times)."""
+    and sent; times are on the response's own audio clock, a time-stretch included)."""
     sent = 0
     try:
         async for chunk in audio:
@@ -204,7 +201,7 @@ async def _sse(
             yield _event(event)
             for segment in (speech.timestamps or [])[sent:]:
                 sent += 1
-                yield _event({"type": "speech.audio.timestamps", **_stretched(segment, tempo)})
+                yield _event({"type": "speech.audio.timestamps", **segment})
     except TTSError as exc:
         report(exc, metrics=speech.state.metrics, log=logger, where="speech events")
         yield _event({"type": "error", "error": exc.to_body()["error"]})
@@ -217,26 +214,11 @@ async def _sse(
     finally:
         await audio.aclose()
     for segment in (speech.timestamps or [])[sent:]:
-        yield _event({"type": "speech.audio.timestamps", **_stretched(segment, tempo)})
+        yield _event({"type": "speech.audio.timestamps", **segment})
     tokens = round(speech.samples / OUTPUT_RATE_HZ * _TOKENS_PER_SECOND)
     usage = {"input_tokens": len(speech.text), "output_tokens": tokens,
              "total_tokens": len(speech.text) + tokens}  # fmt: skip
     yield _event({"type": "speech.audio.done", "usage": usage})
-
-
-def _stretched(segment: dict[str, Any], tempo: float) -> dict[str, Any]:
-    if tempo == 1.0:
-        return segment
-
-    def at(ms: float) -> float:
-        return round(ms / tempo, 1)
-
-    items = [
-        item | {"start_ms": at(item["start_ms"]), "end_ms": at(item["end_ms"])}
-        for item in segment["items"]
-    ]
-    return segment | {"start_ms": at(segment["start_ms"]), "end_ms": at(segment["end_ms"]),
-                      "items": items}  # fmt: skip
 
 
 def _event(body: dict[str, Any]) -> bytes:

@@ -36,10 +36,10 @@ from starlette.types import Message, Receive, Scope, Send
 from server.engines.base import VoiceSpec
 from server.errors import report
 from server.http.middleware import SUMMARY_KEY
-from server.runtime.speaker import FellBack, Frames, SegmentSpeaker, Timed
+from server.runtime.speaker import FellBack, Frames, Retried, SegmentSpeaker, Timed, WithoutAudio
 from server.state import AppState
 from server.transport import SCOPE_KEY
-from streaming.errors import ClientError, LimitExceeded, SynthesisTimeout
+from streaming.errors import ClientError, LimitExceeded, SynthesisError, SynthesisTimeout
 from streaming.segment import Segment
 from streaming.speech import SpeechPipeline, removals_in_stream
 from streaming.text import PreparedText
@@ -60,6 +60,7 @@ EXPOSED_HEADERS = (
     "X-TTS-Engine", "X-TTS-Removed", "X-TTS-Removed-Count", "X-TTS-Degraded",
     "X-TTS-Sample-Rate", "X-TTS-First-Audio-Ms", "X-TTS-Inference-Ms",
     "X-TTS-Fallback-Segments", "X-TTS-Speed", "X-TTS-Instructions",
+    "X-TTS-Retried-Segments", "X-TTS-Segments-Without-Audio",
 )  # fmt: skip
 #: The X-TTS-Removed header lists removed runs up to this many bytes (each run's
 #: characters cut to _MAX_RUN_CHARS); X-TTS-Removed-Count has the total. Proxies and
@@ -104,10 +105,16 @@ class TextSpeech:
     voice: VoiceSpec
     output_rate_hz: int
     fallback: bool
+    #: The time-stretch beyond the engine's own rate (``voice.speed``): 1 for none.
+    tempo: float = 1.0
     started: float = field(default_factory=time.perf_counter)
     removed: list[dict[str, object]] = field(default_factory=list)
     spoken: list[str] = field(default_factory=list)
     fallback_segments: int = 0
+    #: Segments made again (their first try made too little audio): (index, retry seed).
+    retried: list[tuple[int, int]] = field(default_factory=list)
+    #: Segments that ended with too little audio (reported): their indexes.
+    without_audio: list[int] = field(default_factory=list)
     #: Output samples yielded so far.
     samples: int = 0
     first_audio_s: float | None = None
@@ -164,7 +171,11 @@ class TextSpeech:
         """The utterance's frames at ``output_rate_hz``, as the engine makes them."""
         state = self.state
         pipeline = SpeechPipeline(
-            state.settings.speech, state.worker.sample_rate_hz, self.output_rate_hz, whole_text=True
+            state.settings.speech,
+            state.worker.sample_rate_hz,
+            self.output_rate_hz,
+            whole_text=True,
+            tempo=self.tempo,
         )
         speaker = SegmentSpeaker(
             state.worker,
@@ -189,6 +200,10 @@ class TextSpeech:
                                     yield self._count(frame)
                             elif isinstance(event, FellBack):
                                 self.fallback_segments += 1
+                            elif isinstance(event, Retried):
+                                self.retried.append((event.index, event.retry_seed))
+                            elif isinstance(event, WithoutAudio):
+                                self.without_audio.append(event.index)
                             elif isinstance(event, Timed) and self.timestamps is not None:
                                 self.timestamps.append(asdict(event))
                 except SynthesisTimeout:
@@ -227,6 +242,8 @@ class TextSpeech:
                 ttfa_ms=round(self.first_audio_s * 1000, 1) if self.first_audio_s else None,
                 audio_s=round(self.samples / self.output_rate_hz, 3),
                 degraded="busy" if self.fallback else None,
+                retried_segments=len(self.retried) or None,
+                segments_without_audio=len(self.without_audio) or None,
                 outcome="complete" if self._completed else "incomplete",
             )
         if not self.fallback:
@@ -241,6 +258,16 @@ class TextSpeech:
             "X-TTS-Removed": removed_header(removed),
             "X-TTS-Removed-Count": str(len(removed)) if removed else "",
             "X-TTS-Degraded": "busy" if self.fallback else "",
+            "X-TTS-Speed": f"engine={self.voice.speed:g}; stretch={self.tempo:g}",
+        }
+        return {k: v for k, v in headers.items() if v}
+
+    def audio_headers(self) -> dict[str, str]:
+        """What the audio made so far says of itself: the segments made again with a
+        derived seed (``index:seed``) and those that ended with too little audio."""
+        headers = {
+            "X-TTS-Retried-Segments": ", ".join(f"{i}:{seed}" for i, seed in self.retried),
+            "X-TTS-Segments-Without-Audio": ", ".join(str(i) for i in self.without_audio),
         }
         return {k: v for k, v in headers.items() if v}
 
@@ -273,17 +300,21 @@ async def start_speech(
 
     ``voice`` is resolved before admission (an unknown name is a 400 whatever the load),
     then again on the fallback voice when the request is admitted there (busy): its own
-    voice of that name, as for a WebSocket context."""
-    spec = state.voices.for_stream(voice, seed=seed, speed=speed)
+    voice of that name, as for a WebSocket context. ``speed`` (0.25-4) is the engine's
+    own as far as its rate control goes, a time-stretch beyond (``TextSpeech.tempo``)."""
+    await state.voices.confirm(voice)  # the store's truth of the name, read after write
+    engine_speed, tempo = state.voices.speed_split(speed)
+    spec = state.voices.for_stream(voice, seed=seed, speed=engine_speed)
     fallback = state.admission.start("http")
-    speech = TextSpeech(state, text, spec, output_rate_hz, fallback)
+    speech = TextSpeech(state, text, spec, output_rate_hz, fallback, tempo)
     speech.voice_name = voice
     if request is not None:
         speech.summary = request.scope.get(SUMMARY_KEY)
     try:
         if fallback:
+            engine_speed, speech.tempo = state.voices.speed_split(speed, fallback=True)
             speech.voice = state.voices.for_stream(
-                voice, seed=seed, speed=speed, fallback=True, seed_given=seed is not None
+                voice, seed=seed, speed=engine_speed, fallback=True, seed_given=seed is not None
             )
         await speech.prepare()
     except BaseException:
@@ -360,12 +391,22 @@ async def respond_streaming(
             if speech.first_audio_s is not None and first:
                 break
         else:
+            if speech.without_audio:  # the engine's failure, not the caller's text
+                raise SynthesisError(
+                    "the engine made no audio for this text (each segment was tried again "
+                    "with another seed)",
+                    code="synthesis_failed",
+                )
             raise ClientError("the text gave no audio", code="nothing_to_speak")
     except BaseException:
         await body.aclose()
         speech.close()
         raise
-    headers = headers | {"X-TTS-First-Audio-Ms": f"{(speech.first_audio_s or 0) * 1000:.1f}"}
+    headers = (
+        headers
+        | {"X-TTS-First-Audio-Ms": f"{(speech.first_audio_s or 0) * 1000:.1f}"}
+        | speech.audio_headers()
+    )
     transport = request.scope.get(SCOPE_KEY)
     return _Streamed(
         _primed(first, body, speech, transport),

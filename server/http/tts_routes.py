@@ -9,11 +9,12 @@ sends the rest as it is made (chunked; every format but ``json``).
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any, Literal
 
 import numpy as np
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from server.auth import require_bearer
@@ -28,6 +29,7 @@ from server.http.speech import (
 )
 from server.state import AppState
 from streaming import protocol as p
+from streaming.audio import float32_json_array
 from streaming.errors import ClientError
 
 SampleRate = Literal[8000, 16000, 22050, 24000, 44100, 48000]  # = p.SUPPORTED_SAMPLE_RATES_HZ
@@ -48,7 +50,10 @@ class TTSRequest(BaseModel):
     speaker: str | None = Field(None, description="the former name of `voice` (still accepted)")
     seed: StrictInt | None = Field(None, ge=0, le=p.MAX_SEED, description="sampling seed")
     speed: float = Field(
-        1.0, ge=p.MIN_SPEED, le=p.MAX_SPEED, description="speed factor (1: normal)"
+        1.0,
+        description="speed factor (1: normal), 0.25-4; beyond the engine's own range "
+        "(ChatTTS: 0.5-2) the audio is time-stretched at the same pitch",
+        json_schema_extra={"minimum": p.MIN_SPEED, "maximum": p.MAX_SPEED},
     )
     format: AudioFormat | None = Field(
         None,
@@ -64,10 +69,8 @@ class TTSRequest(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _no_bool_speed(cls, data: Any) -> Any:
-        if isinstance(data, dict) and isinstance(data.get("speed"), bool):
-            raise ValueError("speed must be a number, not a boolean")
-        return data
+    def _speed(cls, data: Any) -> Any:
+        return p.speed_in_body(data)  # the WebSocket's check and message, raised as is
 
     @property
     def voice_name(self) -> str | None:
@@ -157,7 +160,7 @@ async def synthesize_http(state: AppState, body: TTSRequest, request: Request) -
     if body.stream and fmt == "json":
         raise ClientError("format json cannot be streamed: use wav, pcm, mp3, ...",
                           code="invalid_field")  # fmt: skip
-    http_audio.require_ffmpeg(fmt if fmt != "json" else "pcm", 1.0)
+    http_audio.require_ffmpeg(fmt if fmt != "json" else "pcm")
     rate = body.sample_rate or state.worker.sample_rate_hz
     speech = await start_speech(
         state, body.text, body.voice_name, rate, seed=body.seed, speed=body.speed, request=request
@@ -181,6 +184,8 @@ async def synthesize_http(state: AppState, body: TTSRequest, request: Request) -
     )
     if fmt == "wav":
         data = http_audio.fill_wav_sizes(data)
+    elif fmt == "flac":
+        data = http_audio.fill_flac_length(data, speech.samples)
     headers |= _done_headers(speech)
     return Response(data, media_type=http_audio.media_type(fmt, rate), headers=headers)
 
@@ -189,20 +194,24 @@ def _done_headers(speech: TextSpeech) -> dict[str, str]:
     headers = {"X-TTS-Inference-Ms": f"{speech.elapsed_s * 1000:.1f}"}
     if speech.fallback_segments:
         headers["X-TTS-Fallback-Segments"] = str(speech.fallback_segments)
-    return headers
+    return headers | speech.audio_headers()
 
 
-async def _json_response(speech: TextSpeech, headers: dict[str, str]) -> JSONResponse:
+async def _json_response(speech: TextSpeech, headers: dict[str, str]) -> Response:
     frames = [frame async for frame in speech.frames()]
     audio = np.concatenate(frames) if frames else np.zeros(0, np.float32)
-    samples = await asyncio.to_thread(lambda: np.clip(audio, -1.0, 1.0).round(5).tolist())
-    return JSONResponse(
-        {
-            "audio_data": samples,
-            "sample_rate": speech.output_rate_hz,
-            "inference_time_ms": round(speech.elapsed_s * 1000, 1),
-            "spoken": " ".join(speech.spoken),
-            "removed": speech.removed,
-        },
+    # The samples as the float32 values they are (shortest decimals), spliced in as text:
+    # through Python floats each would print as its float64 expansion.
+    samples = await asyncio.to_thread(float32_json_array, np.clip(audio, -1.0, 1.0))
+    rest = {
+        "sample_rate": speech.output_rate_hz,
+        "inference_time_ms": round(speech.elapsed_s * 1000, 1),
+        "spoken": " ".join(speech.spoken),
+        "removed": speech.removed,
+    }
+    body = '{"audio_data":' + samples + "," + json.dumps(rest, ensure_ascii=False)[1:]
+    return Response(
+        body.encode("utf-8"),
+        media_type="application/json",
         headers=headers | _done_headers(speech),
     )

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import json
+import logging
 import random
 import shutil
 import subprocess
@@ -26,9 +28,12 @@ from server.http.schemas import VOICE_ERROR_RESPONSES
 from server.state import AppState
 from server.voices import FALLBACK_ENGINE, Voice
 from streaming import protocol as p
+from streaming.audio import sounding_seconds
 from streaming.errors import ClientError, LimitExceeded, Unavailable
 
 __all__ = ["voice_routes"]
+
+logger = logging.getLogger(__name__)
 
 _CLIP_RATE_HZ = 24000
 _DECODE_TIMEOUT_S = 30
@@ -40,7 +45,12 @@ class VoiceCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: StrictStr = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    name: StrictStr = Field(
+        min_length=1,
+        max_length=200,
+        description="letters or digits of any script, '.', '_' or '-', starting with a letter "
+        "or digit; 1-64 characters, at most 200 bytes as UTF-8",
+    )
     engine: StrictStr | None = Field(
         None, description="the engine it belongs to: the main engine (default) or espeak"
     )
@@ -161,7 +171,7 @@ async def _make_voice(state: AppState, body: VoiceCreate, engine: str) -> Voice:
         return Voice(body.name, engine, speaker=body.speaker, **fields)
     if engine == FALLBACK_ENGINE:
         if body.speaker_seed is not None or body.clip is not None:
-            raise ClientError("the fallback voice's voices are a variant (speaker) and a seed",
+            raise ClientError(_not_on_fallback(given[0], body.name, state.voices.engine()),
                               code="invalid_field", param=given[0])  # fmt: skip
         return Voice(body.name, engine, **fields)
     if body.clip is not None:
@@ -169,6 +179,24 @@ async def _make_voice(state: AppState, body: VoiceCreate, engine: str) -> Voice:
         return Voice(body.name, engine, reference=reference, transcript=body.transcript, **fields)
     seed = body.speaker_seed if body.speaker_seed is not None else random.randrange(p.MAX_SEED)
     return Voice(body.name, engine, speaker_seed=seed, **fields)
+
+
+def _not_on_fallback(field: str, name: str, main: str) -> str:
+    """Why ``field`` (speaker_seed, clip) makes no voice of the fallback voice, what does,
+    and, when the fallback voice is all this server has, how to get ChatTTS."""
+    what = "picks one of ChatTTS's speakers" if field == "speaker_seed" else "is ChatTTS's"
+    example = json.dumps({"name": name[:64], "speaker": "f3", "seed": 7}, ensure_ascii=False)
+    told = (
+        f"{field} {what}; the fallback voice (espeak-ng) makes its voices from a variant "
+        f"(speaker: {', '.join(espeak.VOICES)}) and a seed (its pitch), e.g. {example}"
+    )
+    if main == FALLBACK_ENGINE:  # the quickstart's server: no model
+        told += (
+            ". This server has no ChatTTS model: get one with `chattts-stream "
+            "download-weights models/chattts` and serve with --model-dir models/chattts "
+            "(README, Quickstart)"
+        )
+    return told
 
 
 async def _voice_from_clip(state: AppState, clip: str) -> str:
@@ -186,13 +214,26 @@ async def _voice_from_clip(state: AppState, clip: str) -> str:
     if seconds < 0.5:
         raise ClientError(f"a clip of {seconds:.2f} s is too short to take a voice from",
                           code="invalid_field", param="clip")  # fmt: skip
+    least = state.settings.min_voice_clip_sound_s
+    sound = sounding_seconds(audio, _CLIP_RATE_HZ)
+    if sound < least:
+        heard = "silence" if sound == 0 else f"only {sound:.2f} s of sound, the rest silence"
+        raise ClientError(
+            f"clip is {heard} (or too quiet: quieter than -45 dBFS): a voice needs at least "
+            f"{least:g} s of speech (--min-voice-clip-sound-s); record it closer or louder",
+            code="invalid_field",
+            param="clip",
+        )
     try:
         async with _ONE_CLIP_AT_A_TIME:  # each pauses synthesis on the engine thread
             return await state.worker.call(
                 lambda engine: engine.voice_from_clip(audio, _CLIP_RATE_HZ)
             )
     except ValueError as exc:
-        raise ClientError(f"clip: {exc}", code="invalid_voice", param="clip") from None
+        logger.info("a clip of %.2f s made no voice: %s: %s", seconds, type(exc).__name__, exc)
+        raise ClientError(
+            "clip: the engine could not take a voice from it", code="invalid_voice", param="clip"
+        ) from None
 
 
 def _decode_audio(data: bytes, max_seconds: float) -> np.ndarray:
@@ -211,7 +252,29 @@ def _decode_audio(data: bytes, max_seconds: float) -> np.ndarray:
         raise ClientError(f"clip: not decoded within {_DECODE_TIMEOUT_S} s",
                           code="invalid_field", param="clip") from None  # fmt: skip
     if result.returncode != 0:
-        detail = result.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["?"]
-        raise ClientError(f"clip is not audio ffmpeg can read ({detail[0][:200]})",
-                          code="invalid_field", param="clip")  # fmt: skip
+        said = result.stderr.decode(errors="replace").strip()
+        logger.info("ffmpeg could not decode a clip: %s", said[-500:])
+        raise ClientError(_clip_problem(said), code="invalid_field", param="clip")
     return np.frombuffer(result.stdout, np.float32).copy()
+
+
+#: What ffmpeg says of a file that is not audio, and what the caller is told instead.
+_FFMPEG_PROBLEMS = (
+    (
+        ("does not contain any stream", "matches no streams", "no audio stream"),
+        "clip has no sound track (a picture, a video without sound, or an empty file)",
+    ),
+    (
+        ("Invalid data found", "could not find codec", "Invalid argument", "EOF"),
+        "clip is not an audio file: send WAV, FLAC, MP3, OGG/Opus, M4A/AAC or any format "
+        "ffmpeg reads, base64-encoded",
+    ),
+)
+
+
+def _clip_problem(ffmpeg_said: str) -> str:
+    """What to tell a caller whose clip ffmpeg could not decode (never ffmpeg's words)."""
+    for needles, told in _FFMPEG_PROBLEMS:
+        if any(needle.lower() in ffmpeg_said.lower() for needle in needles):
+            return told
+    return "clip could not be decoded as audio: send WAV, FLAC, MP3, OGG/Opus or M4A/AAC"

@@ -8,8 +8,18 @@ the engine's chunks through the pipeline and yields what happened as events:
     Started(start)   the segment begins: what of its text is removed, where its audio
                      starts; nothing more follows when it has nothing to speak
     FellBack()       the main engine failed before any audio: the fallback voice speaks
+    Retried(...)     its first try made no audio, or implausibly little, and none of it
+                     had left: it is made again, once, with a seed derived from its own
     Frames(frames)   audio frames at the utterance's output rate, as the engine makes them
+    WithoutAudio(...) after its audio: it made none, or implausibly little, and could not
+                     be retried (audio of it had left, or the retry made none either)
     Timed(fields)    the segment's timestamps, after its audio (when asked for)
+
+"Implausibly little" is less than :meth:`streaming.speech.SpeechSettings.least_audio_s`
+(``--min-audio-ms-per-char`` per sounding character, at the segment's speed): real
+ChatTTS ends early on some short inputs and seeds, and a random-weight model ends at
+random. Each retry and each report is logged and counted
+(``tts_segments_without_audio_total{outcome}``); what the client is told is the caller's.
 
 Failures are raised (:class:`~streaming.errors.SynthesisTimeout`, the engine's errors);
 the caller decides what they mean to its client. Leaving the iteration early (a cancel,
@@ -18,6 +28,7 @@ a client gone) cancels the engine's work for it; iterate with :func:`contextlib.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -32,7 +43,9 @@ from streaming.segment import Segment
 from streaming.speech import SegmentStart, SpeechPipeline
 from streaming.text import PreparedText
 
-__all__ = ["FellBack", "Frames", "SegmentSpeaker", "Started", "Timed"]
+__all__ = ["FellBack", "Frames", "Retried", "SegmentSpeaker", "Started", "Timed", "WithoutAudio"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -51,6 +64,50 @@ class Frames:
 
 
 @dataclass(frozen=True)
+class Retried:
+    """The segment is made again: its first try (``seed``) gave ``audio_s`` of audio, at
+    least ``least_s`` was expected; the retry speaks with ``retry_seed``."""
+
+    index: int
+    seed: int
+    retry_seed: int
+    audio_s: float
+    least_s: float
+
+    def describe(self) -> str:
+        return (
+            f"segment {self.index} made {_made(self.audio_s, self.least_s)} with seed "
+            f"{self.seed}; it is spoken again with seed {self.retry_seed}, derived from it"
+        )
+
+
+@dataclass(frozen=True)
+class WithoutAudio:
+    """The segment ended with ``audio_s`` of audio where at least ``least_s`` was
+    expected, and was not made again (``retried``: it had been, and that made too little
+    as well; otherwise some of its audio had already left)."""
+
+    index: int
+    audio_s: float
+    least_s: float
+    retried: bool
+
+    def describe(self) -> str:
+        why = (
+            "and so did its retry with another seed"
+            if self.retried
+            else "after some of its audio had been sent, so it was not made again"
+        )
+        return f"segment {self.index} made {_made(self.audio_s, self.least_s)}, {why}"
+
+
+def _made(audio_s: float, least_s: float) -> str:
+    if audio_s <= 0:
+        return "no audio"
+    return f"only {audio_s:.2f} s of audio (at least {least_s:.2f} s expected for its text)"
+
+
+@dataclass(frozen=True)
 class Timed:
     """The segment's timestamps (the WebSocket ``timestamps`` event's fields)."""
 
@@ -61,7 +118,7 @@ class Timed:
     items: list[dict[str, object]]
 
 
-SpeakerEvent = Started | FellBack | Frames | Timed
+SpeakerEvent = Started | FellBack | Retried | Frames | WithoutAudio | Timed
 
 
 class SegmentSpeaker:
@@ -104,42 +161,76 @@ class SegmentSpeaker:
         timeout_s: float,
         deadline: float | None = None,
     ) -> AsyncGenerator[SpeakerEvent]:
-        """The events of one segment. ``timeout_s`` bounds the wait for its audio (not the
-        caller's time between events); ``deadline``: when its listener's playback reaches
-        it (``time.monotonic()``; None: now)."""
+        """The events of one segment. ``timeout_s`` bounds the wait for its audio, a
+        retry's included (not the caller's time between events); ``deadline``: when its
+        listener's playback reaches it (``time.monotonic()``; None: now)."""
         start = self.pipeline.begin(segment, prepared)
         yield Started(start)
         if not start.speaks:
             return
-        request = SynthesisRequest(prepared.spoken, self.voice, fallback=self.on_fallback)
-        job = self.worker.submit(request, deadline=deadline)
-        self.job = job
-        produced = 0
+        voice = self.voice
+        least_s = self.pipeline.settings.least_audio_s(prepared.spoken, voice.speed)
+        waited_s = engine_s = 0.0
+        retried: Retried | None = None
+        without: WithoutAudio | None = None
         try:
-            resumed = time.perf_counter()
-            async for chunk in job.chunks(timeout_s):
-                self.waited_s += time.perf_counter() - resumed
-                if job.fell_back and not produced:
-                    yield FellBack()
-                produced += chunk.size
-                yield Frames(self.pipeline.push(chunk))
-                resumed = time.perf_counter()
-            self.waited_s += time.perf_counter() - resumed
-            if job.cancelled:
-                return  # abandoned: a cancelled segment is not a synthesised one
+            while True:
+                request = SynthesisRequest(prepared.spoken, voice, fallback=self.on_fallback)
+                job = self.worker.submit(request, deadline=deadline)
+                self.job = job
+                produced = 0
+                try:
+                    resumed = time.perf_counter()
+                    async for chunk in job.chunks(timeout_s - waited_s):
+                        waited_s += time.perf_counter() - resumed
+                        if job.fell_back and not produced:
+                            yield FellBack()
+                        produced += chunk.size
+                        yield Frames(self.pipeline.push(chunk))
+                        resumed = time.perf_counter()
+                    waited_s += time.perf_counter() - resumed
+                    abandoned = job.cancelled
+                finally:
+                    # Leaving early (cancel, disconnect, timeout, error) must not leave the
+                    # engine synthesising for nobody; after a whole try this is a no-op.
+                    job.cancel()
+                    self.job = None
+                    engine_s += job.engine_seconds
+                if abandoned:
+                    return  # a cancelled segment is not a synthesised one
+                audio_s = produced / self.worker.sample_rate_hz
+                settings = self.pipeline.settings
+                if job.fell_back or not settings.too_little_audio(
+                    prepared.spoken, voice.speed, audio_s
+                ):
+                    break
+                if retried is None and not self.pipeline.segment_sent and waited_s < timeout_s:
+                    retried = Retried(segment.index, voice.seed, voice.retry().seed,
+                                      round(audio_s, 3), round(least_s, 3))  # fmt: skip
+                    logger.info("%s", retried.describe())
+                    self.metrics.segments_without_audio.labels(outcome="retried").inc()
+                    self.pipeline.restart()
+                    voice = voice.retry()
+                    yield retried
+                    continue
+                without = WithoutAudio(
+                    segment.index, round(audio_s, 3), round(least_s, 3), retried is not None
+                )
+                logger.warning("%s", without.describe())
+                self.metrics.segments_without_audio.labels(outcome="reported").inc()
+                break
             frames = self.pipeline.finish()
             timed = self._timed(segment, prepared, job) if self.timestamps else None
             yield Frames(frames)
+            if without is not None:
+                yield without
             if timed is not None:
                 yield timed
         finally:
-            # Leaving early (cancel, disconnect, timeout, error) must not leave the engine
-            # synthesising for nobody; after a complete segment this is a no-op.
-            job.cancel()
-            self.job = None
+            self.waited_s += waited_s
             self.pipeline.abandon()  # drops held audio unless finished
         self.metrics.observe_segment(
-            engine_seconds=job.engine_seconds,
+            engine_seconds=engine_s,
             audio_seconds=produced / self.worker.sample_rate_hz,
             characters=len(prepared.spoken),
         )

@@ -8,15 +8,20 @@ nothing. With the append-only file on and ``appendfsync always`` (deploy/ sets b
 Redis answers a write only once it is on disk: an acknowledged voice survives a restart
 of the store, and a crash of either side mid-write leaves the old record or the new one.
 
-Reads: the voice routes read the hash itself. The speech path (a WebSocket ``start``)
-resolves a name without I/O, from a copy in memory that a task keeps current: it
-subscribes to the change channel, then reloads every hash, then applies each change as
-it is published. Redis hands a published change to every subscriber no later than it
-answers the write, so by the time a write's HTTP response reaches its client, every
-replica's socket already holds the change. While the subscription is down (the store
-restarting), the copy is marked not current and reloaded when it is back; meanwhile
-names still resolve to the voices last seen, and a name not among them is an error
-(``voices_unavailable``, 503), not ``voice_not_found``.
+Reads: the voice routes read the hash itself. The speech path (a WebSocket ``start``,
+``/v1/tts``, ``/v1/audio/speech``) reads it too, cheaply: each write also sets the voice's
+version (a counter every write increments, ``chattts-stream:voice-versions:<engine>``),
+and before a created voice's name is resolved, one script (:meth:`RedisStore.confirm`,
+one round trip) answers whether it exists now and, only when the version differs from
+the copy in memory, its record. So a voice is spoken on every replica as soon as its
+write returns, and never after its delete returned. The copy in memory is kept current
+by a task that subscribes to the change channel, then reloads every hash, then applies
+each change as it is published: it serves the listings' names and the records the
+check finds current. While the store cannot be reached (the subscription down, or a
+check failing or taking longer than ``--voices-store-check-timeout-ms``), the copy is
+marked not current and the speech path serves the voices last seen without asking;
+a name not among them is an error (``voices_unavailable``, 503), not
+``voice_not_found``. The subscription, back, reloads and marks the copy current again.
 """
 
 from __future__ import annotations
@@ -45,32 +50,75 @@ logger = logging.getLogger(__name__)
 
 _PREFIX = "chattts-stream:voices"
 _CHANNEL = f"{_PREFIX}:changes"
+# Outside _PREFIX's keys: a reload scans those for the engines' hashes.
+_VERSIONS = "chattts-stream:voice-versions"
+_COUNTER = "chattts-stream:voice-version"
 
-# KEYS[1] the engine's hash; ARGV: name, record, limit (0: none), channel, change.
-# The same record already there is this very write, retried after its answer was lost.
+# Every script's KEYS: the engine's hash, its versions hash, the version counter. A
+# change is published as the JSON object the caller gives, less its closing brace, with
+# the write's version added (replicas of earlier releases read engine, name and record).
+# ARGV: name, record, limit (0: none), channel, change. Answers {version} when done, 0
+# when the name is taken, -1 at the limit. The same record already there is this very
+# write, retried after its answer was lost.
 _CREATE = """
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if current then
-  if current == ARGV[2] then return 1 end
+  if current == ARGV[2] then return {redis.call('HGET', KEYS[2], ARGV[1]) or ''} end
   return 0
 end
 local limit = tonumber(ARGV[3])
 if limit > 0 and redis.call('HLEN', KEYS[1]) >= limit then return -1 end
+local version = redis.call('INCR', KEYS[3])
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('PUBLISH', ARGV[4], ARGV[5])
+redis.call('HSET', KEYS[2], ARGV[1], version)
+redis.call('PUBLISH', ARGV[4], ARGV[5] .. ', "version": "' .. version .. '"}')
+return {tostring(version)}
+"""
+# ARGV: name, channel, change.
+_DELETE = """
+redis.call('HDEL', KEYS[2], ARGV[1])
+if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
+local version = redis.call('INCR', KEYS[3])
+redis.call('PUBLISH', ARGV[2], ARGV[3] .. ', "version": "' .. version .. '"}')
 return 1
 """
-# KEYS[1] the engine's hash; ARGV: name, channel, change.
-_DELETE = """
-if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
-redis.call('PUBLISH', ARGV[2], ARGV[3])
-return 1
+# ARGV: name, the version the caller holds ('' for none). Answers false (no such voice),
+# {version} (the caller's copy is current) or {version, record}. A voice written by an
+# earlier release has no version yet: it gets one here.
+_CONFIRM = """
+local version = redis.call('HGET', KEYS[2], ARGV[1])
+local record = nil
+if not version then
+  record = redis.call('HGET', KEYS[1], ARGV[1])
+  if not record then return false end
+  version = tostring(redis.call('INCR', KEYS[3]))
+  redis.call('HSET', KEYS[2], ARGV[1], version)
+  return {version, record}
+end
+if version == ARGV[2] then return {version} end
+record = redis.call('HGET', KEYS[1], ARGV[1])
+if not record then return false end
+return {version, record}
 """
 _RETRY_FIRST_S, _RETRY_MAX_S = 0.1, 2.0
 
 
 def _key(engine: str) -> str:
     return f"{_PREFIX}:{engine}"
+
+
+def _keys(engine: str) -> list[str]:
+    """A script's KEYS for ``engine``."""
+    return [_key(engine), f"{_VERSIONS}:{engine}", _COUNTER]
+
+
+def _change(engine: str, name: str, record: str | None) -> str:
+    """A change as the scripts publish it: a JSON object they close (adding the version)."""
+    return json.dumps({"engine": engine, "name": name, "record": record})[:-1]
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _location(url: str) -> str:
@@ -84,9 +132,10 @@ def _location(url: str) -> str:
 class RedisStore:
     """Voices in Redis (see the module docstring)."""
 
-    def __init__(self, url: str, *, timeout_s: float) -> None:
+    def __init__(self, url: str, *, timeout_s: float, check_timeout_s: float = 1.0) -> None:
         self.location = _location(url)
         self._timeout_s = timeout_s
+        self._check_timeout_s = check_timeout_s
         common: dict[str, Any] = {
             "decode_responses": True,
             "socket_timeout": timeout_s,
@@ -103,7 +152,10 @@ class RedisStore:
         )
         self._create = self._client.register_script(_CREATE)
         self._delete = self._client.register_script(_DELETE)
+        self._confirm = self._client.register_script(_CONFIRM)
         self._voices: dict[str, dict[str, Voice]] = {}
+        # The version of each voice in _voices, where known ('' where not).
+        self._versions: dict[str, dict[str, str]] = {}
         self._current = asyncio.Event()
         self._follower: asyncio.Task[None] | None = None
 
@@ -112,9 +164,11 @@ class RedisStore:
         return self._current.is_set()
 
     def unavailable(self, exc: BaseException) -> Unavailable:
+        """The error a caller gets: the store's address and the client library's words
+        stay in the log."""
+        logger.warning("voices store %s unreachable (%s)", self.location, _describe(exc))
         return Unavailable(
-            f"the voices store {self.location} is unreachable ({type(exc).__name__}: {exc})",
-            code="voices_unavailable",
+            "the voices store is unreachable: try again shortly", code="voices_unavailable"
         )
 
     async def open(self) -> None:
@@ -126,7 +180,11 @@ class RedisStore:
                 break
             except (RedisError, OSError) as exc:
                 if asyncio.get_running_loop().time() >= deadline:
-                    raise self.unavailable(exc) from None
+                    # For the operator (start-up's one critical line), not a caller.
+                    raise Unavailable(
+                        f"the voices store {self.location} is unreachable ({_describe(exc)})",
+                        code="voices_unavailable",
+                    ) from None
                 await asyncio.sleep(_RETRY_FIRST_S)
         self._follower = asyncio.create_task(self._follow(), name="voices-store")
         try:
@@ -151,6 +209,38 @@ class RedisStore:
     def cached(self, engine: str) -> Mapping[str, Voice]:
         return self._voices.get(engine, {})
 
+    async def confirm(self, engine: str, name: str) -> None:
+        """Make the copy of voice ``name`` what the store holds now (one round trip; its
+        record only when the copy's version differs). While the store cannot answer,
+        the copy stays as last seen and is marked not current (see the module
+        docstring)."""
+        if not self.current:
+            return
+        known = self._versions.get(engine, {}).get(name, "")
+        try:
+            async with asyncio.timeout(self._check_timeout_s):
+                answer = await self._confirm(keys=_keys(engine), args=[name, known])
+        except (RedisError, OSError, TimeoutError) as exc:
+            if self._current.is_set():
+                logger.warning(
+                    "voices store %s did not confirm a voice (%s): serving the voices last "
+                    "seen until it answers again", self.location, _describe(exc),
+                )  # fmt: skip
+                self._current.clear()
+            return
+        voices = self._voices.setdefault(engine, {})
+        versions = self._versions.setdefault(engine, {})
+        if not answer:
+            voices.pop(name, None)
+            versions.pop(name, None)
+        elif len(answer) > 1:
+            voice = self._parse(engine, {name: answer[1]}).get(name)
+            if voice is None:
+                voices.pop(name, None)
+                versions.pop(name, None)
+            else:
+                voices[name], versions[name] = voice, str(answer[0])
+
     async def fetch(self, engine: str) -> dict[str, Voice]:
         try:
             records = await self._client.hgetall(_key(engine))
@@ -160,10 +250,10 @@ class RedisStore:
 
     async def create(self, voice: Voice, *, limit: int | None) -> None:
         record = json.dumps(voice_record(voice), ensure_ascii=False, sort_keys=True)
-        change = json.dumps({"engine": voice.engine, "name": voice.name, "record": record})
+        change = _change(voice.engine, voice.name, record)
         args: list[str | int] = [voice.name, record, limit or 0, _CHANNEL, change]
         try:
-            done = await self._create(keys=[_key(voice.engine)], args=args)
+            done = await self._create(keys=_keys(voice.engine), args=args)
         except (RedisError, OSError) as exc:
             raise self.unavailable(exc) from None
         if done == 0:
@@ -171,14 +261,16 @@ class RedisStore:
         if done == -1:
             raise too_many(voice.engine, limit or 0)
         self._voices.setdefault(voice.engine, {})[voice.name] = voice
+        self._versions.setdefault(voice.engine, {})[voice.name] = str(done[0])
 
     async def delete(self, engine: str, name: str) -> bool:
-        change = json.dumps({"engine": engine, "name": name, "record": None})
+        change = _change(engine, name, None)
         try:
-            done = await self._delete(keys=[_key(engine)], args=[name, _CHANNEL, change])
+            done = await self._delete(keys=_keys(engine), args=[name, _CHANNEL, change])
         except (RedisError, OSError) as exc:
             raise self.unavailable(exc) from None
         self._voices.get(engine, {}).pop(name, None)
+        self._versions.get(engine, {}).pop(name, None)
         return bool(done)
 
     def _parse(self, engine: str, records: Mapping[Any, Any]) -> dict[str, Voice]:
@@ -207,6 +299,13 @@ class RedisStore:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1)
                     if message is not None:
                         self._apply(message["data"])
+                    elif not self._current.is_set():
+                        # A check failed while the subscription held: once the store
+                        # answers again, reload (changes since are still followed).
+                        await self._reload()
+                        logger.info("voices store %s answers again: voices reloaded",
+                                    self.location)  # fmt: skip
+                        self._current.set()
             except (RedisError, OSError) as exc:
                 if self._current.is_set() or wait_s == _RETRY_FIRST_S:
                     logger.warning(
@@ -232,10 +331,14 @@ class RedisStore:
 
     async def _reload(self) -> None:
         voices: dict[str, dict[str, Voice]] = {}
+        versions: dict[str, dict[str, str]] = {}
         async for key in self._client.scan_iter(match=f"{_PREFIX}:*", _type="hash"):
             engine = key.removeprefix(f"{_PREFIX}:")
+            # Versions first: a record written between the two reads is checked again.
+            known = await self._client.hgetall(f"{_VERSIONS}:{engine}")
             voices[engine] = self._parse(engine, await self._client.hgetall(key))
-        self._voices = voices
+            versions[engine] = {name: str(known.get(name, "")) for name in voices[engine]}
+        self._voices, self._versions = voices, versions
 
     def _apply(self, data: str) -> None:
         """One published change: a voice set (its record) or deleted (no record)."""
@@ -243,9 +346,12 @@ class RedisStore:
             change = json.loads(data)
             engine, name, record = change["engine"], change["name"], change["record"]
             voices = self._voices.setdefault(engine, {})
+            versions = self._versions.setdefault(engine, {})
             if record is None:
                 voices.pop(name, None)
+                versions.pop(name, None)
             else:
                 voices[name] = voice_from_record(json.loads(record), engine=engine, name=name)
+                versions[name] = str(change.get("version") or "")
         except Exception as exc:
             logger.warning("a change on %s is not a voice change (%s): ignored", _CHANNEL, exc)

@@ -2,22 +2,27 @@
 :class:`Voices`, the registry bound to the running engines.
 
 Reads on the speech path (:meth:`VoiceRegistry.resolve`, :meth:`VoiceRegistry.get`) come
-from memory, without I/O: the store keeps its copy current (server.voices.store). The
-voice routes read the store itself (:meth:`VoiceRegistry.fetch_list`) and write through
-it (:meth:`VoiceRegistry.add`, :meth:`VoiceRegistry.delete`).
+from memory, without I/O, once :meth:`Voices.confirm` has made the copy of the name asked
+for agree with the store (server.voices.store): a voice is spoken as soon as its write
+returned, on any replica, and never after its delete returned. The voice routes read
+the store itself (:meth:`VoiceRegistry.fetch_list`) and write through it
+(:meth:`VoiceRegistry.add`, :meth:`VoiceRegistry.delete`).
 """
 
 from __future__ import annotations
 
 import builtins
 import logging
+import unicodedata
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from server.engines.base import VoiceSpec
+from server.engines.base import VoiceSpec, native_speed_range
+from server.engines.espeak import SPEED_RANGE as FALLBACK_SPEED_RANGE
 from server.voices.store import DirectoryStore, VoiceStore, taken, too_many
-from server.voices.voice import FALLBACK_ENGINE, NAME, Voice, presets
+from server.voices.voice import FALLBACK_ENGINE, NAME_RULES, Voice, is_voice_name, presets
 from streaming.errors import ClientError, Conflict, NotFound, Unavailable
+from streaming.stretch import split_speed
 
 if TYPE_CHECKING:
     from server.config import Settings
@@ -63,6 +68,12 @@ class VoiceRegistry:
     def get(self, engine: str, name: str) -> Voice | None:
         return self._preset(engine).get(name) or self.store.cached(engine).get(name)
 
+    async def confirm(self, engine: str, name: str) -> None:
+        """Bring the copy of ``name`` in line with the store before it is resolved (a
+        preset, or a name no voice can have, needs no look)."""
+        if name not in self._preset(engine) and is_voice_name(name):
+            await self.store.confirm(engine, name)
+
     def resolve(self, engine: str, name: str, check_raw: Callable[[str], None]) -> Voice:
         """The voice ``name`` means on ``engine``: a named voice, else the engine's raw voice
         (``check_raw`` raises ValueError when it is not one either: then a ClientError
@@ -76,8 +87,8 @@ class VoiceRegistry:
         except ValueError as exc:
             if not self.store.current:
                 raise Unavailable(
-                    f"no voice {name[:64]!r} among those last seen, and the voices store "
-                    f"{self.store.location} is unreachable: try again",
+                    f"no voice {name[:64]!r} among those last seen, and the voices store is "
+                    "unreachable: try again shortly",
                     code="voices_unavailable",
                 ) from None
             # A field naming nothing is a bad request (400), not a missing resource (404).
@@ -110,13 +121,9 @@ class VoiceRegistry:
     def check_room(self, engine: str, name: str, limit: int | None = None) -> None:
         """Refuse early a name that cannot be added (bad, taken, or no room left, as last
         seen): before the work of making a voice. :meth:`add` decides."""
-        if not NAME.fullmatch(name):
-            raise ClientError(
-                "a voice name is 1-64 letters, digits, '.', '_' or '-', starting with a "
-                "letter or digit",
-                code="invalid_field",
-                param="name",
-            )
+        if not is_voice_name(name):
+            reason = "" if unicodedata.is_normalized("NFC", name) else " (in Unicode NFC)"
+            raise ClientError(NAME_RULES + reason, code="invalid_field", param="name")
         if self.get(engine, name) is not None:
             raise taken(name)
         if limit is not None and len(self.store.cached(engine)) >= limit:
@@ -147,6 +154,12 @@ class Voices:
         self.registry = registry
         self._worker = worker
 
+    def speed_split(self, speed: float, *, fallback: bool = False) -> tuple[float, float]:
+        """``(engine speed, tempo)`` for a stream at ``speed``: the speaking engine's own
+        rate control over its range, a time-stretch of ``tempo`` for the rest."""
+        engine = FALLBACK_SPEED_RANGE if fallback else native_speed_range(self._worker.engine)
+        return split_speed(speed, engine)
+
     def engine(self, *, fallback: bool = False) -> str:
         """The name of the engine voices resolve on (Unavailable before it has loaded)."""
         if fallback:
@@ -155,6 +168,13 @@ class Voices:
         if engine is None:
             raise Unavailable(f"the engine is {self._worker.status.state}", code="not_ready")
         return engine.name
+
+    async def confirm(self, name: str | None) -> None:
+        """Make the name about to be resolved on the main engine what the store holds now
+        (call it right before the synchronous :meth:`resolve`, :meth:`own_seed` or
+        :meth:`for_stream`, with no ``await`` between)."""
+        if name is not None and self._worker.engine is not None:
+            await self.registry.confirm(self._worker.engine.name, name)
 
     def resolve(self, name: str | None, *, fallback: bool = False) -> Voice:
         """The voice ``name`` means (None: the engine's default); NotFound lists the names."""
@@ -196,5 +216,9 @@ def voice_store(settings: Settings) -> VoiceStore:
     if settings.voices_store:
         from server.voices.redis_store import RedisStore
 
-        return RedisStore(settings.voices_store, timeout_s=settings.voices_store_timeout_s)
+        return RedisStore(
+            settings.voices_store,
+            timeout_s=settings.voices_store_timeout_s,
+            check_timeout_s=settings.voices_store_check_timeout_ms / 1000,
+        )
     return DirectoryStore(settings.voices_dir)

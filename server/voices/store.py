@@ -3,8 +3,10 @@
 Two stores implement :class:`VoiceStore`: :class:`DirectoryStore` (JSON files under
 ``--voices-dir``, the embedded default for one replica) and
 :class:`~server.voices.redis_store.RedisStore` (``--voices-store redis://...``, shared
-by every replica of a fleet). Both answer reads of the speech path from memory, without
-I/O (a WebSocket ``start`` resolves its voice synchronously), and make each write
+by every replica of a fleet). Both answer reads of the speech path from memory (a
+WebSocket ``start`` resolves its voice synchronously), after :meth:`VoiceStore.confirm`
+has made the copy of that one name agree with the store (nothing to do for the
+directory, whose only writer is this process; one round trip for Redis). Each write is
 atomic: a voice is stored whole or not at all, so a crash mid-write leaves nothing that
 stops a start. Presets are not stored: they are code (:func:`server.voices.voice.presets`).
 """
@@ -46,6 +48,11 @@ class VoiceStore(Protocol):
 
     def cached(self, engine: str) -> Mapping[str, Voice]:
         """``engine``'s voices as this process last saw them (no I/O: the speech path)."""
+
+    async def confirm(self, engine: str, name: str) -> None:
+        """Make :meth:`cached`'s voice ``name`` (or its absence) what the store holds now,
+        before the speech path resolves it; while the store cannot answer, leave it as
+        last seen and :attr:`current` False. Never raises."""
 
     async def fetch(self, engine: str) -> dict[str, Voice]:
         """``engine``'s voices read from the store itself (the voice routes)."""
@@ -118,6 +125,9 @@ class DirectoryStore:
 
     def cached(self, engine: str) -> Mapping[str, Voice]:
         return self._voices.get(engine, {})
+
+    async def confirm(self, engine: str, name: str) -> None:
+        return None  # this process is the directory's only writer: its memory is the truth
 
     async def fetch(self, engine: str) -> dict[str, Voice]:
         return dict(self.cached(engine))

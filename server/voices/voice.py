@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,11 @@ from server.engines.base import VoiceSpec
 
 __all__ = [
     "FALLBACK_ENGINE",
-    "NAME",
+    "NAME_RULES",
     "PRESET_NAMES",
     "Voice",
     "default_voices_dir",
+    "is_voice_name",
     "presets",
     "voice_from_record",
     "voice_record",
@@ -36,8 +38,28 @@ _ESPEAK_PRESETS = ("f1", "m1", "m2", "f2", "m3", "f3", "m4", "f4", "m6", "f1", "
 _PRESET_SEED_BASE = 1000
 #: The engine of the fallback voice (server.engines.select builds no other).
 FALLBACK_ENGINE = "espeak"
-#: What a created voice's name may be (also a file name: no path separators).
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# A created voice's name: letters and digits of any script, '.', '_' and '-', starting
+# with a letter or digit (so never '.', '..' or a hidden file), in Unicode NFC (one
+# spelling per name). It is also a file name (<name>.json, and a temporary
+# .<name>.XXXXXXXX beside it: within the usual 255-byte limit) and a Redis hash field.
+_NAME = re.compile(r"[^\W_][\w.-]*")
+_NAME_MAX_CHARS, _NAME_MAX_BYTES = 64, 200
+#: The rules, as error messages and docs/http-api.md state them.
+NAME_RULES = (
+    f"a voice name is 1-{_NAME_MAX_CHARS} letters or digits of any script (Chinese "
+    f"included), '.', '_' or '-', starting with a letter or digit, at most "
+    f"{_NAME_MAX_BYTES} bytes as UTF-8"
+)
+
+
+def is_voice_name(name: str) -> bool:
+    """Whether ``name`` may name a created voice (see :data:`NAME_RULES`)."""
+    return (
+        len(name) <= _NAME_MAX_CHARS
+        and _NAME.fullmatch(name) is not None
+        and len(name.encode("utf-8")) <= _NAME_MAX_BYTES
+        and unicodedata.is_normalized("NFC", name)
+    )
 
 
 def default_voices_dir() -> Path:
@@ -140,7 +162,7 @@ def voice_from_record(data: object, *, engine: str, name: str) -> Voice:
         value = getattr(voice, key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, allowed)):
             raise ValueError(f"{key} is {type(value).__name__}")
-    if voice.name != name or not NAME.fullmatch(voice.name):
+    if voice.name != name or not is_voice_name(voice.name):
         raise ValueError(f"its name {voice.name!r} is not the name it is kept under")
     if voice.engine != engine:
         raise ValueError(f"engine {voice.engine!r} among the {engine} voices")

@@ -28,7 +28,15 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from server import logs
 from server.errors import report
-from server.runtime.speaker import FellBack, Frames, SegmentSpeaker, Started, Timed
+from server.runtime.speaker import (
+    FellBack,
+    Frames,
+    Retried,
+    SegmentSpeaker,
+    Started,
+    Timed,
+    WithoutAudio,
+)
 from server.state import AppState
 from server.transport import SCOPE_KEY, drain_then_abort, unblock_writes
 from streaming import connection as c
@@ -59,16 +67,21 @@ class Context:
         self.id = state.id
         voice = state.voice
         self.sample_rate_hz = voice.sample_rate_hz
+        # The engine's own rate control as far as it goes, a time-stretch beyond.
+        engine_speed, tempo = session.voices.speed_split(voice.speed, fallback=voice.fallback)
         self.speaker = SegmentSpeaker(
             session.worker,
             session.metrics,
             SpeechPipeline(
-                session.settings.speech, session.worker.sample_rate_hz, voice.sample_rate_hz
+                session.settings.speech,
+                session.worker.sample_rate_hz,
+                voice.sample_rate_hz,
+                tempo=tempo,
             ),
             session.voices.for_stream(
                 voice.voice,
                 seed=voice.seed,
-                speed=voice.speed,
+                speed=engine_speed,
                 fallback=voice.fallback,
                 seed_given=voice.seed_given,
             ),
@@ -86,6 +99,8 @@ class Context:
         self.chars_in = 0  # characters of text cut into segments
         self.removed_chars = 0
         self.failures = 0  # segments that failed (reported as errors)
+        self.segments_retried = 0  # made again: their first try made too little audio
+        self.segments_without_audio = 0  # ended with too little audio (reported)
         self.outcome = "disconnected"  # until done is sent
         self.first_audio_s: float | None = None  # first text -> first frame sent
         self.first_text_at: float | None = None
@@ -182,6 +197,8 @@ class Context:
             removed=self.removed_chars,
             segments=self.segments_spoken,
             failed_segments=self.failures or None,
+            retried_segments=self.segments_retried or None,
+            segments_without_audio=self.segments_without_audio or None,
             ttfa_ms=first_audio,
             audio_s=round(self.samples_sent / self.sample_rate_hz, 3),
             outcome=self.outcome,
@@ -224,6 +241,18 @@ class Context:
         elif isinstance(event, Timed):
             await session.send_json(
                 p.TimestampsEvent(context_id=self.id, stream=self.state.stream, **asdict(event))
+            )
+        elif isinstance(event, Retried | WithoutAudio):
+            if isinstance(event, Retried):
+                self.segments_retried += 1
+                code = "segment_retried"
+            else:
+                self.segments_without_audio += 1
+                code = "segment_without_audio"
+            await session.send_json(
+                p.SegmentWarningEvent(
+                    context_id=self.id, code=code, message=event.describe(), segment=event.index
+                )
             )
 
     async def _send_start(
@@ -342,7 +371,16 @@ class Session:
                     message = await self.websocket.receive()
                     if message["type"] == "websocket.disconnect":
                         return True
-                    await self._apply(self.core.receive(_frame_payload(message)))
+                    read = self.core.read(_frame_payload(message))
+                    if isinstance(read, c.Refused):
+                        await self._apply([read])
+                        continue
+                    if isinstance(read, p.Start):
+                        # The store's truth of the name, not a copy a change has not
+                        # reached yet; applied with no await between (a Start's voice is
+                        # resolved synchronously, and again by the Context it opens).
+                        await self.voices.confirm(read.voice)
+                    await self._apply(self.core.apply(read))
         except TimeoutError:
             if not idle.expired():
                 raise

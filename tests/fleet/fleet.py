@@ -40,6 +40,7 @@ __all__ = [
     "Fleet",
     "Replica",
     "Store",
+    "cpu_hogs",
     "requires_fleet",
     "run_fleet",
 ]
@@ -434,3 +435,18 @@ def run_fleet(
         for process in running:
             _reap(process, TIMEOUT_S)
         store.stop()
+
+
+@contextlib.contextmanager
+def cpu_hogs(count: int) -> Iterator[None]:
+    """``count`` processes that spin on a CPU each until the block ends: the replicas'
+    event loops are then late, as on a loaded host."""
+    spin = "while True:\n    pass\n"
+    hogs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+        for hog in hogs:
+            hog.wait(TIMEOUT_S)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from server import __version__
+from server.config import build_settings
 
 CLI = [sys.executable, "-m", "server.cli"]
 
@@ -114,3 +118,74 @@ def test_an_unknown_flag_of_a_command_is_reported_by_that_command() -> None:
     assert result.returncode == 2
     assert "chattts-stream serve: error: unrecognized arguments: --bogus" in result.stderr
     assert "chattts-stream serve --help" in result.stderr
+
+
+def test_gpt_cache_static_with_batching_is_refused_in_one_line() -> None:
+    """--gpt-cache static (flag or TTS_GPT_CACHE) with batching on (the default
+    --max-batch 16): start-up stops with one line naming both settings' flags and
+    variables and what to do; with --max-batch 1 the same flag passes the check."""
+    for args, env in ((["--gpt-cache", "static"], {}), ([], {"TTS_GPT_CACHE": "static"})):
+        result = run("serve", *args, env=env)
+        assert result.returncode != 0
+        (line,) = result.stderr.strip().splitlines()
+        for needle in ("gpt_cache static", "--gpt-cache, TTS_GPT_CACHE",
+                       "--max-batch, TTS_MAX_BATCH", "set max_batch 1"):  # fmt: skip
+            assert needle in line, (needle, line)
+    from server.cli import parse
+
+    args = parse(["serve", "--gpt-cache", "static", "--max-batch", "1"])
+    settings = build_settings(args, {})
+    assert settings.chattts.gpt_cache == "static" and settings.max_batch == 1
+
+
+def test_preview_help_lists_only_what_preview_uses() -> None:
+    """preview --help: its text, --mode and the four settings it reads (segmenting and
+    text), none of the server's (port, batching, voices, tokens); the flags work."""
+    out = run("preview", "--help").stdout
+    for flag in ("--mode", "--segment-max-chars", "--first-segment-min-chars",
+                 "--allow-control-tags", "--text-cache-dir"):  # fmt: skip
+        assert flag in out, flag
+    for flag in ("--port", "--max-batch", "--voices-store", "--token-file", "--log-level",
+                 "--model-dir", "--max-streams"):  # fmt: skip
+        assert flag not in out, flag
+    text = "今天天气很好，我们一起去公园散步吧。"
+    whole = json.loads(run("preview", "--mode", "http", text).stdout)["segments"]
+    cut = json.loads(run("preview", "--mode", "http", "--segment-max-chars", "8", text).stdout)
+    assert len(whole) == 1 and len(cut["segments"]) > 1
+
+
+def test_a_misspelt_variable_is_named_at_start_with_the_closest_setting(tmp_path: Path) -> None:
+    """serve with TTS_MAX_STREAM (for TTS_MAX_STREAMS) and TTS_SECRET_THING set: one
+    warning each, naming the variable and, where one is close, the setting meant; no
+    value is logged; the server starts all the same; setup.sh's variables are not named."""
+    env = {"TTS_MAX_STREAM": "7391", "TTS_SECRET_THING": "hunter2", "TTS_TORCH_SPEC": "torch",
+           "XDG_DATA_HOME": str(tmp_path)}  # fmt: skip
+    command = [*CLI, "serve", "--engine", "espeak", "--port", "0", "--warm-up", "false"]
+    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True,
+                          env={**os.environ, **env}) as server:  # fmt: skip
+        try:
+            assert server.stderr is not None
+            lines = []
+            for line in server.stderr:
+                lines.append(line)
+                if "listening on" in line:
+                    break
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.wait(60)
+    log = "".join(lines)
+    assert "TTS_MAX_STREAM is not a setting (did you mean TTS_MAX_STREAMS?): ignored" in log, log
+    assert "TTS_SECRET_THING is not a setting: ignored" in log
+    assert "7391" not in log and "hunter2" not in log and "TTS_TORCH_SPEC" not in log
+    assert "listening on" in log
+
+
+def test_make_checkpoint_prints_its_two_lines_and_no_progress_bar(tmp_path: Path) -> None:
+    """make-checkpoint: what it wrote and that its audio is noise, on stdout; nothing
+    on stderr (transformers' "Writing model shards" bar is kept out)."""
+    result = run("make-checkpoint", str(tmp_path / "ck"))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("wrote a tiny ChatTTS checkpoint")
+    assert "%|" not in result.stdout and "shards" not in result.stdout

@@ -78,6 +78,7 @@ def test_settings_reference_is_current() -> None:
             ["--gpt-cache", "static", "--cuda-graphs", "true", "--device", "cpu"],
             "cuda_graphs needs a CUDA device",
         ),
+        (["--gpt-cache", "static"], "gpt_cache static is the unbatched decoder's cache"),
         (["--chunk-growth", "0.5"], "chunk_growth must be at least 1"),
         (["--max-contexts", "0"], "max_contexts must be positive"),
         (["--drain-timeout-s", "-1"], "drain_timeout_s must not be negative"),
@@ -147,10 +148,29 @@ def test_static_cache_settings_reach_the_engine() -> None:
     """--gpt-cache static with --cuda-graphs reaches ChatTTSEngine; 0 slots means one per
     segment the worker interleaves."""
     options = chattts_options(
-        parse(["--gpt-cache", "static", "--cuda-graphs", "true", "--max-active-segments", "3"])
-    )
+        parse(["--gpt-cache", "static", "--cuda-graphs", "true", "--max-active-segments", "3",
+               "--max-batch", "1"])
+    )  # fmt: skip
     assert options.gpt_cache == "static" and options.cuda_graphs is True
     assert options.gpt_cache_slots == 3
     env = {"TTS_GPT_CACHE_SLOTS": "5", "TTS_GPT_CACHE_TOKENS": "1024", "TTS_MAX_NEW_TOKEN": "900"}
     options = chattts_options(parse([], env))
     assert (options.gpt_cache_slots, options.gpt_cache_tokens) == (5, 1024)
+
+
+def test_unknown_variables_are_the_tts_ones_nothing_reads() -> None:
+    """Misspelt TTS_* names come with the closest setting; settings, the token and setup
+    variables, Kubernetes' service links and other prefixes are not named."""
+    from server.config import unknown_variables
+
+    environ = {
+        "TTS_MAX_STREAM": "1", "TTS_VOICE_STORE": "redis://x", "TTS_WHATEVER": "s3cret",
+        "TTS_MAX_STREAMS": "2", "TTS_TOKENS": "a", "TTS_TOKEN_FILE": "f", "TTS_PYTHON": "p",
+        "TTS_REDIS_SERVICE_HOST": "10.0.0.1", "TTS_REDIS_PORT_6379_TCP_ADDR": "10.0.0.1",
+        "MAX_STREAMS": "3",
+    }  # fmt: skip
+    assert unknown_variables(environ) == [
+        ("TTS_MAX_STREAM", "TTS_MAX_STREAMS"),
+        ("TTS_VOICE_STORE", "TTS_VOICES_STORE"),
+        ("TTS_WHATEVER", None),
+    ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import threading
 import time
 import wave
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 from chattts_client import StreamClient
 from prometheus_client.parser import text_string_to_metric_families
@@ -18,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from server.config import Settings
 from server.http.system_routes import WEB_DIR
 from server.textnorm import TextFrontend
+from streaming.audio import float_to_pcm16
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.scripted_engine import ScriptedEngine
 
@@ -352,8 +355,8 @@ def test_tts_reports_removed_characters_in_a_json_header(
         ({"text": ""}, 422, "invalid_request"),
         ({}, 422, "invalid_request"),
         ({"text": 5}, 422, "invalid_request"),
-        ({"text": "你好。", "speed": 2.5}, 422, "invalid_request"),
-        ({"text": "你好。", "speed": 0.4}, 422, "invalid_request"),
+        ({"text": "你好。", "speed": 4.5}, 400, "invalid_field"),
+        ({"text": "你好。", "speed": 0.2}, 400, "invalid_field"),
         ({"text": "你好。", "seed": -1}, 422, "invalid_request"),
         ({"text": "你好。", "format": "aiff"}, 422, "invalid_request"),
         ({"text": "你好。", "sample_rate": 12345}, 422, "invalid_request"),
@@ -417,3 +420,47 @@ def test_removed_header_is_capped_with_the_total_beside_it(http: httpx.Client) -
     assert len(header) <= 4096 and 0 < len(listed) < len(everything)
     assert listed == everything[: len(listed)]
     assert response.headers["X-TTS-Removed-Count"] == str(len(everything))
+
+
+def test_tts_json_prints_each_sample_as_the_float32_it_is(http: httpx.Client) -> None:
+    """format json: every sample is a short decimal (no float64 expansion such as
+    0.10000000149011612), and, read back as float32 and scaled to 16 bits, the very
+    samples of the same request as pcm."""
+    answer = tts(http, text=TEXT, format="json", seed=3)
+    assert answer.status_code == 200
+    raw = answer.text[answer.text.index("[") + 1 : answer.text.index("]")]
+    for number in raw.split(","):  # float32 needs at most 9 significant digits
+        digits = number.lstrip("-").split("e")[0].replace(".", "").strip("0")
+        assert len(digits) <= 9, number
+    samples = np.array(answer.json()["audio_data"], np.float32)
+    pcm = np.frombuffer(tts(http, text=TEXT, format="pcm", seed=3).content, "<i2")
+    assert np.array_equal(np.frombuffer(float_to_pcm16(samples), "<i2"), pcm)
+
+
+def flac_total_samples(flac: bytes) -> int:
+    """The total samples its STREAMINFO states (0: unknown)."""
+    assert flac[:4] == b"fLaC" and flac[4] & 0x7F == 0
+    info = flac[8:42]
+    return ((info[13] & 0x0F) << 32) | int.from_bytes(info[14:18], "big")
+
+
+def test_a_whole_flac_states_its_length_a_streamed_one_cannot(http: httpx.Client) -> None:
+    """/v1/tts flac as a whole file: its header's total samples are the pcm answer's, so
+    ffprobe gives its duration; streamed, ffmpeg could not go back to write it (0,
+    unknown, as documented); each decodes to the pcm answer's samples, lossless."""
+    pcm = tts(http, text=TEXT, format="pcm", seed=3).content
+    whole = tts(http, text=TEXT, format="flac", seed=3).content
+    streamed = tts(http, text=TEXT, format="flac", seed=3, stream=True).content
+    assert flac_total_samples(whole) == len(pcm) // 2
+    assert flac_total_samples(streamed) == 0
+    probe = subprocess.run(
+        ["ffprobe", "-v", "error", "-show_entries", "format=duration", "-of", "csv=p=0", "-"],
+        input=whole, capture_output=True, check=True, timeout=TIMEOUT_S,
+    )  # fmt: skip
+    assert float(probe.stdout) == pytest.approx(len(pcm) / 2 / 24000, abs=1e-3)
+    for flac in (whole, streamed):
+        decoded = subprocess.run(
+            ["ffmpeg", "-v", "error", "-i", "-", "-f", "s16le", "-"],
+            input=flac, capture_output=True, check=True, timeout=TIMEOUT_S,
+        ).stdout  # fmt: skip
+        assert decoded == pcm

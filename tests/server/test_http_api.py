@@ -129,7 +129,6 @@ def test_speaker_and_voice_are_one_name(http: httpx.Client) -> None:
     [
         ({"text": "你好", "seed": False}, "seed"),
         ({"text": "你好", "seed": 1.5}, "seed"),
-        ({"text": "你好", "speed": True}, "body"),
         ({"text": "你好", "volume": 2}, "volume"),
         ({"text": 5}, "text"),
     ],

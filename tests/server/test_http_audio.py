@@ -1,4 +1,4 @@
-"""The HTTP audio encoders: headers, the tempo chain, ffmpeg processes started ahead."""
+"""The HTTP audio encoders: headers, ffmpeg processes started ahead."""
 
 from __future__ import annotations
 
@@ -25,15 +25,6 @@ def test_a_streamed_wav_header_says_unknown_length_and_filling_it_gives_exact_si
         assert w.readframes(100) == pcm
 
 
-@pytest.mark.parametrize(
-    ("tempo", "chain"),
-    [(2.0, "atempo=2"), (0.5, "atempo=0.5"), (0.25, "atempo=0.5,atempo=0.5"),
-     (0.3, "atempo=0.5,atempo=0.6")],
-)  # fmt: skip
-def test_tempo_below_half_is_a_chain_of_atempo_filters(tempo: float, chain: str) -> None:
-    assert http_audio.tempo_filters(tempo) == chain
-
-
 async def tone(seconds: float, rate: int = 24000) -> AsyncGenerator[np.ndarray]:
     t = np.arange(int(seconds * rate)) / rate
     audio = (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
@@ -50,7 +41,7 @@ async def test_an_encoder_process_is_started_ahead_and_killed_at_close() -> None
     (spare_task,) = encoders._spares.values()
     spare = await spare_task
     assert spare.returncode is None  # started, waiting for the next request
-    second = await encoders.process("mp3", 24000, 1.0)
+    second = await encoders.process("mp3", 24000)
     assert second.pid == spare.pid
     second.kill()
     await second.wait()
@@ -93,7 +84,7 @@ async def test_concurrent_requests_for_one_encoding_leave_one_spare() -> None:
     exactly one spare waits: none is started and forgotten."""
     before = child_pids("ffmpeg")
     encoders = http_audio.Encoders()
-    processes = await asyncio.gather(*(encoders.process("mp3", 24000, 1.0) for _ in range(12)))
+    processes = await asyncio.gather(*(encoders.process("mp3", 24000) for _ in range(12)))
     assert len({p.pid for p in processes}) == 12
     await asyncio.gather(*(p.aclose() for p in processes))
     await asyncio.gather(*encoders._spares.values())
@@ -107,8 +98,8 @@ async def test_a_request_that_leaves_while_its_encoder_starts_leaves_no_process(
     ffmpeg behind but the next spare, and close() reaps that and any child handed out."""
     before = child_pids("ffmpeg")
     encoders = http_audio.Encoders()
-    first = asyncio.ensure_future(encoders.process("flac", 24000, 1.0))  # starts a spare
-    second = asyncio.ensure_future(encoders.process("flac", 24000, 1.0))  # takes it
+    first = asyncio.ensure_future(encoders.process("flac", 24000))  # starts a spare
+    second = asyncio.ensure_future(encoders.process("flac", 24000))  # takes it
     await asyncio.sleep(0)
     assert not second.done()
     second.cancel()

@@ -15,6 +15,7 @@ import openai
 import pytest
 
 from server.config import Settings
+from server.engines.espeak import SPEED_RANGE
 from tests.conftest import fixed_length_chattts
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.scripted_engine import ScriptedEngine
@@ -176,15 +177,17 @@ def duration_s(client: openai.OpenAI, speed: float) -> float:
 
 
 def test_speed_beyond_the_engine_range_is_time_stretched(client: openai.OpenAI) -> None:
-    """4.0 = the engine's fastest (2.0) stretched 2x; 0.25 = its slowest (0.5) stretched 0.5x."""
-    fastest, faster = duration_s(client, 2.0), duration_s(client, 4.0)
-    slowest, slower = duration_s(client, 0.5), duration_s(client, 0.25)
-    assert faster == pytest.approx(fastest / 2, rel=0.1)
-    assert slower == pytest.approx(slowest * 2, rel=0.1)
+    """The fallback voice's own rate covers 80-450 words a minute (speed 0.457-2.571):
+    4.0 is its fastest stretched 1.556x, 0.25 its slowest stretched 0.547x."""
+    low, high = SPEED_RANGE
+    fastest, faster = duration_s(client, high), duration_s(client, 4.0)
+    slowest, slower = duration_s(client, low), duration_s(client, 0.25)
+    assert faster == pytest.approx(fastest * high / 4.0, rel=0.1)
+    assert slower == pytest.approx(slowest * low / 0.25, rel=0.1)
     response = client.audio.speech.with_raw_response.create(
         model="tts-1", voice="alloy", input="快。", speed=4.0, response_format="pcm"
     )
-    assert response.headers["x-tts-speed"] == "engine=2; stretch=2"
+    assert response.headers["x-tts-speed"] == f"engine={high:g}; stretch={4.0 / high:g}"
 
 
 def test_instructions_are_accepted_and_said_to_be_ignored(client: openai.OpenAI) -> None:

@@ -80,7 +80,7 @@ BAD_MESSAGES: list[tuple[str, str | bytes, str, str | None, int | None]] = [
     ("context_id too long", text("c" * 65, "x"), "invalid_field", None, None),
     ("seed negative", start("b", seed=-1), "invalid_field", "b", None),
     ("seed bool", start("b", seed=True), "invalid_field", "b", None),
-    ("speed out of range", start("b", speed=2.5), "invalid_field", "b", None),
+    ("speed out of range", start("b", speed=4.5), "invalid_field", "b", None),
     ("speed string", start("b", speed="fast"), "invalid_field", "b", None),
     ("sample_rate unsupported", start("b", sample_rate=11025), "invalid_field", "b", None),
     ("voice too long", start("b", voice="v" * 4097), "invalid_field", "b", None),

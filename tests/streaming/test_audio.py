@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import io
+import json
 import math
+import re
 import wave
 
 import numpy as np
@@ -9,7 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streaming.audio import FrameChunker, Resampler, float_to_pcm16, pcm16_to_float, wav_bytes
+from streaming.audio import (
+    FrameChunker,
+    Resampler,
+    float32_json_array,
+    float_to_pcm16,
+    pcm16_to_float,
+    sounding_seconds,
+    wav_bytes,
+)
 
 RATE_PAIRS = [(22_050, 24_000), (24_000, 16_000), (24_000, 8_000), (24_000, 48_000)]
 
@@ -255,3 +265,34 @@ def test_wav_bytes_rejects_odd_length() -> None:
     """PCM16 with a half sample is refused."""
     with pytest.raises(ValueError, match="even"):
         wav_bytes(b"\x00", 24_000)
+
+
+@given(st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), max_size=50))
+def test_json_samples_read_back_as_the_same_float32(values: list[float]) -> None:
+    """Each sample is the shortest decimal that reads back as the same float32: parsed,
+    the array is bit-for-bit the input, and no number is longer than float32 needs."""
+    samples = np.array(values, np.float32)
+    text = float32_json_array(samples)
+    parsed = np.array(json.loads(text), np.float32)
+    assert parsed.tobytes() == samples.tobytes() or np.array_equal(parsed, samples)
+    for number in re.findall(r"[-+0-9.e]+", text):
+        assert len(number.lstrip("-").replace(".", "").split("e")[0].strip("0")) <= 9, number
+
+
+def test_json_samples_print_as_float32_not_its_float64_expansion() -> None:
+    """0.1 as float32 prints 0.1 (not 0.10000000149011612); NaN and infinity become 0."""
+    assert float32_json_array(np.array([0.1, -0.5, 0.0], np.float32)) == "[0.1,-0.5,0.0]"
+    assert json.loads(float32_json_array(np.array([np.nan, np.inf], np.float32))) == [0, 0]
+    assert float32_json_array(np.zeros(0, np.float32)) == "[]"
+
+
+def test_sounding_seconds_counts_blocks_above_the_floor() -> None:
+    """Silence and a -66 dBFS tone count nothing; 0.3 s of a -10 dBFS tone in 1 s of
+    silence counts 0.3 s (20 ms blocks)."""
+    rate = 16000
+    t = np.arange(rate) / rate
+    assert sounding_seconds(np.zeros(rate, np.float32), rate) == 0.0
+    assert sounding_seconds((0.0005 * np.sin(2 * np.pi * 200 * t)).astype(np.float32), rate) == 0
+    clip = np.zeros(rate, np.float32)
+    clip[3200:8000] = 0.3 * np.sin(2 * np.pi * 200 * t[:4800])
+    assert sounding_seconds(clip, rate) == pytest.approx(0.3)

@@ -139,8 +139,8 @@ MALFORMED: list[tuple[str, str | bytes, str, str | None]] = [
     ("seed float", '{"type":"start","context_id":"a","seed":1.5}', "invalid_field", "a"),
     ("seed integral float", '{"type":"start","context_id":"a","seed":4.0}', "invalid_field", "a"),
     ("seed string", '{"type":"start","context_id":"a","seed":"42"}', "invalid_field", "a"),
-    ("speed too low", '{"type":"start","context_id":"a","speed":0.49}', "invalid_field", "a"),
-    ("speed too high", '{"type":"start","context_id":"a","speed":2.01}', "invalid_field", "a"),
+    ("speed too low", '{"type":"start","context_id":"a","speed":0.24}', "invalid_field", "a"),
+    ("speed too high", '{"type":"start","context_id":"a","speed":4.01}', "invalid_field", "a"),
     ("speed zero", '{"type":"start","context_id":"a","speed":0}', "invalid_field", "a"),
     ("speed NaN", '{"type":"start","context_id":"a","speed":NaN}', "invalid_field", "a"),
     ("speed Infinity", '{"type":"start","context_id":"a","speed":Infinity}', "invalid_field", "a"),
@@ -273,6 +273,16 @@ SERVER_MESSAGES: list[tuple[p.ServerMessage, str, set[str]]] = [
         ),
         "warning",
         {"context_id", "code", "message", "removed"},
+    ),
+    (
+        p.SegmentWarningEvent(
+            context_id="a",
+            code="segment_without_audio",
+            message="segment 2 made no audio, and so did its retry with another seed",
+            segment=2,
+        ),
+        "warning",
+        {"context_id", "code", "message", "segment"},
     ),
     (
         p.ErrorEvent(context_id=None, code="buffer_full", message="full", limit=20),

@@ -102,3 +102,41 @@ def test_an_abandoned_segment_leaves_no_held_audio_and_no_pause() -> None:
         SpeechPipeline(SpeechSettings(), RATE, 16_000), segment("重新开始。"), tone(0.3), 4800
     )
     assert np.array_equal(np.concatenate(again), np.concatenate(fresh))
+
+
+@pytest.mark.parametrize("whole_text", [False, True])
+@pytest.mark.parametrize("output_rate", [16_000, 24_000])
+def test_a_restarted_segment_sounds_as_if_its_first_try_never_was(
+    whole_text: bool, output_rate: int
+) -> None:
+    """A second segment whose first try left nothing as frames (20 ms of it, under the
+    first frame), restarted and made again, gives the very frames of a pipeline that
+    only ever saw the second try; the held pause of a whole text is kept."""
+    first, retry = tone(0.4), tone(0.3) * 0.5
+    pipelines = [
+        SpeechPipeline(SpeechSettings(), RATE, output_rate, whole_text=whole_text) for _ in "ab"
+    ]
+    outputs = [speak(pipeline, segment("好。"), first, 2400) for pipeline in pipelines]
+    tried, clean = pipelines
+    tried.begin(segment("你好。", 2, 1), spoken("你好。"))
+    assert tried.push(tone(0.02)) == [] and not tried.segment_sent
+    tried.restart()
+    for pipeline, output in zip(pipelines, outputs, strict=True):
+        if pipeline is clean:
+            pipeline.begin(segment("你好。", 2, 1), spoken("你好。"))
+        for start in range(0, retry.size, 2400):
+            output += pipeline.push(retry[start : start + 2400])
+        output += pipeline.finish()
+    np.testing.assert_array_equal(np.concatenate(outputs[0]), np.concatenate(outputs[1]))
+    assert tried.samples == clean.samples
+
+
+def test_a_segment_cannot_restart_once_some_of_it_has_left() -> None:
+    """restart() refuses once a frame of the segment has been returned, and outside one."""
+    pipeline = SpeechPipeline(PLAIN, RATE, RATE)
+    with pytest.raises(RuntimeError):
+        pipeline.restart()
+    pipeline.begin(segment("你好。"), spoken("你好。"))
+    assert pipeline.push(tone(0.1)) and pipeline.segment_sent
+    with pytest.raises(RuntimeError):
+        pipeline.restart()

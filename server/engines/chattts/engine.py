@@ -30,7 +30,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from server.engines.base import Batcher, BatchRow, Cancelled, SynthesisRequest, VoiceSpec
+from server.engines.base import (
+    DEFAULT_SPEED_RANGE,
+    Batcher,
+    BatchRow,
+    Cancelled,
+    SynthesisRequest,
+    VoiceSpec,
+)
 from server.engines.chattts.batch import BatchedDecoder
 from server.engines.chattts.checkpoint import load_chat
 from server.engines.chattts.decoder import GenerationParams, StreamingDecoder
@@ -104,6 +111,8 @@ class ChatTTSEngine:
 
     name = "chattts"
     sample_rate_hz = 24_000
+    #: What speed_prompt's [speed_N] covers; beyond, the server time-stretches.
+    speed_range = DEFAULT_SPEED_RANGE
 
     def __init__(self, model_dir: str | Path, options: ChatTTSOptions | None = None) -> None:
         self.options = options = options or ChatTTSOptions()
@@ -269,7 +278,7 @@ class ChatTTSEngine:
         whatever ran before.
         Raises :class:`ValueError` for a speaker string this model cannot use.
         """
-        key = (voice.voice, voice.seed if voice.speaker_seed is None else voice.speaker_seed)
+        key = (voice.voice, voice.speaker_key)
         speaker = self._speakers.get(key)
         if speaker is not None:
             self._speakers.move_to_end(key)
@@ -323,7 +332,12 @@ class ChatTTSEngine:
         try:
             size = int(chat.speaker._decode(voice).size)
         except Exception as exc:
-            raise ValueError(f"not a ChatTTS speaker string: {exc}") from exc
+            # The decoder's own words (zlib's, lzma's, numpy's) mean nothing to a caller.
+            logger.debug("a speaker string did not decode: %s: %s", type(exc).__name__, exc)
+            raise ValueError(
+                "not a ChatTTS speaker string (one Chat.sample_random_speaker() returned): "
+                "it does not decode"
+            ) from None
         expected = int(chat.config.gpt.hidden_size)
         if size != expected:
             raise ValueError(f"speaker string has {size} dimensions; this model needs {expected}")

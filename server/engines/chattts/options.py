@@ -74,7 +74,7 @@ class ChatTTSOptions:
         choices=_DTYPES,
     )
     compile_vocoder: bool = option(
-        False, "CUDA: torch.compile the Decoder and the Vocos backbone", group="chattts"
+        False, "CUDA: torch.compile Decoder and Vocos; on failure, eager", group="chattts"
     )
     vocoder_backend: str = option(
         "torch",

@@ -18,6 +18,10 @@ sample ``f * 256 + k``.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import gc
+import logging
 import tempfile
 import time
 import warnings
@@ -40,6 +44,7 @@ from streaming.crossfade import WindowJoiner
 
 __all__ = [
     "ChunkWindows",
+    "CompiledModule",
     "OnnxVocoder",
     "StreamStats",
     "Vocoder",
@@ -67,9 +72,77 @@ class StreamStats:
     hiddens: torch.Tensor | None = None
 
 
+logger = logging.getLogger(__name__)
+
+
+class CompiledModule:
+    """``torch.compile(module, dynamic=True)``, called the way it compiles, and the eager
+    module in its place, for good, if it does not.
+
+    torch 2.11-2.13 cannot compile a view made under ``torch.inference_mode`` (AOT
+    autograd's functionalization: ``Cannot set version_counter for inference tensor`` on
+    CPU, ``RuntimeError: <weakref ... UntypedStorage>`` seen on an H200; pytorch#169477,
+    #180823), and ChatTTS's Decoder (``DVAE.forward``, decorated
+    ``@torch.inference_mode()``) makes one, ``vq_feats.view(...)``. So a forward wrapped
+    in such a decorator is compiled unwrapped (its ``__wrapped__``), and the compiled code
+    runs with inference mode and gradients off, on a copy of its input that is an
+    ordinary tensor. Should compiling or running the compiled code fail anyway (another
+    torch, another backend), every module sharing ``failed`` (a list: empty while all is
+    well) runs eagerly from then on, and the first failure is one WARNING line: a request
+    never fails for it.
+    """
+
+    def __init__(self, module: Any, name: str, failed: list[str]) -> None:
+        self.eager: Callable[[torch.Tensor], torch.Tensor] = module
+        self.name = name
+        self._failed = failed
+        forward = getattr(type(module).forward, "__wrapped__", None)
+        target = functools.partial(forward, module) if forward is not None else module
+        self._compiled: Callable[[torch.Tensor], torch.Tensor] = torch.compile(target, dynamic=True)
+
+    @property
+    def compiled(self) -> bool:
+        """False once a compilation failed and the eager modules serve."""
+        return not self._failed
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if not self._failed:
+            with _dispatch_keys_kept():
+                try:
+                    with torch.inference_mode(False), torch.no_grad():
+                        return self._compiled(x.clone())
+                except Exception as exc:  # compilation's many failure types, one answer
+                    said = " ".join(str(exc).split("\n")[:2]).strip()
+                    failure = f"{type(exc).__name__}: {said[:300]}"
+                # Free the failed compile's frames here, in the guard: torch's dispatch
+                # guards in them restore, when destroyed, the state they saw.
+                gc.collect()
+            self._failed.append(self.name)
+            logger.warning(
+                "torch.compile of the vocoder (%s) failed (%s): Decoder and Vocos run "
+                "uncompiled from now on (--compile-vocoder false hides this)",
+                self.name, failure,
+            )  # fmt: skip
+        return self.eager(x)
+
+
+def _dispatch_keys_kept() -> contextlib.AbstractContextManager[object]:
+    """The thread's dispatch-key state as it was, however the block ends: torch 2.13
+    leaves the PythonDispatcher key set after a failed compile, and every eager call on
+    the thread then fails an internal assert until the caller's inference mode ends."""
+    guard = getattr(torch._C, "_ForceDispatchKeyGuard", None)
+    if guard is None:
+        return contextlib.nullcontext()
+    kept: contextlib.AbstractContextManager[object] = guard(
+        torch._C._dispatch_tls_local_include_set(), torch._C._dispatch_tls_local_exclude_set()
+    )
+    return kept
+
+
 class Vocoder:
     """ChatTTS's Decoder + Vocos on ``(steps, hidden)`` GPT states, as ``options`` set them
-    up: decoder dtype, INT8 linears, ``torch.compile``, or the ONNX Runtime backend."""
+    up: decoder dtype, INT8 linears, ``torch.compile`` (:class:`CompiledModule`), or the
+    ONNX Runtime backend."""
 
     def __init__(self, chat: Any, options: ChatTTSOptions) -> None:
         self.chat = chat
@@ -82,8 +155,9 @@ class Vocoder:
         self._decoder: Callable[[torch.Tensor], torch.Tensor] = chat.decoder
         self._backbone: Callable[[torch.Tensor], torch.Tensor] = chat.vocos.backbone
         if options.compile_vocoder:
-            self._decoder = torch.compile(chat.decoder, dynamic=True)
-            self._backbone = torch.compile(chat.vocos.backbone, dynamic=True)
+            failed: list[str] = []  # shared: one failure, both eager, one warning
+            self._decoder = CompiledModule(chat.decoder, "ChatTTS's Decoder", failed)
+            self._backbone = CompiledModule(chat.vocos.backbone, "the Vocos backbone", failed)
         self.onnx: OnnxVocoder | None = None
         if options.vocoder_backend == "onnx":
             self.onnx = OnnxVocoder(chat)
