@@ -1022,7 +1022,7 @@ function init() {
   });
   const speed = $("speed");
   speed.addEventListener("input", () => {
-    $("speed-value").textContent = Number(speed.value).toFixed(1);
+    $("speed-value").textContent = Number(speed.value).toFixed(2);
   });
   $("prebuffer-ms").addEventListener("change", () => {
     player.setPrebufferMs(numberInput("prebuffer-ms", 100));

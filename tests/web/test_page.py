@@ -32,7 +32,7 @@ def set_speed(page: Any, speed: float) -> None:
         "(el, v) => { el.value = String(v); el.dispatchEvent(new Event('input')); }",
         speed,
     )
-    assert page.text_content("#speed-value") == f"{speed:.1f}"
+    assert page.text_content("#speed-value") == f"{speed:.2f}"
 
 
 def test_play_streams_default_text_through_the_worklet(page: Any, open_server: LiveServer) -> None:
@@ -72,6 +72,20 @@ def test_play_streams_default_text_through_the_worklet(page: Any, open_server: L
     assert 0 <= ttfa_ms <= ttfa_played_ms
     assert (ttfa_ms, ttfa_played_ms) == (state["ttfaMs"], state["ttfaPlayedMs"])
     assert int(page.text_content("#underruns") or "") == state["underruns"]
+
+
+@pytest.mark.parametrize("speed", [0.25, 4.0])
+def test_the_speed_slider_reaches_both_ends_of_the_servers_range(
+    page: Any, open_server: LiveServer, speed: float
+) -> None:
+    """The slider spans the server's speed range (0.25-4): either end is what `started` confirms."""
+    load(page, open_server)
+    set_speed(page, speed)
+    page.click("#play")
+    state = wait_state(page, "s.speed !== null")
+    assert state["speed"] == speed
+    assert state["errors"] == []
+    page.click("#stop")
 
 
 def test_stop_cancels_and_silences_at_once(page: Any, open_server: LiveServer) -> None:
