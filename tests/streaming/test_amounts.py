@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streaming.amounts import counting, find_amounts
 from streaming.text import SPOKEN_CHARSET, prepare_text
+from streaming.text.amounts import counting, find_amounts
 from tests.streaming.test_text import check_accounting
 
 _DIGITS = dict(zip("0123456789", "零一二三四五六七八九", strict=True))

@@ -1,0 +1,98 @@
+"""Span rules for what is not words: control tags, Markdown syntax, URLs and e-mail."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from streaming.text.spans import Spans
+from streaming.text.tokens import (
+    REASON_MARKUP,
+    REASON_TAG,
+    REASON_URL,
+    Kind,
+    Token,
+    dropped,
+    word,
+)
+
+# ChatTTS's control tokens as users write them in text: [uv_break], [lbreak], [laugh],
+# and the numbered families [break_N], [laugh_N], [oral_N], [speed_N].
+CONTROL_TAG = re.compile(
+    r"\[(?:uv_break|v_break|lbreak|laugh|(?:break|laugh|oral|speed)_\d{1,2})\]"
+)
+
+RULE_URL = "address.url"
+RULE_EMAIL = "address.email"
+
+
+def tag_rule(spans: Spans) -> Iterator[Token]:
+    for match in CONTROL_TAG.finditer(spans.text):
+        if spans.allow_tags:
+            yield Token(match.start(), match.end(), Kind.TAG, match.group())
+        else:
+            yield dropped(match.start(), match.end(), REASON_TAG)
+
+
+# Markdown: fences with their language, inline code ticks, emphasis, citation marks,
+# and line markers (heading, quote, bullet, table rule, horizontal rule).
+_MARKUP = re.compile(
+    r"```[\w+#.-]*|`|\*{1,3}|_{2,3}|~~|\[\^?\d{1,3}\]"
+    r"|^[ \t]*(?:#{1,6}(?=[ \t])|>+|[-*+•](?=[ \t]))"
+    r"|^[ \t]*\|?(?:[ \t]*:?-{3,}:?[ \t]*\|?)+[ \t]*$"
+    r"|^[ \t]*(?:[-*_][ \t]*){3,}$",
+    re.MULTILINE,
+)
+# [text](url) and ![alt](url): the text is read, the rest is markup.
+_LINK = re.compile(r"(!?\[)([^\]\n]*)(\]\([^)\s]*\))")
+
+
+def markup_rule(spans: Spans) -> Iterator[Token]:
+    text = spans.text
+    for match in _LINK.finditer(text):
+        yield dropped(match.start(1), match.end(1), REASON_MARKUP)
+        yield dropped(match.start(3), match.end(3), REASON_MARKUP)
+    for match in _MARKUP.finditer(text):
+        if match.end() > match.start():
+            yield dropped(match.start(), match.end(), REASON_MARKUP)
+
+
+_URL = re.compile(
+    r"(?P<prefix>(?:https?|ftp)://(?:www\.)?|www\.)"
+    r"(?P<host>[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*)"
+    r"(?P<rest>(?::\d+)?(?:[/?#][^\s<>\"'，。、；！？）】」》\u4e00-\u9fff]*)?)"
+)
+_EMAIL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
+_ADDRESS_DIGITS = dict(zip("0123456789", "零幺二三四五六七八九", strict=True))
+
+
+def read_address(address: str) -> str:
+    """A host or mailbox: letters kept, digits read one by one, "." as 点, "@" as 艾特."""
+    out: list[str] = []
+    for ch in address:
+        if ch == ".":
+            out.append("点")
+        elif ch == "@":
+            out.append(" 艾特 ")
+        elif ch in _ADDRESS_DIGITS:
+            out.append(_ADDRESS_DIGITS[ch])
+        elif ch.isascii() and ch.isalpha():
+            out.append(ch)
+        else:
+            out.append(" ")
+    return re.sub(r" {2,}", " ", "".join(out)).strip()
+
+
+def address_rule(spans: Spans) -> Iterator[Token]:
+    text = spans.text
+    for match in _URL.finditer(text):
+        rest_end = match.end("rest")
+        while rest_end > match.start("rest") and text[rest_end - 1] in ".,;:!?)]}'\"":
+            rest_end -= 1  # a sentence mark after the URL is not part of it
+        yield dropped(match.start("prefix"), match.end("prefix"), REASON_URL)
+        host = match.group("host")
+        yield word(match.start("host"), match.end("host"), read_address(host), RULE_URL)
+        if rest_end > match.start("rest"):
+            yield dropped(match.start("rest"), rest_end, REASON_URL)
+    for match in _EMAIL.finditer(text):
+        yield word(match.start(), match.end(), read_address(match.group()), RULE_EMAIL)

@@ -1,0 +1,171 @@
+"""``prepare_text``: the stages in order, from a segment to what the engine is given."""
+
+from __future__ import annotations
+
+import re
+
+from streaming.punctuation import (
+    CJK_CLAUSE_MARKS,
+    CJK_SENTENCE_MARKS,
+    CLOSERS,
+    MARKS,
+    OPENERS,
+    STRAIGHT_QUOTES,
+)
+from streaming.text.align import normalized_spans
+from streaming.text.markup import CONTROL_TAG, address_rule, markup_rule, tag_rule
+from streaming.text.numbers import amount_rule, list_rule, number_rule
+from streaming.text.render import reason_alone, removals, render, tidy
+from streaming.text.spans import Normalizer, SpanRule, Spans
+from streaming.text.tokens import (
+    REASON_CODE,
+    RULE_LIBRARY,
+    Kind,
+    PreparedText,
+    Removal,
+    Token,
+    classify,
+    dropped,
+    rewrite_tokens,
+    spell_acronyms,
+)
+
+# Exactly ChatTTS's keep set (Normalizer.reject_pattern, negated).
+SPOKEN_CHARSET = re.compile(r"[\u4e00-\u9fffA-Za-z，。、,. ]")
+
+_SPAN_RULES: tuple[SpanRule, ...] = (
+    tag_rule,
+    markup_rule,
+    list_rule,
+    address_rule,
+    amount_rule,
+    number_rule,
+)
+
+
+def strip_tags(text: str) -> str:
+    """``text`` without control tags, a tag between two words leaving one blank."""
+    stripped = CONTROL_TAG.sub(" ", text)
+    return re.sub(r" {2,}", " ", stripped).strip()
+
+
+def _tokenize(spans: Spans) -> list[Token]:
+    """Tokens covering text in order; span rules win over the normaliser and characters."""
+    text = spans.original
+    claimed: dict[int, Token] = {}
+    covered = [False] * len(text)
+    for rule in _SPAN_RULES:
+        for token in rule(spans):
+            if token.end <= token.start or any(covered[token.start : token.end]):
+                continue
+            covered[token.start : token.end] = [True] * (token.end - token.start)
+            claimed[token.start] = token
+    tokens: list[Token] = []
+    i = 0
+    while i < len(text):
+        if covered[i]:
+            token = claimed[i]
+            if token.kind is Kind.WORD:
+                tokens += rewrite_tokens(
+                    token.start, token.end, token.text, token.rule, token.entry
+                )
+            else:
+                tokens.append(token)
+            i = token.end
+            continue
+        j = i
+        while j < len(text) and not covered[j]:
+            j += 1
+        tokens += _plain_tokens(text, i, j, spans.normalizer)
+        i = j
+    return spell_acronyms(tokens)
+
+
+# Clause and sentence marks split a run before it goes to the normaliser: no reading
+# crosses them, and the library's cost grows with the length of what it is given.
+# ASCII marks only before a blank: "12:30", "3.5" and "1,000" are the normaliser's.
+_CJK_BREAKS = "".join(sorted(CJK_SENTENCE_MARKS | CJK_CLAUSE_MARKS))
+_CLAUSE_BREAK = re.compile(rf"[{_CJK_BREAKS}\n]|[,;!?](?=\s)")
+# A run needs the normaliser only if it holds a digit or a character outside CJK,
+# letters, blanks and punctuation; pure prose skips it (and its cost).
+_PUNCTUATION = "".join(sorted(set(MARKS) | OPENERS | CLOSERS | STRAIGHT_QUOTES))
+_NEEDS_NORMALIZER = re.compile(rf"[^\u4e00-\u9fffA-Za-z\s{re.escape(_PUNCTUATION)}]")
+
+
+def _plain_tokens(text: str, start: int, end: int, normalizer: Normalizer | None) -> list[Token]:
+    if normalizer is None:
+        return [classify(text, k) for k in range(start, end)]
+    tokens: list[Token] = []
+    piece_start = start
+    breaks = [m.end() for m in _CLAUSE_BREAK.finditer(text, start, end)]
+    for piece_end in [*breaks, end]:
+        run = text[piece_start:piece_end]
+        if not run:
+            continue
+        if not _NEEDS_NORMALIZER.search(run):
+            tokens += [classify(text, k) for k in range(piece_start, piece_end)]
+        else:
+            for span_start, span_end, said in normalized_spans(run, piece_start, normalizer):
+                if said is None:
+                    tokens += [classify(text, k) for k in range(span_start, span_end)]
+                else:
+                    tokens += rewrite_tokens(span_start, span_end, said, RULE_LIBRARY)
+        piece_start = piece_end
+    return tokens
+
+
+def prepare_text(
+    text: str, *, normalizer: Normalizer | None = None, allow_tags: bool = False
+) -> PreparedText:
+    """Prepare one segment for ChatTTS: what it can say, and what it cannot.
+
+    ``spoken`` holds only :data:`SPOKEN_CHARSET` (and, with ``allow_tags``, control
+    tags) and is a fixed point of ChatTTS's normaliser (its homophone replacement
+    aside); it is "" when nothing in the text can be said. Every non-blank character
+    of ``text`` is in exactly one :class:`Piece` span or one :class:`Removal`.
+    ``normalizer`` reads numbers, dates, units and symbols (see the module docstring).
+    """
+    tokens = _tokenize(Spans(text, text, normalizer, allow_tags))
+    kept, dropped_tokens = tidy(tokens)
+    if not any(token.kind is Kind.WORD for token in kept):
+        everything = [
+            t if t.kind is Kind.DROPPED else dropped(t.start, t.end, reason_alone(t))
+            for t in tokens
+        ]
+        return PreparedText("", removals(text, everything))
+    pieces = render(text, kept)
+    spoken = "".join(piece.spoken for piece in pieces)
+    tags = tuple(token.text for token in kept if token.kind is Kind.TAG)
+    return PreparedText(spoken, removals(text, dropped_tokens), tuple(pieces), tags)
+
+
+# A Markdown code fence opens or closes at the start of a line.
+_CODE_FENCE = re.compile(r"^[ \t]*(?:```|~~~)", re.MULTILINE)
+_NON_BLANK_RUN = re.compile(r"\S+")
+
+
+class CodeFences:
+    """Which segments of one text stream are the body of a fenced code block.
+
+    Segments are cut without regard to fences, so a block spans several; feed every
+    segment of the stream in order to :meth:`is_code`. A segment holding a fence line is
+    left to :func:`prepare_text` (which drops the fence markup); one wholly between an
+    opening and a closing fence is code, which is not read aloud.
+    """
+
+    def __init__(self) -> None:
+        self._open = False
+
+    def is_code(self, text: str) -> bool:
+        fences = len(_CODE_FENCE.findall(text))
+        body = self._open and fences == 0
+        if fences % 2:
+            self._open = not self._open
+        return body
+
+
+def code_body(text: str) -> PreparedText:
+    """A segment inside a code block: nothing spoken, every non-blank run reported as code."""
+    return PreparedText(
+        "", tuple(Removal(m.start(), m.group(), REASON_CODE) for m in _NON_BLANK_RUN.finditer(text))
+    )
