@@ -37,7 +37,14 @@ from typing import Any
 
 from streaming.segment import Segment, Segmenter, SegmenterConfig
 from streaming.speech import removals_in_stream
-from streaming.text import CodeFences, Normalizer, PreparedText, code_body, prepare_text
+from streaming.text import (
+    CodeFences,
+    Normalizer,
+    PreparedText,
+    code_body,
+    needs_normalizer,
+    prepare_text,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -211,6 +218,8 @@ class TextFrontend:
         The normaliser is loaded on first need, so a text without digits or symbols
         never waits for it; :meth:`start` loads it ahead of time.
         """
+        if not self._loaded.is_set() and needs_normalizer(text):
+            self.load()  # numbers are read only when the library is there (else dropped)
         normalizer = self._normalizer if self._loaded.is_set() else self._normalize_lazily
         return prepare_text(text, normalizer=normalizer, allow_tags=self.allow_control_tags)
 

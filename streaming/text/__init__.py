@@ -31,6 +31,7 @@ from streaming.text.prepare import (
     SPOKEN_CHARSET,
     CodeFences,
     code_body,
+    needs_normalizer,
     prepare_text,
     strip_tags,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "PreparedText",
     "Removal",
     "code_body",
+    "needs_normalizer",
     "prepare_text",
     "strip_tags",
 ]

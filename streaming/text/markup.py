@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from streaming.text.readings import read_cardinal
 from streaming.text.spans import Spans
 from streaming.text.tokens import (
     REASON_MARKUP,
+    REASON_NUMBER,
     REASON_TAG,
     REASON_URL,
     Kind,
@@ -96,3 +98,49 @@ def address_rule(spans: Spans) -> Iterator[Token]:
             yield dropped(match.start("rest"), rest_end, REASON_URL)
     for match in _EMAIL.finditer(text):
         yield word(match.start(), match.end(), read_address(match.group()), RULE_EMAIL)
+
+
+RULE_LIST = "list"
+# A list item's number: at a line's start ("1. 打开", "2) 点击", "(3) 输入", "①"), or
+# inline after a sentence or clause mark or a blank ("步骤：1. 打开 2. 点击"). Read as
+# the number and a pause ("一，打开"), never as a sentence end ("一。") nor as 两.
+_LIST_NUMBER = re.compile(
+    r"(?:^|(?<=[：:。；;！？!?，,\s]))[ \t]*"
+    r"(?:(?P<num>\d{1,2})(?P<mark>[.．)）、])(?=[ \t]*[^\d\s.．)）、])"
+    r"|(?P<open>[(（])(?P<pnum>\d{1,2})(?P<close>[)）])(?=[ \t]*[^\d\s)）]))",
+    re.MULTILINE,
+)
+_CIRCLED = re.compile(r"(?:^|(?<=[：:。；;！？!?，,\s]))[ \t]*([①②③④⑤⑥⑦⑧⑨⑩])", re.MULTILINE)
+_CIRCLED_NUMBERS = {ch: str(k) for k, ch in enumerate("①②③④⑤⑥⑦⑧⑨⑩", start=1)}
+
+
+def list_rule(spans: Spans) -> Iterator[Token]:
+    text = spans.text
+    for match in _LIST_NUMBER.finditer(text):
+        if match["num"] is not None:
+            if match["mark"] in ".．" and _inline_decimal_risk(text, match.start("num")):
+                continue
+            yield _list_number(spans, match.start("num"), match["num"])
+            pause = Kind.ENUMERATION if match["mark"] == "、" else Kind.COMMA
+            yield Token(match.start("mark"), match.end("mark"), pause)
+        else:
+            yield dropped(match.start("open"), match.end("open"), REASON_MARKUP)
+            yield _list_number(spans, match.start("pnum"), match["pnum"])
+            yield Token(match.start("close"), match.end("close"), Kind.COMMA)
+    for match in _CIRCLED.finditer(text):
+        number = _CIRCLED_NUMBERS[match[1]]
+        yield word(match.start(1), match.end(1), read_cardinal(number) + "，", RULE_LIST)
+
+
+def _list_number(spans: Spans, start: int, number: str) -> Token:
+    if spans.normalizer is None:  # no number is read without the library
+        return dropped(start, start + len(number), REASON_NUMBER)
+    return word(start, start + len(number), read_cardinal(number), RULE_LIST)
+
+
+def _inline_decimal_risk(text: str, start: int) -> bool:
+    """An inline "3." after a blank that follows a digit or a Latin letter ("v 3. x")."""
+    k = start - 1
+    while k >= 0 and text[k] in " \t":
+        k -= 1
+    return k >= 0 and k < start - 1 and text[k].isascii() and text[k].isalnum()

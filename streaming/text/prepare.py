@@ -13,8 +13,21 @@ from streaming.punctuation import (
     STRAIGHT_QUOTES,
 )
 from streaming.text.align import normalized_spans
-from streaming.text.markup import CONTROL_TAG, address_rule, markup_rule, tag_rule
-from streaming.text.numbers import amount_rule, list_rule, number_rule
+from streaming.text.codes import code_rule, label_rule, model_rule, phone_rule
+from streaming.text.dates import date_rule, score_rule, time_rule
+from streaming.text.dotted import abbreviation_rule, address_number_rule, name_rule
+from streaming.text.markup import CONTROL_TAG, address_rule, list_rule, markup_rule, tag_rule
+from streaming.text.mathtext import latex_rule, math_rule
+from streaming.text.numbers import amount_rule, bare_number_rule
+from streaming.text.quantities import (
+    fraction_rule,
+    hyphen_rule,
+    number_rule,
+    ordinal_rule,
+    per_rule,
+    range_rule,
+    unit_rule,
+)
 from streaming.text.render import reason_alone, removals, render, tidy
 from streaming.text.spans import Normalizer, SpanRule, Spans
 from streaming.text.tokens import (
@@ -33,14 +46,57 @@ from streaming.text.tokens import (
 # Exactly ChatTTS's keep set (Normalizer.reject_pattern, negated).
 SPOKEN_CHARSET = re.compile(r"[\u4e00-\u9fffA-Za-z，。、,. ]")
 
+# In order: the first rule to claim a character wins it. Math before money ($x$), codes
+# before quantities, quantities with a unit or a measure before bare numbers.
 _SPAN_RULES: tuple[SpanRule, ...] = (
     tag_rule,
     markup_rule,
-    list_rule,
+    latex_rule,
     address_rule,
+    list_rule,
+    abbreviation_rule,
+    address_number_rule,
+    date_rule,
+    phone_rule,
+    code_rule,
+    name_rule,
+    label_rule,
     amount_rule,
+    time_rule,
+    score_rule,
+    model_rule,
+    math_rule,
+    range_rule,
+    ordinal_rule,
+    unit_rule,
+    fraction_rule,
+    per_rule,
+    hyphen_rule,
     number_rule,
 )
+# Without the library no number is read (digits are dropped and reported), as before.
+_BARE_RULES: tuple[SpanRule, ...] = (
+    tag_rule,
+    markup_rule,
+    address_rule,
+    list_rule,
+    bare_number_rule,
+)
+# Full-width digits and letters as ASCII, and full-width marks between two digits
+# (３．１４, １２：３０): one character for one, so offsets stay the same.
+_FULLWIDTH = str.maketrans(
+    {
+        chr(c): chr(c - 0xFEE0)
+        for c in (*range(0xFF10, 0xFF1A), *range(0xFF21, 0xFF3B), *range(0xFF41, 0xFF5B))
+    }
+)
+_FULLWIDTH_BETWEEN_DIGITS = re.compile(r"(?<=\d)[．：／－～，](?=\d)")
+_MARKS_AS_ASCII = str.maketrans("．：／－～，", ".:/-~,")
+
+
+def _folded(text: str) -> str:
+    folded = text.translate(_FULLWIDTH)
+    return _FULLWIDTH_BETWEEN_DIGITS.sub(lambda m: m.group().translate(_MARKS_AS_ASCII), folded)
 
 
 def strip_tags(text: str) -> str:
@@ -54,7 +110,7 @@ def _tokenize(spans: Spans) -> list[Token]:
     text = spans.original
     claimed: dict[int, Token] = {}
     covered = [False] * len(text)
-    for rule in _SPAN_RULES:
+    for rule in _SPAN_RULES if spans.normalizer is not None else _BARE_RULES:
         for token in rule(spans):
             if token.end <= token.start or any(covered[token.start : token.end]):
                 continue
@@ -76,7 +132,7 @@ def _tokenize(spans: Spans) -> list[Token]:
         j = i
         while j < len(text) and not covered[j]:
             j += 1
-        tokens += _plain_tokens(text, i, j, spans.normalizer)
+        tokens += _plain_tokens(spans.text, i, j, spans.normalizer)
         i = j
     return spell_acronyms(tokens)
 
@@ -90,6 +146,11 @@ _CLAUSE_BREAK = re.compile(rf"[{_CJK_BREAKS}\n]|[,;!?](?=\s)")
 # letters, blanks and punctuation; pure prose skips it (and its cost).
 _PUNCTUATION = "".join(sorted(set(MARKS) | OPENERS | CLOSERS | STRAIGHT_QUOTES))
 _NEEDS_NORMALIZER = re.compile(rf"[^\u4e00-\u9fffA-Za-z\s{re.escape(_PUNCTUATION)}]")
+
+
+def needs_normalizer(text: str) -> bool:
+    """Whether preparing ``text`` may read a number or a symbol (and so wants the library)."""
+    return _NEEDS_NORMALIZER.search(text) is not None
 
 
 def _plain_tokens(text: str, start: int, end: int, normalizer: Normalizer | None) -> list[Token]:
@@ -125,7 +186,7 @@ def prepare_text(
     of ``text`` is in exactly one :class:`Piece` span or one :class:`Removal`.
     ``normalizer`` reads numbers, dates, units and symbols (see the module docstring).
     """
-    tokens = _tokenize(Spans(text, text, normalizer, allow_tags))
+    tokens = _tokenize(Spans(_folded(text), text, normalizer, allow_tags))
     kept, dropped_tokens = tidy(tokens)
     if not any(token.kind is Kind.WORD for token in kept):
         everything = [

@@ -22,3 +22,452 @@ SYMBOL_READINGS = {
     "²": "平方", "³": "立方", "㎡": "平方米", "㎞": "公里", "㎏": "千克", "㎝": "厘米",
     "㎜": "毫米", "㎎": "毫克", "㎖": "毫升",
 }  # fmt: skip
+
+
+def _words(text: str) -> tuple[str, ...]:
+    """A table written as blank-separated words, longest first (regex alternations)."""
+    return tuple(sorted(set(text.split()), key=lambda w: (-len(w), w)))
+
+
+# -- measure words: what a number before them is ------------------------------------------
+# A count (两个, 两天): 2 is 两. Longest first, so 个月 wins over 月 and 年级 over 年.
+COUNT_MEASURES = _words(
+    """
+    个 位 名 只 条 张 件 本 支 把 根 块 片 份 种 类 项 次 遍 趟 回 顿 场 局 盘 轮 届 天 周
+    星期 礼拜 年 个月 小时 钟头 钟 分钟 秒 秒钟 毫秒 微秒 刻钟 倍 成 人 户 家 辆 台 部 架 艘
+    套 双 对 副 杯 瓶 碗 盒 包 袋 箱 桶 罐 斤 公斤 克 千克 毫克 微克 吨 米 公里 千米 厘米
+    毫米 微米 纳米 里 英里 海里 尺 寸 英寸 英尺 升 毫升 度 元 块钱 角 毛 分 分钱 岁 周岁
+    集 页 段 句 行 字 篇 首 幅 颗 粒 滴 口 间 栋 座 节 章 门 课 科 所 例 起 笔 单 款 样
+    头 匹 尾 棵 株 朵 串 排 列 组 批 群 队 步 声 下 眼 针 剂 疗程 周期 季度 学期 星 颗星
+    亩 平 平米 平方米 平方公里 公顷 立方米 瓦 千瓦 伏 安 毫安 焦 卡 千卡 大卡 帧 像素 核
+    线程 通道 路 票 单元 期 季 代 班 站 环 层 轮次 局面 万 千 百 亿 十 来个 多个 余个
+    个人 名额 人次 家人 小孩 孩子 趟车 班车 站地 口人 床 晚 夜 宿 餐 顿饭 道 道菜 勺 汤匙
+    茶匙 杯水 片药 粒药 寸照 G 兆 格 根线 级台阶 倍速 倍数 份儿 碗饭 下单
+    """
+)
+# A number naming its place (二楼, 二号, 二月): 2 is 二. Checked before COUNT_MEASURES.
+ORDINAL_MEASURES = _words(
+    """
+    楼 号 号线 号楼 号口 号门 号床 号窗口 号柜台 号车厢 号厅 号馆 号位 号机 号桌 号房
+    月 月份 日 年级 级 环 期 单元 区 栋 代 班 路 号路 线 档 版 季 章 节 集 排 层 座
+    车厢 站台 检票口 登机口 楼层 层楼 号店 号仓
+    """
+)
+# Ordinal measures that count after a count cue (共2层, 有2栋, 连续2期, 前2章).
+SWITCH_MEASURES = frozenset(
+    [
+        "层",
+        "栋",
+        "期",
+        "季",
+        "章",
+        "节",
+        "集",
+        "排",
+        "座",
+        "代",
+        "班",
+        "路",
+        "级",
+        "区",
+        "档",
+        "版",
+        "单元",
+        "线",
+        "环",
+    ]
+)
+# Count measures that name after an ordinal cue (在2层 is also taken care of by 层).
+COUNT_CUES = _words(
+    """
+    有 共 共计 合计 总共 一共 总计 了 这 那 前 后 近 约 大约 大概 最多 至多 至少 最少 仅 仅仅 只
+    只有 再 每 多 超过 不到 不足 连续 整整 花 用 需 需要 要 等 过 隔 分 分成 分为 为 成 增加
+    减少 提升 下降 上升 涨 跌 升 降 加 减 高 长 宽 深 重 达 逾 近乎 将近 还有 还剩 剩 剩下
+    相差 差 少 多了 来 去 跑 走 吃 喝 服 服用 买 卖 送 带 拿 订 约有 大于 小于 到 至 或 和
+    """
+)
+ORDINAL_CUES = _words("第 在 位于 住 住在 到达 前往 去往 坐 乘 搭 转 换乘 编号 座落 落在")
+
+# -- units written in Latin letters: read as the unit after a count ------------------------
+# (written, said, said before the number): "50km/h" is said 每小时五十公里, as the library
+# does and as listeners say it; units that read better as letters stay letters (GB).
+UNITS: dict[str, tuple[str, str]] = {
+    "mAh": ("毫安时", ""), "Ah": ("安时", ""), "mA": ("毫安", ""), "kV": ("千伏", ""),
+    "V": ("伏", ""), "W": ("瓦", ""), "kW": ("千瓦", ""), "KW": ("千瓦", ""), "MW": ("兆瓦", ""),
+    "GW": ("吉瓦", ""), "mW": ("毫瓦", ""), "Wh": ("瓦时", ""), "kWh": ("千瓦时", ""),
+    "KWh": ("千瓦时", ""), "kwh": ("千瓦时", ""), "MWh": ("兆瓦时", ""), "GWh": ("吉瓦时", ""),
+    "dB": ("分贝", ""), "db": ("分贝", ""), "dBm": ("分贝毫瓦", ""),
+    "nm": ("纳米", ""), "μm": ("微米", ""), "um": ("微米", ""), "mm": ("毫米", ""),
+    "cm": ("厘米", ""), "m": ("米", ""), "km": ("公里", ""), "KM": ("公里", ""),
+    "Hz": ("赫兹", ""), "kHz": ("千赫兹", ""), "KHz": ("千赫兹", ""), "MHz": ("兆赫兹", ""),
+    "GHz": ("吉赫兹", ""), "ms": ("毫秒", ""), "μs": ("微秒", ""), "us": ("微秒", ""),
+    "ns": ("纳秒", ""), "s": ("秒", ""), "min": ("分钟", ""), "mins": ("分钟", ""),
+    "h": ("小时", ""), "hr": ("小时", ""), "hrs": ("小时", ""),
+    "kg": ("千克", ""), "KG": ("千克", ""), "Kg": ("千克", ""), "g": ("克", ""),
+    "mg": ("毫克", ""), "μg": ("微克", ""), "ug": ("微克", ""), "mcg": ("微克", ""),
+    "t": ("吨", ""), "lb": ("磅", ""), "lbs": ("磅", ""), "oz": ("盎司", ""),
+    "L": ("升", ""), "l": ("升", ""), "ml": ("毫升", ""), "mL": ("毫升", ""), "ML": ("毫升", ""),
+    "m²": ("平方米", ""), "m2": ("平方米", ""), "㎡": ("平方米", ""), "km²": ("平方公里", ""),
+    "cm²": ("平方厘米", ""), "mm²": ("平方毫米", ""), "m³": ("立方米", ""), "m3": ("立方米", ""),
+    "cm³": ("立方厘米", ""), "km/h": ("公里", "每小时"), "KM/H": ("公里", "每小时"),
+    "kmh": ("公里", "每小时"), "m/s": ("米每秒", ""), "mph": ("英里每小时", ""),
+    "KB": ("K B", ""), "MB": ("M B", ""), "GB": ("G B", ""), "TB": ("T B", ""), "PB": ("P B", ""),
+    "Kb": ("K b", ""), "Mb": ("M b", ""), "Gb": ("G b", ""),
+    "KB/s": ("K B每秒", ""), "MB/s": ("M B每秒", ""), "GB/s": ("G B每秒", ""),
+    "kB/s": ("K B每秒", ""), "Mbps": ("兆比特每秒", ""), "Gbps": ("G比特每秒", ""),
+    "kbps": ("K比特每秒", ""), "Kbps": ("K比特每秒", ""), "M/s": ("M每秒", ""),
+    "fps": ("帧每秒", ""), "FPS": ("帧每秒", ""), "bpm": ("次每分钟", ""),
+    "rpm": ("转每分钟", ""), "RPM": ("转每分钟", ""), "mmHg": ("毫米汞柱", ""),
+    "mmol/L": ("毫摩尔每升", ""), "mg/dL": ("毫克每分升", ""), "g/L": ("克每升", ""),
+    "mg/L": ("毫克每升", ""), "IU": ("国际单位", ""), "kcal": ("千卡", ""), "Kcal": ("千卡", ""),
+    "cal": ("卡", ""), "kJ": ("千焦", ""), "℃": ("摄氏度", ""), "°C": ("摄氏度", ""),
+    "°F": ("华氏度", ""), "℉": ("华氏度", ""), "°": ("度", ""), "Ω": ("欧姆", ""),
+    "kΩ": ("千欧", ""), "MPa": ("兆帕", ""), "kPa": ("千帕", ""), "Pa": ("帕", ""),
+    "hPa": ("百帕", ""), "nits": ("尼特", ""), "nit": ("尼特", ""), "lm": ("流明", ""),
+    "px": ("像素", ""), "dpi": ("D P I", ""), "ppi": ("P P I", ""), "inch": ("英寸", ""),
+    "in": ("英寸", ""), "ft": ("英尺", ""), "mi": ("英里", ""), "cc": ("毫升", ""),
+    "TOPS": ("T O P S", ""), "TFLOPS": ("T FLOPS", ""), "ppm": ("P P M", ""),
+    "x": ("倍", ""), "X": ("倍", ""), "G": ("G", ""), "K": ("K", ""),
+}  # fmt: skip
+# Units one letter long, or words: only after a number that no Latin word precedes
+# ("iPhone 5s", "Model 3 L"), and never before another letter.
+AMBIGUOUS_UNITS = frozenset(["s", "m", "h", "g", "t", "l", "L", "x", "X", "in", "mi", "G", "K"])
+
+# -- cue words: a number after (or before) them is read digit by digit ----------------------
+CODE_CUES_BEFORE = _words(
+    """
+    验证码 校验码 动态码 确认码 安全码 授权码 激活码 邀请码 兑换码 优惠码 券码 取件码 取货码
+    取餐码 提货码 核销码 取票码 密码 口令 PIN码 PIN 订单号 订单编号 订单 单号 运单号 运单
+    快递单号 快递号 物流单号 物流号 追踪号 跟踪号 包裹号 流水号 交易号 交易单号 退款单号
+    工单号 工单 售后单号 服务单号 申请单号 预约号 排队号 挂号 编号 序列号 SN 批号 批次号
+    型号 货号 款号 商品编号 商品码 条码 条形码 票号 会员号 会员卡号 卡号 账号 帐号 账户
+    户号 客户号 用户ID 用户名 ID UID 学号 工号 编码 代码 股票代码 证券代码 基金代码 邮编
+    邮政编码 区号 分机 分机号 尾号 末尾 末位 后四位 后4位 末四位 末4位 后六位 后6位 前四位
+    身份证号 身份证号码 身份证 护照号 护照 车牌号 车牌 房间号 房号 房间 门牌号 室 座位号
+    座位 座号 检票口 站台 车次 航班号 航班 列车 动车 高铁 端口 端口号 port Port PORT QQ号
+    QQ 微信号 微信 手机号 手机号码 手机 电话号码 电话 号码 热线 客服电话 客服热线 服务热线
+    座机 传真 拨打 致电 来电 呼叫 打 联系电话 Tel TEL tel 短号 分行号 网点号 合同号
+    保单号 发票号 发票代码 税号 报名号 准考证号 考号 登记号 登机口 柜台 窗口 桌号 台号
+    No. NO. No 状态码 错误码 HTTP 报错
+    """
+)
+# After the number: "302房间", "8080端口", "G1234次".
+CODE_CUES_AFTER = _words("房间 房 号房 室 端口 次列车 次高铁 次动车 航班 登机口 错误 报错 页面")
+
+# Service numbers read as digits wherever they stand alone (not before a measure word).
+SERVICE_NUMBERS = frozenset(
+    [
+        "110",
+        "112",
+        "114",
+        "119",
+        "120",
+        "122",
+        "12306",
+        "12315",
+        "12345",
+        "12348",
+        "12355",
+        "12358",
+        "12365",
+        "12366",
+        "12369",
+        "12333",
+        "12320",
+        "12395",
+        "12110",
+        "12580",
+        "10086",
+        "10010",
+        "10000",
+        "10001",
+        "10011",
+        "10050",
+        "95588",
+        "95533",
+        "95599",
+        "95566",
+        "95555",
+        "95559",
+        "95528",
+        "95595",
+        "95568",
+        "95558",
+        "95561",
+        "95577",
+        "95508",
+        "95511",
+        "95518",
+        "95519",
+        "95522",
+        "95500",
+        "95598",
+        "95516",
+        "95510",
+        "95567",
+        "95512",
+        "96777",
+        "95306",
+        "95105",
+        "95118",
+        "95188",
+        "95017",
+        "95113",
+    ]
+)
+# Numbers that name something, as they are said (六一八, 九八五, 二幺幺).
+LABELS = {
+    "618": "六一八", "520": "五二零", "521": "五二一", "315": "三一五", "818": "八一八",
+    "985": "九八五", "211": "二幺幺", "996": "九九六", "955": "九五五", "404": "四零四",
+    "502": "五零二", "503": "五零三", "12306": "幺二三零六", "12315": "幺二三幺五",
+}  # fmt: skip
+# Generations (九五后, 零零后) before 后 or 前.
+GENERATIONS = frozenset(
+    ["50", "55", "60", "65", "70", "75", "80", "85", "90", "95", "00", "05", "10", "15", "20"]
+)
+# Named days written with a number: said as the set phrase.
+NAMED_DAYS = {"双11": "双十一", "双12": "双十二", "双十一": "双十一", "3·15": "三一五",
+              "3.15": "三一五", "5·20": "五二零", "6·18": "六一八"}  # fmt: skip
+
+# Cues of a score or a ratio before "3:2" (else it is a time when it can be one).
+SCORE_CUES = _words(
+    """
+    比分 比例 比率 比值 配比 战胜 击败 打败 获胜 胜 负 赢 输 战平 逆转 大比分 总比分 比赛 拿下
+    落后 领先 以 屏幕比例 长宽比 宽高比 画幅 兑 兑换 汇率 杠杆 赔率 胜率 净胜
+    """
+)
+# Cues that make "3k", "5w" money or counts (月薪3k, 5w粉丝).
+MAGNITUDE_CUES = _words(
+    """
+    薪 月薪 年薪 底薪 时薪 日薪 薪资 薪水 工资 收入 月入 年入 预算 报价 价格 价 售价 标价 定价
+    费 费用 成本 钱 赚 花 存 贷 借 欠 补贴 奖金 报销 房租 租金 押金 首付 月供 估值 融资
+    市值 营收 利润 粉丝 播放 阅读 点赞 关注 订阅 销量 下载 用户 元 块 涨到 跌到 奖励 赏金
+    """
+)
+
+# -- dotted tokens: a dot inside them is no sentence end --------------------------------------
+# Abbreviations with a dot, as said in Chinese text and in English text.
+ABBREVIATIONS: dict[str, tuple[str, str]] = {
+    "Mr.": ("Mister", "Mister"), "Mrs.": ("Missus", "Missus"), "Ms.": ("Miss", "Miss"),
+    "Dr.": ("Doctor", "Doctor"), "Prof.": ("Professor", "Professor"), "Jr.": ("Junior", "Junior"),
+    "Sr.": ("Senior", "Senior"), "St.": ("Saint", "Saint"), "Mt.": ("Mount", "Mount"),
+    "vs.": ("V S", "versus"), "Vs.": ("V S", "versus"), "VS.": ("V S", "versus"),
+    "etc.": ("等等", "etcetera"), "e.g.": ("例如", "for example"), "E.g.": ("例如", "for example"),
+    "i.e.": ("即", "that is"), "I.e.": ("即", "that is"), "approx.": ("约", "approximately"),
+    "Inc.": ("Inc", "Inc"), "Ltd.": ("Limited", "Limited"), "Co.": ("Co", "Co"),
+    "Corp.": ("Corp", "Corp"), "Fig.": ("图", "Figure"), "fig.": ("图", "figure"),
+    "Vol.": ("Volume", "Volume"), "No.": ("No", "number"), "Ave.": ("Avenue", "Avenue"),
+    "Rd.": ("Road", "Road"), "Dept.": ("Department", "Department"), "Gov.": ("Governor", "Governor"),
+    "a.m.": ("上午", "A M"), "p.m.": ("下午", "P M"), "A.M.": ("上午", "A M"),
+    "P.M.": ("下午", "P M"), "Ph.D.": ("P h D", "P h D"), "PhD.": ("P h D", "P h D"),
+}  # fmt: skip
+# Abbreviations that may also end a sentence: a stop is kept after them at a segment's end.
+SENTENCE_FINAL_ABBREVIATIONS = frozenset({"etc.", "Inc.", "Ltd.", "Co.", "Corp.", "Jr.", "Sr."})
+# File name extensions (app.py, README.md): the name is read, "." as 点.
+FILE_EXTENSIONS = frozenset(
+    [
+        "py",
+        "js",
+        "ts",
+        "jsx",
+        "tsx",
+        "mjs",
+        "cjs",
+        "json",
+        "yaml",
+        "yml",
+        "toml",
+        "ini",
+        "cfg",
+        "conf",
+        "env",
+        "md",
+        "txt",
+        "rst",
+        "csv",
+        "tsv",
+        "xls",
+        "xlsx",
+        "doc",
+        "docx",
+        "ppt",
+        "pptx",
+        "pdf",
+        "png",
+        "jpg",
+        "jpeg",
+        "gif",
+        "svg",
+        "webp",
+        "bmp",
+        "ico",
+        "mp3",
+        "mp4",
+        "wav",
+        "flac",
+        "ogg",
+        "m4a",
+        "mov",
+        "avi",
+        "mkv",
+        "webm",
+        "html",
+        "htm",
+        "css",
+        "scss",
+        "less",
+        "xml",
+        "java",
+        "kt",
+        "go",
+        "rs",
+        "c",
+        "h",
+        "cpp",
+        "hpp",
+        "cc",
+        "cs",
+        "swift",
+        "rb",
+        "php",
+        "pl",
+        "sh",
+        "bash",
+        "zsh",
+        "bat",
+        "ps1",
+        "exe",
+        "dll",
+        "so",
+        "dylib",
+        "app",
+        "apk",
+        "ipa",
+        "dmg",
+        "iso",
+        "zip",
+        "tar",
+        "gz",
+        "tgz",
+        "bz2",
+        "xz",
+        "7z",
+        "rar",
+        "whl",
+        "jar",
+        "war",
+        "sql",
+        "db",
+        "sqlite",
+        "log",
+        "lock",
+        "bin",
+        "dat",
+        "pkl",
+        "pt",
+        "pth",
+        "onnx",
+        "safetensors",
+        "ckpt",
+        "ipynb",
+        "vue",
+        "svelte",
+        "dart",
+        "lua",
+        "r",
+    ]
+)
+# Top-level domains for a host written without a scheme (example.com, gov.cn).
+DOMAINS = frozenset(
+    [
+        "com",
+        "cn",
+        "net",
+        "org",
+        "io",
+        "ai",
+        "dev",
+        "app",
+        "co",
+        "gov",
+        "edu",
+        "me",
+        "tv",
+        "info",
+        "xyz",
+        "top",
+        "uk",
+        "jp",
+        "hk",
+        "tw",
+        "us",
+        "de",
+        "fr",
+        "ru",
+        "site",
+        "online",
+        "tech",
+        "cloud",
+        "shop",
+        "store",
+        "mil",
+        "int",
+        "biz",
+        "cc",
+        "la",
+        "vip",
+        "wang",
+        "ink",
+    ]
+)
+
+# -- math ---------------------------------------------------------------------------------
+LATEX_OPERATORS = {
+    "=": "等于", "+": "加", "-": "减", "−": "减", "*": "乘", "×": "乘", "·": "乘", "/": "除以",
+    "÷": "除以", "<": "小于", ">": "大于", "<=": "小于等于", ">=": "大于等于", "!": "的阶乘",
+    "'": "撇", ",": "，", "±": "正负", "≤": "小于等于", "≥": "大于等于", "≠": "不等于",
+    "≈": "约等于", "%": "百分之", "∞": "无穷大",
+}  # fmt: skip
+LATEX_COMMANDS = {
+    "times": "乘", "cdot": "乘", "div": "除以", "pm": "正负", "mp": "负正", "le": "小于等于",
+    "leq": "小于等于", "leqslant": "小于等于", "ge": "大于等于", "geq": "大于等于",
+    "geqslant": "大于等于", "ne": "不等于", "neq": "不等于", "approx": "约等于",
+    "equiv": "恒等于", "sim": "约等于", "propto": "正比于", "infty": "无穷大", "to": "趋于",
+    "rightarrow": "趋于", "Rightarrow": "推出", "implies": "推出", "iff": "当且仅当",
+    "in": "属于", "notin": "不属于", "subset": "包含于", "cap": "交", "cup": "并",
+    "sum": "求和", "prod": "连乘", "int": "积分", "oint": "环路积分", "lim": "极限",
+    "partial": "偏", "nabla": "梯度", "circ": "度", "degree": "度", "ldots": "等等",
+    "cdots": "等等", "dots": "等等", "forall": "任意", "exists": "存在", "angle": "角",
+    "perp": "垂直于", "parallel": "平行于", "neg": "非", "lt": "小于", "gt": "大于",
+    "%": "百分号", "log": "log", "ln": "ln", "lg": "lg", "sin": "sin", "cos": "cos",
+    "tan": "tan", "exp": "exp", "max": "max", "min": "min", "det": "det",
+    "alpha": "阿尔法", "beta": "贝塔", "gamma": "伽马", "delta": "德尔塔", "epsilon": "艾普西龙",
+    "varepsilon": "艾普西龙", "zeta": "泽塔", "eta": "伊塔", "theta": "西塔", "lambda": "兰姆达",
+    "mu": "缪", "nu": "纽", "xi": "克西", "pi": "派", "rho": "柔", "sigma": "西格玛", "tau": "陶",
+    "phi": "斐", "varphi": "斐", "chi": "卡伊", "psi": "普赛", "omega": "欧米伽",
+    "Gamma": "伽马", "Delta": "德尔塔", "Theta": "西塔", "Lambda": "兰姆达", "Sigma": "西格玛",
+    "Phi": "斐", "Psi": "普赛", "Omega": "欧米伽", "Pi": "派",
+}  # fmt: skip
+LATEX_DROPPED = frozenset(
+    [
+        "left",
+        "right",
+        "displaystyle",
+        "textstyle",
+        "quad",
+        "qquad",
+        ",",
+        ";",
+        ":",
+        "!",
+        "big",
+        "Big",
+        "bigg",
+        "Bigg",
+        "limits",
+        "nolimits",
+        "{",
+        "}",
+        "|",
+    ]
+) | {" ", ",", ";", ":", "!"}

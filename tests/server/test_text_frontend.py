@@ -121,13 +121,13 @@ CASES: list[tuple[str, str, str]] = [
     ("time-afternoon", "下午3点", "下午三点"),
     ("time-range", "10:00-12:00", "十点到十二点"),
     ("time-pm", "3:00pm", "下午三点"),
-    # phone numbers and IDs, digit by digit
+    # phone numbers and IDs, digit by digit, 1 as 幺 (text-readings.md); a dash is a blank
     ("mobile", "电话13812345678", "电话幺三八幺二三四五六七八"),
-    ("landline", "拨打010-12345678", "拨打零一零一二三四五六七八"),
-    ("hotline", "客服400-800-8888", "客服四零零八零零八八八八"),
-    ("id-card", "身份证110101199003071234", "身份证一一零一零一一九九零零三零七一二三四"),
-    ("id-card-x", "身份证11010119900307123X", "身份证一一零一零一一九九零零三零七一二三X"),
-    ("bank-card", "卡号6222021234567890123", "卡号六二二二零二一二三四五六七八九零一二三"),
+    ("landline", "拨打010-12345678", "拨打零幺零 幺二三四五六七八"),
+    ("hotline", "客服400-800-8888", "客服四零零 八零零 八八八八"),
+    ("id-card", "身份证110101199003071234", "身份证幺幺零幺零幺幺九九零零三零七幺二三四"),
+    ("id-card-x", "身份证11010119900307123X", "身份证幺幺零幺零幺幺九九零零三零七幺二三X"),
+    ("bank-card", "卡号6222021234567890123", "卡号六二二二零二幺二三四五六七八九零幺二三"),
     # ordinals
     ("ordinal", "第3名", "第三名"),
     ("ordinal-bare", "第1", "第一"),
@@ -148,7 +148,7 @@ CASES: list[tuple[str, str, str]] = [
     ("square-metre-sign", "3㎡", "三平方米"),
     ("approx", "x≈3", "x约等于三"),
     # full-width and half-width, repeated punctuation
-    ("fullwidth-mixed", "ＡＢＣ１２３", "ABC一百二十三"),
+    ("fullwidth-mixed", "ＡＢＣ１２３", "A B C幺二三"),  # letters glued to digits: a code
     ("fullwidth-digits", "第１２３号", "第一百二十三号"),
     ("repeated-stops", "你好。。。", "你好。"),
     ("repeated-mixed", "真的吗？！！", "真的吗。"),

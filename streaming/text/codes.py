@@ -1,0 +1,157 @@
+"""Digit strings read digit by digit: phone numbers, codes, labels (SSML ``telephone``,
+``digits``).
+
+Decided from shape (a mobile's 1[3-9] and 11 digits, an area code's leading 0, +86,
+400/800, letters glued to three or more digits) and from cue words (验证码, 订单号,
+尾号, 房间, 端口...: :mod:`.tables`). 1 is said 幺 (幺三八, 房间三零二 is 三零二,
+八零八零端口); a number with a measure word or a unit after it stays a quantity
+(手机2台 is 两台).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from streaming.text.context import alternatives, code_cue_before, measure_after, unit_after
+from streaming.text.readings import read_digits, read_year
+from streaming.text.spans import Spans
+from streaming.text.tables import (
+    CODE_CUES_AFTER,
+    GENERATIONS,
+    LABELS,
+    NAMED_DAYS,
+    SERVICE_NUMBERS,
+)
+from streaming.text.tokens import Token, word
+
+RULE_PHONE = "digits.phone"
+RULE_CODE = "digits.code"
+RULE_LABEL = "digits.label"
+RULE_MODEL = "digits.model"
+
+_OPEN, _CLOSE = "(（", ")）"
+_PHONE = re.compile(
+    r"(?<![\d+A-Za-z])(?:"
+    r"(?:(?:\+|00)86[ -]?)?1[3-9]\d(?:[ -]?\d{4}){2}"  # mobile, 3-4-4
+    r"|(?:(?:\+|00)86[ -]?)?(?:[(（]0\d{2,3}[)）]|0\d{2,3})[ -]?\d{3,4}[ -]?\d{4}"  # land line
+    r"|[48]00[ -]?\d{3}[ -]?\d{4}"  # 400 / 800 service lines
+    r"|\+\d{1,3}[ -]?(?:[(（]\d{1,4}[)）][ -]?)?\d{2,4}(?:[ -]?\d{2,4}){1,3}"  # international
+    r")(?![\d])"
+)
+
+
+def read_code(code: str) -> str:
+    """Digits one by one with 幺, letters spelled, "+" as 加, separators as a blank."""
+    out: list[str] = []
+    for ch in code:
+        if ch.isdigit():
+            out.append(read_digits(ch))
+        elif ch == "+":
+            out.append("加")
+        elif ch.isascii() and ch.isalpha():
+            if out and out[-1] and out[-1][-1].isascii() and out[-1][-1].isalpha():
+                out.append(" ")
+            out.append(ch)
+        elif (ch in _CLOSE and out) or ch not in _OPEN:
+            out.append(" ")
+    return re.sub(r" {2,}", " ", "".join(out)).strip()
+
+
+def phone_rule(spans: Spans) -> Iterator[Token]:
+    for match in _PHONE.finditer(spans.text):
+        if _quantity_after(spans.text, match.end()):
+            continue  # "400 000 0000元"? a quantity, however long
+        yield word(match.start(), match.end(), read_code(match.group()), RULE_PHONE)
+
+
+# After a cue: letters and digits, perhaps grouped by blanks or dashes ("SF 1234 5678").
+_CODE = re.compile(r"[A-Za-z0-9]*\d[A-Za-z0-9]*(?:(?:-| (?=\d{3}))[A-Za-z0-9]+)*")
+_CODE_AFTER = re.compile(rf"(?<![\dA-Za-z.])(\d{{3,}})[ \t]?(?:{alternatives(CODE_CUES_AFTER)})")
+_NAMED_DAY = re.compile(alternatives(list(NAMED_DAYS)))
+
+
+def code_rule(spans: Spans) -> Iterator[Token]:
+    """Codes after a cue word (验证码826491) or before one (302房间), and named days."""
+    text = spans.text
+    for match in _NAMED_DAY.finditer(text):
+        yield word(match.start(), match.end(), NAMED_DAYS[match.group()], RULE_LABEL)
+    for match in _CODE.finditer(text):
+        start, end = match.start(), match.end()
+        if start and text[start - 1].isascii() and text[start - 1].isalnum():
+            continue
+        code = match.group()
+        if sum(ch.isdigit() for ch in code) < 3 or not code_cue_before(text, start):
+            continue
+        if code.isdigit() and _quantity_after(text, end):
+            continue  # 手机2台, 订单300个: a quantity
+        yield word(start, end, read_code(code), RULE_CODE)
+    for match in _CODE_AFTER.finditer(text):
+        yield word(match.start(1), match.end(1), read_code(match.group(1)), RULE_CODE)
+
+
+# Letters glued to three or more digits ("CA1234", "RTX4090", "x264", "4090Ti"), or a
+# name in capitals, a blank, three to five digits ("RTX 4090", "GTX 1080 Ti").
+_GLUED = re.compile(r"(?<=[A-Za-z])\d{3,}(?![\d.])|(?<![\d.])\d{3,}(?=[A-Za-z])")
+_SPACED = re.compile(r"(?<![A-Za-z])([A-Z]{2,}[A-Za-z]*) (\d{3,5})(?![\d.])")
+_NOT_MODELS = frozenset({"TOP", "NO", "VOL", "PAGE", "ISO", "AD", "BC", "FY", "Q", "AND", "OR"})
+_YEAR_LIKE = re.compile(r"(?:19|20)\d\d")
+_RESOLUTION = re.compile(r"(?<![\dA-Za-z])(\d{3,4})([pPiI])(?![A-Za-z\d])")
+# Letters that may follow a model number's digits though they are also units.
+_MODEL_SUFFIXES = frozenset({"x", "X", "K", "G"})
+
+
+def model_rule(spans: Spans) -> Iterator[Token]:
+    """Model numbers and resolutions: 四零九零, 幺零八零P; a unit keeps a quantity (3000mAh)."""
+    text = spans.text
+    for match in _RESOLUTION.finditer(text):
+        said = read_digits(match[1]) + match[2].upper()
+        yield word(match.start(), match.end(), said, RULE_MODEL)
+    for match in _SPACED.finditer(text):
+        if match[1].upper() in _NOT_MODELS or _quantity_after(text, match.end()):
+            continue
+        yield word(match.start(2), match.end(2), _model_digits(match[2]), RULE_MODEL)
+    for match in _GLUED.finditer(text):
+        unit = unit_after(text, match.end())
+        if unit is not None and unit not in _MODEL_SUFFIXES:
+            continue  # "3000mAh", "128GB": quantities
+        yield word(match.start(), match.end(), _model_digits(match.group()), RULE_MODEL)
+
+
+def _quantity_after(text: str, end: int) -> bool:
+    return bool(unit_after(text, end) or measure_after(text, end))
+
+
+def _model_digits(digits: str) -> str:
+    return read_year(digits) if _YEAR_LIKE.fullmatch(digits) else read_digits(digits)
+
+
+# Labels: 618, 985/211, 12306 and service numbers alone; generations (95后, 00后).
+_LABEL = re.compile(r"(?<![\d.,:A-Za-z¥$€£+\-])(\d{3,5})(?![\d.,:%A-Za-z])")
+_GENERATION = re.compile(r"(?<![\d.])(\d{2})(?=后|前)(?![\d])")
+_EMERGENCY = frozenset(["110", "112", "114", "119", "120", "122"])
+_EMERGENCY_CUES = re.compile(
+    r"(?:拨打|致电|电话|热线|打|拨|call|报警|急救|火警|求助|查号)[\s是为：:]{0,2}$"
+)
+_EMERGENCY_AFTER = re.compile(r"(?:急救|报警|火警|求助|查号|救护车|指挥中心|交通事故)")
+
+
+def label_rule(spans: Spans) -> Iterator[Token]:
+    text = spans.text
+    for match in _GENERATION.finditer(text):
+        if match[1] in GENERATIONS and not measure_after(text, match.end()):
+            yield word(match.start(), match.end(), read_digits(match[1], yao=True), RULE_LABEL)
+    for match in _LABEL.finditer(text):
+        number, end = match[1], match.end()
+        if _quantity_after(text, end) or text[match.start() - 1 : match.start()] == "第":
+            continue
+        if number in _EMERGENCY:
+            cued = _EMERGENCY_CUES.search(text, max(0, match.start() - 6), match.start())
+            if not (cued or _EMERGENCY_AFTER.match(text, end)):
+                continue
+        elif number not in LABELS and number not in SERVICE_NUMBERS:
+            continue
+        said = LABELS.get(number) or read_digits(number)
+        if text[end : end + 1] == "/" and text[end + 1 : end + 4] in LABELS:
+            said += "、"  # "985/211"
+        yield word(match.start(), end, said, RULE_LABEL)

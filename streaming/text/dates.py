@@ -1,0 +1,140 @@
+"""Years, dates, times and scores (SSML ``date``, ``time``; ratios).
+
+- Years digit by digit with 一: 2024年 二零二四年, 2023-2024赛季 二零二三到二零二四赛季,
+  2024-10-01 二零二四年十月一日; 24年3月 二四年三月.
+- Times: 2:30 两点三十分, 10:00 十点, 3:05pm 下午三点零五分, 2点半 两点半 (o'clock
+  counts: 两点, but 十二点).
+- Scores and ratios: 3:2 after a cue (比分, 以, 获胜...) or when it cannot be a time
+  (1:1000, 16:9): 三比二, 一比一千; 2 is 二 (二比一).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from streaming.text.context import alternatives
+from streaming.text.readings import read_cardinal, read_number, read_year
+from streaming.text.spans import Spans
+from streaming.text.tables import SCORE_CUES
+from streaming.text.tokens import Token, word
+
+RULE_YEAR = "date.year"
+RULE_DATE = "date"
+RULE_TIME = "time"
+RULE_SCORE = "ratio"
+
+_YEAR_AFTER = r"[ \t]?(?:年|款|财年|学年|赛季|届|级|版(?!本)|Q[1-4]|H[12])"
+_YEAR = re.compile(rf"(?<![\d.])((?:1\d|20)\d\d)(?={_YEAR_AFTER})")
+_YEAR_RANGE = re.compile(
+    rf"(?<![\d.])((?:1\d|20)\d\d)[ \t]?(?:[-–—~～〜至到]|/)[ \t]?((?:1\d|20)?\d\d)(?={_YEAR_AFTER})"
+)
+_SHORT_YEAR = re.compile(r"(?<![\d.])(\d{2})(?=年\d{1,2}月)")
+_ISO_DATE = re.compile(
+    r"(?<![\d.\-/])((?:1\d|20)\d\d)([-/.])(0?[1-9]|1[0-2])\2(0?[1-9]|[12]\d|3[01])(?![\d.\-/])"
+    r"(?:[ \t]?[日号])?"
+)
+_YEAR_MONTH = re.compile(r"(?<![\d.\-/])((?:19|20)\d\d)[-/.](0?[1-9]|1[0-2])(?![\d.\-/])")
+_MONTH_DAY = re.compile(r"(?<![\d.])(0?[1-9]|1[0-2])月(0?[1-9]|[12]\d|3[01])(?=[日号])")
+_SLASH_DATE = re.compile(r"(?<![\d/.:])(1[0-2])/([1-9]|[12]\d|3[01])(?![\d/.:])")
+
+
+def _month_day(month: str, day: str) -> str:
+    return read_cardinal(month) + "月" + read_cardinal(day) + "日"
+
+
+def date_rule(spans: Spans) -> Iterator[Token]:
+    text = spans.text
+    for match in _ISO_DATE.finditer(text):
+        said = read_year(match[1]) + "年" + _month_day(match[3], match[4])
+        yield word(match.start(), match.end(), said, RULE_DATE)
+    for match in _YEAR_MONTH.finditer(text):
+        said = read_year(match[1]) + "年" + read_cardinal(match[2]) + "月"
+        yield word(match.start(), match.end(), said, RULE_DATE)
+    for match in _YEAR_RANGE.finditer(text):
+        high = match[2] if len(match[2]) == 4 else match[1][:2] + match[2]
+        said = read_year(match[1]) + "到" + read_year(high)
+        yield word(match.start(), match.end(), said, RULE_YEAR)
+    for pattern in (_YEAR, _SHORT_YEAR):
+        for match in pattern.finditer(text):
+            yield word(match.start(), match.end(), read_year(match[1]), RULE_YEAR)
+    for match in _MONTH_DAY.finditer(text):
+        said = read_cardinal(match[1]) + "月" + read_cardinal(match[2])
+        yield word(match.start(), match.end(), said, RULE_DATE)
+    for match in _SLASH_DATE.finditer(text):
+        yield word(match.start(), match.end(), _month_day(match[1], match[2]), RULE_DATE)
+
+
+_CLOCK = r"([01]?\d|2[0-4])[:：]([0-5]\d)(?:[:：]([0-5]\d))?"
+_MERIDIEM = r"(?:[ \t]?(am|pm|AM|PM|a\.m\.|p\.m\.))?"
+_TIME = re.compile(rf"(?<![\d:.])(?:{_CLOCK}{_MERIDIEM})(?![\d:])")
+_TIME_RANGE = re.compile(
+    rf"(?<![\d:.]){_CLOCK}{_MERIDIEM}[ \t]?[-–—~～〜至到][ \t]?{_CLOCK}{_MERIDIEM}(?![\d:])"
+)
+_BARE_MERIDIEM = re.compile(r"(?<![\d:.])(1[0-2]|0?[1-9])[ \t]?(am|pm|AM|PM)(?![A-Za-z])")
+_DIAN = re.compile(r"(?<![\d.])([01]?\d|2[0-4])点(?:(\d{1,2})(分)?|(半|整|钟|一刻|三刻))?(?![\d])")
+_SCORE_CUE = re.compile(rf"(?:{alternatives(SCORE_CUES)})[\s是为了：:]{{0,3}}$")
+
+
+def _clock(hour: str, minute: str, second: str | None, meridiem: str | None) -> str:
+    prefix = ""
+    if meridiem:
+        prefix = "上午" if meridiem[0] in "aA" else "下午"
+    said = prefix + read_cardinal(hour, count=True) + "点"
+    if minute != "00" or (second and second != "00"):
+        said += _minutes(minute) + "分"
+    if second and second != "00":
+        said += _minutes(second) + "秒"
+    return said
+
+
+def _minutes(minutes: str) -> str:
+    if len(minutes) == 2 and minutes[0] == "0":
+        return "零" + read_cardinal(minutes[1])
+    return read_cardinal(minutes)
+
+
+def time_rule(spans: Spans) -> Iterator[Token]:
+    text = spans.text
+    for match in _TIME_RANGE.finditer(text):
+        low = _clock(match[1], match[2], match[3], match[4] or match[8])
+        high = _clock(match[5], match[6], match[7], match[8])
+        yield word(match.start(), match.end(), low + "到" + high, RULE_TIME)
+    for match in _TIME.finditer(text):
+        if _is_score(text, match.start()) or (match[1] == "24" and match[2] != "00"):
+            continue
+        said = _clock(match[1], match[2], match[3], match[4])
+        yield word(match.start(), match.end(), said, RULE_TIME)
+    for match in _BARE_MERIDIEM.finditer(text):
+        yield word(match.start(), match.end(), _clock(match[1], "00", None, match[2]), RULE_TIME)
+    for match in _DIAN.finditer(text):
+        said = read_cardinal(match[1], count=True) + "点"
+        if match[2]:
+            said += _minutes(match[2]) + (match[3] or "")
+        elif match[4]:
+            said += match[4]
+        yield word(match.start(), match.end(), said, RULE_TIME)
+
+
+def _is_score(text: str, start: int) -> bool:
+    return _SCORE_CUE.search(text, max(0, start - 8), start) is not None
+
+
+_RATIO = re.compile(
+    r"(?<![\d:.])(\d+(?:\.\d+)?)[ \t]?[:：][ \t]?(\d+(?:\.\d+)?)(?:[ \t]?[:：][ \t]?(\d+(?:\.\d+)?))?"
+    r"(?![\d:])"
+)
+_DASH_SCORE = re.compile(r"(?<![\d.\-])(\d{1,3})[ \t]?[-–—][ \t]?(\d{1,3})(?![\d.\-])")
+
+
+def score_rule(spans: Spans) -> Iterator[Token]:
+    """Scores and ratios; the time rule already took what reads as a time."""
+    text = spans.text
+    for match in _RATIO.finditer(text):
+        parts = [p for p in match.groups() if p is not None]
+        said = "比".join(read_number(p) for p in parts)
+        yield word(match.start(), match.end(), said, RULE_SCORE)
+    for match in _DASH_SCORE.finditer(text):
+        if _is_score(text, match.start()):
+            said = read_number(match[1]) + "比" + read_number(match[2])
+            yield word(match.start(), match.end(), said, RULE_SCORE)

@@ -1,0 +1,207 @@
+"""Math as it is said: inline LaTeX (``$E=mc^2$``, ``\\frac{a}{b}``, ``\\sqrt{x}``), powers
+(x^2, x², 10^9), roots (√2) and products (1920x1080, 3x3).
+
+``$...$`` is math, never dollars, when what it holds reads as math (a letter, a
+backslash, ``^``, ``_`` or ``=``) and no amount follows the closing sign ("$5 and $10"
+stays money). Single-letter variables are spelled apart (m c); numbers are read as
+numbers, 2 as 二 (x的平方, 二的十次方, 三分之二).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from streaming.text.readings import read_digits, read_number
+from streaming.text.spans import Spans
+from streaming.text.tables import LATEX_COMMANDS, LATEX_DROPPED, LATEX_OPERATORS, SYMBOL_READINGS
+from streaming.text.tokens import Token, word
+
+RULE_LATEX = "math.latex"
+RULE_MATH = "math"
+
+_CONTENT_COMMANDS = frozenset(
+    [
+        "mathrm",
+        "text",
+        "mathbf",
+        "mathit",
+        "operatorname",
+        "textbf",
+        "textit",
+        "mathcal",
+        "mathbb",
+        "boldsymbol",
+        "vec",
+        "hat",
+        "bar",
+        "overline",
+        "underline",
+        "widehat",
+        "tilde",
+    ]
+)
+_FRACTIONS = frozenset({"frac", "dfrac", "tfrac", "cfrac"})
+
+
+class _Latex:
+    """A small reader of LaTeX math: a recursive descent over one formula."""
+
+    def __init__(self, source: str) -> None:
+        self.s = source
+        self.i = 0
+
+    def peek(self) -> str:
+        return self.s[self.i] if self.i < len(self.s) else ""
+
+    def parse(self, stop: str = "") -> str:
+        parts: list[str] = []
+        while self.i < len(self.s) and self.peek() != stop:
+            ch = self.peek()
+            if ch in "^_" and parts:
+                self.i += 1
+                parts[-1] = self.script(parts[-1], ch, self.group())
+            elif ch in "-−" and (not parts or parts[-1] in _OPERATOR_WORDS):
+                self.i += 1
+                parts.append("负")
+            else:
+                atom = self.atom()
+                if atom:
+                    parts.append(atom)
+        self.i += 1 if stop and self.peek() == stop else 0
+        return _join(parts)
+
+    def script(self, base: str, kind: str, exponent: str) -> str:
+        if kind == "_":
+            return base + " " + exponent
+        named = {"2": "的平方", "二": "的平方", "3": "的立方", "三": "的立方"}.get(exponent)
+        return base + (named or f"的{exponent}次方")
+
+    def group(self) -> str:
+        if self.peek() == "{":
+            self.i += 1
+            return self.parse("}")
+        if self.peek() == "\\":
+            return self.atom()
+        match = re.compile(r"\d+(?:\.\d+)?|\S").match(self.s, self.i)
+        if match is None:
+            return ""
+        self.i = match.end()
+        return _said(match.group())
+
+    def atom(self) -> str:
+        ch = self.peek()
+        if ch == "\\":
+            return self.command()
+        if ch == "{":
+            self.i += 1
+            return self.parse("}")
+        match = re.compile(r"\d+(?:\.\d+)?|[A-Za-z]|\s+|.").match(self.s, self.i)
+        assert match is not None
+        self.i = match.end()
+        return _said(match.group())
+
+    def command(self) -> str:
+        match = re.compile(r"\\([A-Za-z]+|.)").match(self.s, self.i)
+        if match is None:
+            self.i += 1
+            return ""
+        self.i = match.end()
+        name = match[1]
+        if name in _FRACTIONS:
+            numerator = self.group()
+            return self.group() + "分之" + numerator
+        if name == "sqrt":
+            degree = ""
+            if self.peek() == "[":
+                self.i += 1
+                degree = self.parse("]") + "次"
+            return degree + "根号" + self.group()
+        if name in _CONTENT_COMMANDS:
+            return self.group()
+        if name in LATEX_DROPPED:
+            return ""
+        return LATEX_COMMANDS.get(name, name if len(name) > 1 else "")
+
+
+_OPERATOR_WORDS = frozenset(LATEX_OPERATORS.values()) | frozenset(LATEX_COMMANDS.values())
+
+
+def _said(token: str) -> str:
+    if token[0].isdigit():
+        return read_number(token)
+    if token.isspace():
+        return ""
+    if token.isascii() and token.isalpha():
+        return token
+    return LATEX_OPERATORS.get(token, SYMBOL_READINGS.get(token, ""))
+
+
+def _join(parts: list[str]) -> str:
+    """Parts joined; a blank only between two Latin letters (variables are spelled)."""
+    out = ""
+    for part in parts:
+        if not part:
+            continue
+        if out and out[-1].isascii() and out[-1].isalpha() and part[0].isascii():
+            out += " "
+        out += part
+    return out
+
+
+def read_latex(formula: str) -> str:
+    """A LaTeX formula said in Chinese: "E=mc^2" -> "E等于m c的平方"."""
+    return re.sub(r" {2,}", " ", _Latex(formula).parse()).strip()
+
+
+_DISPLAY = re.compile(r"\$\$(.+?)\$\$|\\\[(.+?)\\\]|\\\((.+?)\\\)", re.DOTALL)
+_INLINE = re.compile(r"(?<![\\$A-Za-z0-9])\$(?=[^\s$])([^$\n]{1,200}?)(?<=[^\s\\])\$(?![\d$])")
+_MATH_CONTENT = re.compile(r"[A-Za-z\\^_=]")
+_NOT_MATH_END = re.compile(r"[-–~,，、到至+]$")
+_BARE_COMMAND = re.compile(
+    r"\\(?:d?frac|tfrac)\{[^{}]*\}\{[^{}]*\}|\\sqrt(?:\[[^\]]*\])?\{[^{}]*\}"
+)
+
+
+def latex_rule(spans: Spans) -> Iterator[Token]:
+    text = spans.text
+    for match in _DISPLAY.finditer(text):
+        formula = match[1] or match[2] or match[3]
+        yield word(match.start(), match.end(), read_latex(formula), RULE_LATEX)
+    for match in _INLINE.finditer(text):
+        formula = match[1]
+        if _MATH_CONTENT.search(formula) and not _NOT_MATH_END.search(formula):
+            yield word(match.start(), match.end(), read_latex(formula), RULE_LATEX)
+    for match in _BARE_COMMAND.finditer(text):
+        yield word(match.start(), match.end(), read_latex(match.group()), RULE_LATEX)
+
+
+_SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻ⁿ", "0123456789-n")
+_POWER = re.compile(
+    r"(?<![A-Za-z0-9_.])(\d+(?:\.\d+)?|[A-Za-z]|\([^()\n]{1,40}\))"
+    r"(?:\^(\{[^{}\n]{1,40}\}|-?\d+(?:\.\d+)?|[A-Za-z])|([⁰¹²³⁴⁵⁶⁷⁸⁹⁻ⁿ]+))"
+)
+_ROOT = re.compile(r"([√∛∜])(\d+(?:\.\d+)?|[A-Za-z]|\([^()\n]{1,40}\)|\{[^{}\n]{1,40}\})")
+_PRODUCT = re.compile(r"(?<![A-Za-z0-9_.])(\d+)[ \t]?[xX*×][ \t]?(\d+)(?![A-Za-z0-9_.])")
+_COMPARISON = re.compile(r"(?<=[\dA-Za-z])[ \t]?(<=|>=|<|>)[ \t]?(?=-?\d)")
+
+
+def math_rule(spans: Spans) -> Iterator[Token]:
+    text = spans.text
+    for match in _POWER.finditer(text):
+        exponent = match[2] or "{" + match[3].translate(_SUPERSCRIPTS) + "}"
+        said = read_latex(match[1].strip("()") + "^" + exponent)
+        yield word(match.start(), match.end(), said, RULE_MATH)
+    for match in _ROOT.finditer(text):
+        degree = {"√": "", "∛": "三次", "∜": "四次"}[match[1]]
+        yield word(match.start(), match.end(), degree + "根号" + read_latex(match[2]), RULE_MATH)
+    for match in _PRODUCT.finditer(text):
+        a, b = match[1], match[2]
+        if len(a) >= 3 and len(b) >= 3:  # a resolution, a size: digit by digit
+            said = read_digits(a) + "乘" + read_digits(b)
+        else:
+            said = read_number(a) + "乘" + read_number(b)
+        yield word(match.start(), match.end(), said, RULE_MATH)
+    for match in _COMPARISON.finditer(text):
+        said = LATEX_OPERATORS[match[1]]
+        yield word(match.start(), match.end(), said, RULE_MATH)
