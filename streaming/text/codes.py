@@ -14,13 +14,14 @@ import re
 from collections.abc import Iterator
 
 from streaming.text.context import alternatives, code_cue_before, measure_after, unit_after
-from streaming.text.readings import read_digits, read_year
+from streaming.text.readings import read_cardinal, read_digits, read_year
 from streaming.text.spans import Spans
 from streaming.text.tables import (
     CODE_CUES_AFTER,
     GENERATIONS,
     LABELS,
     NAMED_DAYS,
+    NAMES,
     SERVICE_NUMBERS,
 )
 from streaming.text.tokens import Token, word
@@ -35,6 +36,7 @@ _PHONE = re.compile(
     r"(?<![\d+A-Za-z])(?:"
     r"(?:(?:\+|00)86[ -]?)?1[3-9]\d(?:[ -]?\d{4}){2}"  # mobile, 3-4-4
     r"|(?:(?:\+|00)86[ -]?)?(?:[(（]0\d{2,3}[)）]|0\d{2,3})[ -]?\d{3,4}[ -]?\d{4}"  # land line
+    r"(?:[ ]?(?:转|ext\.?|EXT\.?|Ext\.?)[ ]?\d{1,5})?"  # and its extension
     r"|[48]00[ -]?\d{3}[ -]?\d{4}"  # 400 / 800 service lines
     r"|\+\d{1,3}[ -]?(?:[(（]\d{1,4}[)）][ -]?)?\d{2,4}(?:[ -]?\d{2,4}){1,3}"  # international
     r")(?![\d])"
@@ -49,6 +51,8 @@ def read_code(code: str) -> str:
             out.append(read_digits(ch))
         elif ch == "+":
             out.append("加")
+        elif ch == "转":
+            out.append(" 转 ")
         elif ch.isascii() and ch.isalpha():
             if out and out[-1] and out[-1][-1].isascii() and out[-1][-1].isalpha():
                 out.append(" ")
@@ -66,16 +70,34 @@ def phone_rule(spans: Spans) -> Iterator[Token]:
 
 
 # After a cue: letters and digits, perhaps grouped by blanks or dashes ("SF 1234 5678").
-_CODE = re.compile(r"[A-Za-z0-9]*\d[A-Za-z0-9]*(?:(?:-| (?=\d{3}))[A-Za-z0-9]+)*")
-_CODE_AFTER = re.compile(rf"(?<![\dA-Za-z.])(\d{{3,}})[ \t]?(?:{alternatives(CODE_CUES_AFTER)})")
+_CODE = re.compile(r"[A-Za-z0-9]+(?:(?:-|(?<=\d) (?=\d{3}))[A-Za-z0-9]+)*")
+# A number masked in its middle ("138****5678", "4401******1234"): both ends digit by
+# digit, the mask a pause.
+_MASKED = re.compile(r"(?<![A-Za-z0-9])(\d+)([*＊]{2,}|[xX]{3,})(\d+)(?![A-Za-z0-9])")
+_CODE_AFTER = re.compile(
+    rf"(?<![\dA-Za-z.])(\d{{3,}})[ \t]?(?:{alternatives(CODE_CUES_AFTER)})"
+    r"|(?<=[层楼栋座])(\d{3,4})(?=号|室)"  # a room after its floor: 12层1208号
+)
 _NAMED_DAY = re.compile(alternatives(list(NAMED_DAYS)))
+_NAME = re.compile(rf"(?<![A-Za-z0-9])(?:{alternatives(list(NAMES))})(?![A-Za-z0-9+#])")
+# "#A1234", "#3": the sign says "number"; a code read digit by digit, a short number 三号.
+_NUMBER_SIGN = re.compile(r"(?<![A-Za-z0-9&#＃])[#＃]([A-Za-z]*\d[A-Za-z0-9-]*)")
 
 
 def code_rule(spans: Spans) -> Iterator[Token]:
     """Codes after a cue word (验证码826491) or before one (302房间), and named days."""
     text = spans.text
+    for match in _MASKED.finditer(text):
+        said = read_digits(match[1]) + "，" + read_digits(match[3])
+        yield word(match.start(), match.end(), said, RULE_CODE)
     for match in _NAMED_DAY.finditer(text):
         yield word(match.start(), match.end(), NAMED_DAYS[match.group()], RULE_LABEL)
+    for match in _NAME.finditer(text):
+        yield word(match.start(), match.end(), NAMES[match.group()], RULE_LABEL)
+    for match in _NUMBER_SIGN.finditer(text):
+        code = match[1]
+        said = read_cardinal(code) + "号" if code.isdigit() and len(code) <= 2 else read_code(code)
+        yield word(match.start(), match.end(), said, RULE_CODE)
     for match in _CODE.finditer(text):
         start, end = match.start(), match.end()
         if start and text[start - 1].isascii() and text[start - 1].isalnum():
@@ -85,9 +107,13 @@ def code_rule(spans: Spans) -> Iterator[Token]:
             continue
         if code.isdigit() and _quantity_after(text, end):
             continue  # 手机2台, 订单300个: a quantity
+        if start and text[start - 1] in "#＃":
+            start -= 1  # "#20240521": the sign says "number", the code says it
         yield word(start, end, read_code(code), RULE_CODE)
     for match in _CODE_AFTER.finditer(text):
-        yield word(match.start(1), match.end(1), read_code(match.group(1)), RULE_CODE)
+        group = 1 if match[1] is not None else 2
+        said = read_code(match[group])
+        yield word(match.start(group), match.end(group), said, RULE_CODE)
 
 
 # Letters glued to three or more digits ("CA1234", "RTX4090", "x264", "4090Ti"), or a
@@ -98,7 +124,7 @@ _NOT_MODELS = frozenset({"TOP", "NO", "VOL", "PAGE", "ISO", "AD", "BC", "FY", "Q
 _YEAR_LIKE = re.compile(r"(?:19|20)\d\d")
 _RESOLUTION = re.compile(r"(?<![\dA-Za-z])(\d{3,4})([pPiI])(?![A-Za-z\d])")
 # Letters that may follow a model number's digits though they are also units.
-_MODEL_SUFFIXES = frozenset({"x", "X", "K", "G"})
+_MODEL_SUFFIXES = frozenset({"x", "X", "K", "G", "M", "B", "T", "k"})
 
 
 def model_rule(spans: Spans) -> Iterator[Token]:
@@ -113,8 +139,8 @@ def model_rule(spans: Spans) -> Iterator[Token]:
         yield word(match.start(2), match.end(2), _model_digits(match[2]), RULE_MODEL)
     for match in _GLUED.finditer(text):
         unit = unit_after(text, match.end())
-        if unit is not None and unit not in _MODEL_SUFFIXES:
-            continue  # "3000mAh", "128GB": quantities
+        if unit is not None and (unit not in _MODEL_SUFFIXES or len(match.group()) <= 3):
+            continue  # "3000mAh", "128GB", "128K", "200M": quantities; "13700K" a model
         yield word(match.start(), match.end(), _model_digits(match.group()), RULE_MODEL)
 
 
@@ -128,10 +154,10 @@ def _model_digits(digits: str) -> str:
 
 # Labels: 618, 985/211, 12306 and service numbers alone; generations (95后, 00后).
 _LABEL = re.compile(r"(?<![\d.,:A-Za-z¥$€£+\-])(\d{3,5})(?![\d.,:%A-Za-z])")
-_GENERATION = re.compile(r"(?<![\d.])(\d{2})(?=后|前)(?![\d])")
+_GENERATION = re.compile(r"(?<![\d.:])(\d{2})(?=后)")
 _EMERGENCY = frozenset(["110", "112", "114", "119", "120", "122"])
 _EMERGENCY_CUES = re.compile(
-    r"(?:拨打|致电|电话|热线|打|拨|call|报警|急救|火警|求助|查号)[\s是为：:]{0,2}$"
+    r"(?:拨打|致电|电话|热线|打|拨|call|报警|急救|火警|求助|查号)[^，。；！？,;!?\n]{0,8}$"
 )
 _EMERGENCY_AFTER = re.compile(r"(?:急救|报警|火警|求助|查号|救护车|指挥中心|交通事故)")
 
@@ -146,7 +172,7 @@ def label_rule(spans: Spans) -> Iterator[Token]:
         if _quantity_after(text, end) or text[match.start() - 1 : match.start()] == "第":
             continue
         if number in _EMERGENCY:
-            cued = _EMERGENCY_CUES.search(text, max(0, match.start() - 6), match.start())
+            cued = _EMERGENCY_CUES.search(text, max(0, match.start() - 12), match.start())
             if not (cued or _EMERGENCY_AFTER.match(text, end)):
                 continue
         elif number not in LABELS and number not in SERVICE_NUMBERS:

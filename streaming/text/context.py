@@ -14,6 +14,7 @@ from streaming.text.tables import (
     CODE_CUES_BEFORE,
     COUNT_CUES,
     COUNT_MEASURES,
+    NOT_MEASURES,
     ORDINAL_MEASURES,
     SWITCH_MEASURES,
     UNITS,
@@ -26,7 +27,8 @@ def alternatives(words: tuple[str, ...] | list[str]) -> str:
 
 
 _MEASURE = re.compile(
-    rf"[ \t]?(?:多|余|来|几)?(?P<m>{alternatives([*ORDINAL_MEASURES, *COUNT_MEASURES])})"
+    rf"[ \t]?(?:多|余|来|几)?(?!{alternatives(NOT_MEASURES)})"
+    rf"(?P<m>{alternatives([*ORDINAL_MEASURES, *COUNT_MEASURES])})"
 )
 _ORDINAL = frozenset(ORDINAL_MEASURES)
 _COUNT_CUE = re.compile(rf"(?:{alternatives(COUNT_CUES)})[ \t]?$")

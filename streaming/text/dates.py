@@ -72,7 +72,13 @@ _TIME_RANGE = re.compile(
     rf"(?<![\d:.]){_CLOCK}{_MERIDIEM}[ \t]?[-–—~～〜至到][ \t]?{_CLOCK}{_MERIDIEM}(?![\d:])"
 )
 _BARE_MERIDIEM = re.compile(r"(?<![\d:.])(1[0-2]|0?[1-9])[ \t]?(am|pm|AM|PM)(?![A-Za-z])")
-_DIAN = re.compile(r"(?<![\d.])([01]?\d|2[0-4])点(?:(\d{1,2})(分)?|(半|整|钟|一刻|三刻))?(?![\d])")
+_DIAN = re.compile(
+    r"(?<![\d.第])([01]?\d|2[0-4])点(?:(\d{1,2})(分)?|(半|整|钟|一刻|三刻))?(?![\d])"
+)
+_DURATION = re.compile(
+    r"(?<![\d.])(\d+)[ \t]?(?:h|hr|小时)[ \t]?(\d+)[ \t]?(?:min|m|分钟?)"
+    r"(?:[ \t]?(\d+)[ \t]?(?:s|秒))?(?![A-Za-z])"
+)
 _SCORE_CUE = re.compile(rf"(?:{alternatives(SCORE_CUES)})[\s是为了：:]{{0,3}}$")
 
 
@@ -107,6 +113,11 @@ def time_rule(spans: Spans) -> Iterator[Token]:
         yield word(match.start(), match.end(), said, RULE_TIME)
     for match in _BARE_MERIDIEM.finditer(text):
         yield word(match.start(), match.end(), _clock(match[1], "00", None, match[2]), RULE_TIME)
+    for match in _DURATION.finditer(text):
+        said = read_cardinal(match[1], count=True) + "小时" + read_cardinal(match[2]) + "分钟"
+        if match[3]:
+            said += read_cardinal(match[3]) + "秒"
+        yield word(match.start(), match.end(), said, RULE_TIME)
     for match in _DIAN.finditer(text):
         said = read_cardinal(match[1], count=True) + "点"
         if match[2]:

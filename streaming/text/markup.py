@@ -55,8 +55,24 @@ def markup_rule(spans: Spans) -> Iterator[Token]:
         yield dropped(match.start(1), match.end(1), REASON_MARKUP)
         yield dropped(match.start(3), match.end(3), REASON_MARKUP)
     for match in _MARKUP.finditer(text):
-        if match.end() > match.start():
+        if match.end() > match.start() and not _masks_digits(text, match.start(), match.end()):
             yield dropped(match.start(), match.end(), REASON_MARKUP)
+
+
+def _masks_digits(text: str, start: int, end: int) -> bool:
+    """Stars inside a run of stars between two digits mask a number (138****5678)."""
+    if text[start] != "*":
+        return False
+    while start > 0 and text[start - 1] == "*":
+        start -= 1
+    while end < len(text) and text[end] == "*":
+        end += 1
+    return (
+        end - start >= 2
+        and start > 0
+        and end < len(text)
+        and (text[start - 1].isdigit() and text[end].isdigit())
+    )
 
 
 _URL = re.compile(

@@ -74,6 +74,8 @@ class _Latex:
     def script(self, base: str, kind: str, exponent: str) -> str:
         if kind == "_":
             return base + " " + exponent
+        if exponent in ("度", "撇"):  # 90^\circ, f^\prime
+            return base + exponent
         named = {"2": "的平方", "二": "的平方", "3": "的立方", "三": "的立方"}.get(exponent)
         return base + (named or f"的{exponent}次方")
 
@@ -186,6 +188,26 @@ _PRODUCT = re.compile(r"(?<![A-Za-z0-9_.])(\d+)[ \t]?[xX*×][ \t]?(\d+)(?![A-Za-
 _COMPARISON = re.compile(r"(?<=[\dA-Za-z])[ \t]?(<=|>=|<|>)[ \t]?(?=-?\d)")
 
 
+def product_rule(spans: Spans) -> Iterator[Token]:
+    """1920x1080 (a resolution: digit by digit), 3x3, 7×24: 乘."""
+    for match in _PRODUCT.finditer(spans.text):
+        a, b = match[1], match[2]
+        if len(a) >= 3 and len(b) >= 3:
+            said = read_digits(a) + "乘" + read_digits(b)
+        else:
+            said = read_number(a) + "乘" + read_number(b)
+        yield word(match.start(), match.end(), said, RULE_MATH)
+
+
+# Operators read by this table, not the library's ("÷" is 除以, not 除).
+_OPERATOR = re.compile(r"[÷×±≈≠≤≥＝=→∞]")
+
+
+def operator_rule(spans: Spans) -> Iterator[Token]:
+    for match in _OPERATOR.finditer(spans.text):
+        yield word(match.start(), match.end(), SYMBOL_READINGS[match.group()], RULE_MATH)
+
+
 def math_rule(spans: Spans) -> Iterator[Token]:
     text = spans.text
     for match in _POWER.finditer(text):
@@ -195,13 +217,6 @@ def math_rule(spans: Spans) -> Iterator[Token]:
     for match in _ROOT.finditer(text):
         degree = {"√": "", "∛": "三次", "∜": "四次"}[match[1]]
         yield word(match.start(), match.end(), degree + "根号" + read_latex(match[2]), RULE_MATH)
-    for match in _PRODUCT.finditer(text):
-        a, b = match[1], match[2]
-        if len(a) >= 3 and len(b) >= 3:  # a resolution, a size: digit by digit
-            said = read_digits(a) + "乘" + read_digits(b)
-        else:
-            said = read_number(a) + "乘" + read_number(b)
-        yield word(match.start(), match.end(), said, RULE_MATH)
     for match in _COMPARISON.finditer(text):
         said = LATEX_OPERATORS[match[1]]
         yield word(match.start(), match.end(), said, RULE_MATH)

@@ -17,7 +17,7 @@ from streaming.text.codes import code_rule, label_rule, model_rule, phone_rule
 from streaming.text.dates import date_rule, score_rule, time_rule
 from streaming.text.dotted import abbreviation_rule, address_number_rule, name_rule
 from streaming.text.markup import CONTROL_TAG, address_rule, list_rule, markup_rule, tag_rule
-from streaming.text.mathtext import latex_rule, math_rule
+from streaming.text.mathtext import latex_rule, math_rule, operator_rule, product_rule
 from streaming.text.numbers import amount_rule, bare_number_rule
 from streaming.text.quantities import (
     fraction_rule,
@@ -57,13 +57,14 @@ _SPAN_RULES: tuple[SpanRule, ...] = (
     abbreviation_rule,
     address_number_rule,
     date_rule,
+    time_rule,
     phone_rule,
     code_rule,
     name_rule,
     label_rule,
     amount_rule,
-    time_rule,
     score_rule,
+    product_rule,
     model_rule,
     math_rule,
     range_rule,
@@ -73,6 +74,7 @@ _SPAN_RULES: tuple[SpanRule, ...] = (
     per_rule,
     hyphen_rule,
     number_rule,
+    operator_rule,
 )
 # Without the library no number is read (digits are dropped and reported), as before.
 _BARE_RULES: tuple[SpanRule, ...] = (

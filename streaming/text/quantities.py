@@ -59,9 +59,14 @@ def _unit(text: str, end: int) -> tuple[str, str, int] | None:
     return after, before, start + len(unit)
 
 
+# Letters written as a unit that name rather than count (2B铅笔 二B, 2K屏 二K).
+_LETTER_UNITS = frozenset({"G", "K", "M", "B", "T", "k"})
+
+
 def _counts(text: str, end: int) -> bool:
-    if _unit(text, end) is not None:
-        return True
+    unit = _unit(text, end)
+    if unit is not None:
+        return unit[0] not in _LETTER_UNITS
     measure = measure_after(text, end)
     return measure is not None and measure[1]
 
@@ -122,7 +127,8 @@ def unit_rule(spans: Spans) -> Iterator[Token]:
         if unit is None:
             continue
         after, before, end = unit
-        said = _SIGNS.get(match[1], "") + read_number(_plain(match[2]), count=True)
+        counts = after not in _LETTER_UNITS
+        said = _SIGNS.get(match[1], "") + read_number(_plain(match[2]), count=counts)
         yield word(match.start(), end, before + said + after, RULE_UNIT)
 
 

@@ -251,8 +251,8 @@ def test_normaliser_rewrites_are_aligned() -> None:
 
 def test_library_rewrites_are_named() -> None:
     """What the library reads (a symbol no rule claims) is a rewrite named after it."""
-    prepared = prepare_text("约≈", normalizer=lambda text: text.replace("≈", "约等于"))
-    assert [(p.source, p.spoken, p.rule) for p in prepared.rewrites] == [("≈", "约等于", "wetext")]
+    prepared = prepare_text("单位℃", normalizer=lambda text: text.replace("℃", "摄氏度"))
+    assert [(p.source, p.spoken, p.rule) for p in prepared.rewrites] == [("℃", "摄氏度", "wetext")]
 
 
 def test_normaliser_changes_to_ideographs_are_undone() -> None:
