@@ -134,7 +134,7 @@ def list_rule(spans: Spans) -> Iterator[Token]:
     text = spans.text
     for match in _LIST_NUMBER.finditer(text):
         if match["num"] is not None:
-            if match["mark"] in ".．" and _inline_decimal_risk(text, match.start("num")):
+            if match["mark"] in ".．" and _inline_english(text, match.start("num"), match.end()):
                 continue
             yield _list_number(spans, match.start("num"), match["num"])
             pause = Kind.ENUMERATION if match["mark"] == "、" else Kind.COMMA
@@ -154,9 +154,13 @@ def _list_number(spans: Spans, start: int, number: str) -> Token:
     return word(start, start + len(number), read_cardinal(number), RULE_LIST)
 
 
-def _inline_decimal_risk(text: str, start: int) -> bool:
-    """An inline "3." after a blank that follows a digit or a Latin letter ("v 3. x")."""
+def _inline_english(text: str, start: int, end: int) -> bool:
+    """A "42." inside a line before a Latin word ("The answer is 42. Next"): no list item
+    (one inline is followed by Chinese: "步骤：1. 打开")."""
     k = start - 1
     while k >= 0 and text[k] in " \t":
         k -= 1
-    return k >= 0 and k < start - 1 and text[k].isascii() and text[k].isalnum()
+    if k < 0 or text[k] == "\n":
+        return False
+    following = text[end:].lstrip(" \t")[:1]
+    return not following or following.isascii()
