@@ -36,7 +36,12 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 from server.auth import require_bearer
 from server.errors import report
 from server.http import audio as http_audio
-from server.http.schemas import ERROR_RESPONSES, ErrorBody, audio_responses
+from server.http.schemas import (
+    ERROR_RESPONSES,
+    LEXICON_FIELD_HELP,
+    ErrorBody,
+    audio_responses,
+)
 from server.http.speech import (
     TextSpeech,
     check_can_speak,
@@ -44,6 +49,7 @@ from server.http.speech import (
     respond_streaming,
     start_speech,
 )
+from server.lexicon import request_lexicon
 from server.state import AppState
 from streaming import protocol as p
 from streaming.errors import ClientError, NotFound, TTSError, outcome, public_message
@@ -86,6 +92,10 @@ class SpeechRequest(BaseModel):
     response_format: SpeechFormat = "mp3"
     speed: float = Field(1.0, ge=0.25, le=4.0, description="0.25-4; beyond 0.5-2: time-stretched")
     stream_format: Literal["audio", "sse"] = "audio"
+    lexicon: dict[StrictStr, StrictStr] | None = Field(
+        None,
+        description="this server's extension: " + LEXICON_FIELD_HELP,
+    )
 
 
 class Model(BaseModel):
@@ -163,13 +173,20 @@ async def _speak(
     state: AppState, body: SpeechRequest, request: Request, *, timestamps: bool
 ) -> Response:
     check_text_length(state, body.input)
+    lexicon = request_lexicon(body.lexicon, state.settings.request_lexicon_limits)
     check_can_speak(state)
     engine_speed, tempo = speed_split(body.speed)
     fmt = body.response_format
     http_audio.require_ffmpeg(fmt, tempo)
     name = body.voice.id if isinstance(body.voice, VoiceId) else body.voice
     speech = await start_speech(
-        state, body.input, name, OUTPUT_RATE_HZ, speed=engine_speed, request=request
+        state,
+        body.input,
+        name,
+        OUTPUT_RATE_HZ,
+        speed=engine_speed,
+        request=request,
+        lexicon=lexicon,
     )
     if timestamps and body.stream_format == "sse":
         speech.timestamps = []

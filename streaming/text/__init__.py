@@ -10,9 +10,14 @@ is either spoken (as itself, or as part of a rewritten span such as ``12.5`` ->
 
 The stages, one module each:
 
-1. span rules, in order (first claim wins; :mod:`.spans` is what they are given):
-   control tags and Markdown (:mod:`.markup`), URLs and e-mail, money and percentages
-   (:mod:`.amounts`), and numbers (:mod:`.numbers`);
+1. span rules, in order (first claim wins; :mod:`.spans` is what they are given, the
+   order is ``prepare._SPAN_RULES``): control tags, the user's lexicon (:mod:`.lexicon`),
+   Markdown and list numbers (:mod:`.markup`), inline LaTeX (:mod:`.mathtext`), URLs
+   and e-mail, tokens with a dot (:mod:`.dotted`), years, dates, times and scores
+   (:mod:`.dates`), digit strings (:mod:`.codes`: phones, codes, model numbers,
+   labels), money and percentages (:mod:`.amounts`), and numbers with their units and
+   measure words (:mod:`.quantities`), each read by :mod:`.readings` (二 or 两 by
+   grammar) with the tables of :mod:`.tables`;
 2. the text normaliser (injected: WeNet's WeTextProcessing in the server, see
    ``server/textnorm.py``) on each remaining run that holds a digit or a symbol, its
    output aligned back to the input (:mod:`.align`);
@@ -26,6 +31,7 @@ would drop them silently; the server always passes one.
 
 from __future__ import annotations
 
+from streaming.text.lexicon import Entry, Lexicon, LexiconError, LexiconLimits
 from streaming.text.markup import CONTROL_TAG
 from streaming.text.prepare import (
     SPOKEN_CHARSET,
@@ -50,6 +56,10 @@ __all__ = [
     "REASON_PAUSE",
     "SPOKEN_CHARSET",
     "CodeFences",
+    "Entry",
+    "Lexicon",
+    "LexiconError",
+    "LexiconLimits",
     "Normalizer",
     "Piece",
     "PreparedText",

@@ -16,6 +16,7 @@ from streaming.text.align import normalized_spans
 from streaming.text.codes import code_rule, label_rule, model_rule, phone_rule
 from streaming.text.dates import date_rule, score_rule, time_rule
 from streaming.text.dotted import abbreviation_rule, address_number_rule, name_rule
+from streaming.text.lexicon import Lexicon, lexicon_rule
 from streaming.text.markup import CONTROL_TAG, address_rule, list_rule, markup_rule, tag_rule
 from streaming.text.mathtext import latex_rule, math_rule, operator_rule, product_rule
 from streaming.text.numbers import amount_rule, bare_number_rule
@@ -50,6 +51,7 @@ SPOKEN_CHARSET = re.compile(r"[\u4e00-\u9fffA-Za-z，。、,. ]")
 # before quantities, quantities with a unit or a measure before bare numbers.
 _SPAN_RULES: tuple[SpanRule, ...] = (
     tag_rule,
+    lexicon_rule,
     markup_rule,
     latex_rule,
     address_rule,
@@ -79,6 +81,7 @@ _SPAN_RULES: tuple[SpanRule, ...] = (
 # Without the library no number is read (digits are dropped and reported), as before.
 _BARE_RULES: tuple[SpanRule, ...] = (
     tag_rule,
+    lexicon_rule,
     markup_rule,
     address_rule,
     list_rule,
@@ -125,7 +128,7 @@ def _tokenize(spans: Spans) -> list[Token]:
             token = claimed[i]
             if token.kind is Kind.WORD:
                 tokens += rewrite_tokens(
-                    token.start, token.end, token.text, token.rule, token.entry
+                    token.start, token.end, token.text, token.rule, token.origin
                 )
             else:
                 tokens.append(token)
@@ -178,7 +181,11 @@ def _plain_tokens(text: str, start: int, end: int, normalizer: Normalizer | None
 
 
 def prepare_text(
-    text: str, *, normalizer: Normalizer | None = None, allow_tags: bool = False
+    text: str,
+    *,
+    normalizer: Normalizer | None = None,
+    allow_tags: bool = False,
+    lexicon: Lexicon | None = None,
 ) -> PreparedText:
     """Prepare one segment for ChatTTS: what it can say, and what it cannot.
 
@@ -186,9 +193,10 @@ def prepare_text(
     tags) and is a fixed point of ChatTTS's normaliser (its homophone replacement
     aside); it is "" when nothing in the text can be said. Every non-blank character
     of ``text`` is in exactly one :class:`Piece` span or one :class:`Removal`.
-    ``normalizer`` reads numbers, dates, units and symbols (see the module docstring).
+    ``normalizer`` reads numbers, dates, units and symbols (see the module docstring);
+    ``lexicon``'s entries are applied before any other rule.
     """
-    tokens = _tokenize(Spans(_folded(text), text, normalizer, allow_tags))
+    tokens = _tokenize(Spans(_folded(text), text, normalizer, allow_tags, lexicon))
     kept, dropped_tokens = tidy(tokens)
     if not any(token.kind is Kind.WORD for token in kept):
         everything = [

@@ -138,7 +138,7 @@ def render(text: str, kept: list[Token]) -> list[Piece]:
         ):
             pieces[-1] = Piece(last.start, token.end, last.source + source, last.spoken + said)
         else:
-            pieces.append(Piece(token.start, token.end, source, said, token.rule, token.entry))
+            pieces.append(Piece(token.start, token.end, source, said, token.rule, token.origin))
     return pieces
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from streaming.text.lexicon import Lexicon
     from streaming.text.tokens import Token
 
 #: A text normaliser: text in, speakable text out, no alignment (the library's shape).
@@ -20,13 +21,14 @@ class Spans:
     ``text`` is the segment with full-width digits, letters and number marks folded to
     ASCII (same length, same offsets), so rules match one alphabet; ``original`` is the
     segment as written. ``normalizer`` is None when no library is loaded: numbers are
-    then dropped and reported, not guessed.
+    then dropped and reported, not guessed. ``lexicon`` holds the user's entries.
     """
 
     text: str
     original: str
     normalizer: Normalizer | None
     allow_tags: bool
+    lexicon: Lexicon | None = None
 
 
 #: A span rule finds spans in the segment and says what each becomes.

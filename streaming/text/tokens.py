@@ -51,8 +51,8 @@ class Piece:
     Pieces are in input order; their ``spoken`` texts joined give ``PreparedText.spoken``.
     A blank or a pause between words may have an empty span (``start == end``). Runs of
     characters spoken as they are form one piece. ``rule`` names what rewrote the span
-    (``digits.code``, ``lexicon``...; "" for text said as written), ``entry`` the
-    lexicon entry when a lexicon did.
+    (``digits.code``, ``lexicon``...; "" for text said as written), ``origin`` the
+    lexicon entry's place when a lexicon did ("lexicon.txt:3", "request", "context").
     """
 
     start: int
@@ -60,7 +60,7 @@ class Piece:
     source: str
     spoken: str
     rule: str = ""
-    entry: str = ""
+    origin: str = ""
 
 
 @dataclass(frozen=True)
@@ -111,15 +111,15 @@ class Token:
     text: str = ""  # what is spoken for a WORD or TAG
     reason: str = REASON_UNSPEAKABLE  # why a DROPPED token is dropped
     rule: str = ""  # what made a WORD that rewrites its span
-    entry: str = ""  # the lexicon entry, when the lexicon made it
+    origin: str = ""  # where the lexicon entry that made it comes from
 
 
 def dropped(start: int, end: int, reason: str) -> Token:
     return Token(start, end, Kind.DROPPED, "", reason)
 
 
-def word(start: int, end: int, text: str, rule: str = "", entry: str = "") -> Token:
-    return Token(start, end, Kind.WORD, text, rule=rule, entry=entry)
+def word(start: int, end: int, text: str, rule: str = "", origin: str = "") -> Token:
+    return Token(start, end, Kind.WORD, text, rule=rule, origin=origin)
 
 
 # -- character rules -------------------------------------------------------------------
@@ -161,7 +161,7 @@ def classify(text: str, i: int) -> Token:
     if ch.isspace():
         return Token(i, i + 1, Kind.BLANK)
     if is_word_char(ch):
-        return word(i, i + 1, ch)
+        return word(i, i + 1, ch, RULE_SYMBOL if ch != text[i] else "")  # "Ａ" is said "A"
     if ch in WORD_JOINERS:
         before = fold_width(text[i - 1]) if i else ""
         after = fold_width(text[i + 1]) if i + 1 < len(text) else ""
@@ -190,7 +190,9 @@ def classify(text: str, i: int) -> Token:
     return dropped(i, i + 1, REASON_UNSPEAKABLE)
 
 
-def rewrite_tokens(start: int, end: int, said: str, rule: str = "", entry: str = "") -> list[Token]:
+def rewrite_tokens(
+    start: int, end: int, said: str, rule: str = "", origin: str = ""
+) -> list[Token]:
     """What a rewritten span becomes: its words and pauses, in order.
 
     The first word carries the span, so the span is accounted for once; the other
@@ -212,7 +214,7 @@ def rewrite_tokens(start: int, end: int, said: str, rule: str = "", entry: str =
         words.clear()
         if text:
             span = (end, end) if spanned else (start, end)
-            tokens.append(word(*span, text, rule, entry))
+            tokens.append(word(*span, text, rule, origin))
             spanned = True
 
     for token in classified:
