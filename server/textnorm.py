@@ -219,9 +219,9 @@ class TextFrontend:
         self.load()
         return self._normalizer(text) if self._normalizer is not None else text
 
-    def prepare(self, text: str, lexicon: Lexicon | None = None) -> PreparedText:
-        """Prepare one segment (blocking), with ``lexicon``'s entries (all the entries:
-        see :meth:`lexicon_for`).
+    def prepare(self, text: str, lexicon: Lexicon | None = None, before: str = "") -> PreparedText:
+        """Prepare one segment (blocking), with ``lexicon``'s entries (all of them:
+        :meth:`TextStream.lexicon`) and the stream's text ``before`` it (cue words).
 
         The normaliser is loaded on first need, so a text without digits or symbols
         never waits for it; :meth:`start` loads it ahead of time.
@@ -230,7 +230,11 @@ class TextFrontend:
             self.load()  # numbers are read only when the library is there (else dropped)
         normalizer = self._normalizer if self._loaded.is_set() else self._normalize_lazily
         return prepare_text(
-            text, normalizer=normalizer, allow_tags=self.allow_control_tags, lexicon=lexicon
+            text,
+            normalizer=normalizer,
+            allow_tags=self.allow_control_tags,
+            lexicon=lexicon,
+            before=before,
         )
 
     def file_lexicon(self) -> Lexicon | None:
@@ -254,8 +258,11 @@ class TextFrontend:
     def submit(self, text: str, stream: TextStream | None = None) -> asyncio.Future[PreparedText]:
         """Start preparing ``text`` on the front-end thread (with ``stream``'s lexicon);
         await the result on the loop."""
-        prepare = stream.prepare_now if stream is not None else self.prepare
-        return asyncio.wrap_future(self._pool().submit(prepare, text))
+        if stream is None:
+            return asyncio.wrap_future(self._pool().submit(self.prepare, text))
+        return asyncio.wrap_future(
+            self._pool().submit(stream.prepare_now, text, stream.follow(text))
+        )
 
     def stream(self, lexicon: Lexicon | None = None) -> TextStream:
         """A preparer for the segments of one text stream (a context, a request), with
@@ -292,6 +299,7 @@ class TextStream:
         self._fences = CodeFences()
         self._own = lexicon
         self._merged: tuple[Lexicon | None, Lexicon | None] = (None, lexicon)
+        self._previous = ""  # the last segment given, for the cue words before the next
 
     def lexicon(self) -> Lexicon | None:
         """The file's entries (as they are now) with this stream's over them."""
@@ -301,17 +309,25 @@ class TextStream:
             self._merged = (file_lexicon, merged)
         return self._merged[1]
 
-    def prepare_now(self, text: str) -> PreparedText:
-        """Prepare a segment that is no code (blocking; the front-end thread)."""
-        return self._frontend.prepare(text, self.lexicon())
+    def follow(self, text: str) -> str:
+        """Note ``text`` as the stream's latest segment; returns the one before it."""
+        before, self._previous = self._previous, text
+        return before
+
+    def prepare_now(self, text: str, before: str) -> PreparedText:
+        """Prepare a segment that is no code, after ``before`` (blocking; the front-end
+        thread)."""
+        return self._frontend.prepare(text, self.lexicon(), before)
 
     def prepare(self, text: str) -> PreparedText:
         """Prepare the next segment (blocking)."""
-        return code_body(text) if self._fences.is_code(text) else self.prepare_now(text)
+        before = self.follow(text)
+        return code_body(text) if self._fences.is_code(text) else self.prepare_now(text, before)
 
     def submit(self, text: str) -> asyncio.Future[PreparedText]:
         """Start preparing the next segment; call on the event loop, segments in order."""
         if self._fences.is_code(text):
+            self.follow(text)
             future: asyncio.Future[PreparedText] = asyncio.get_running_loop().create_future()
             future.set_result(code_body(text))
             return future

@@ -222,11 +222,12 @@ _RATE_AFTER = re.compile(
 )
 
 
-def _magnitude_cued(text: str, match: re.Match[str]) -> bool:
+def _magnitude_cued(text: str, match: re.Match[str], before: str) -> bool:
     if match["mag"] == "w" and not (match["lo_mag"] or "w").isupper():
         return True
-    before = _MAGNITUDE_CUE.search(text, max(0, match.start() - 14), match.start())
-    return before is not None or _RATE_AFTER.match(text, match.end()) is not None
+    behind, at = before + text, match.start() + len(before)
+    cue = _MAGNITUDE_CUE.search(behind, max(0, at - 14), at)
+    return cue is not None or _RATE_AFTER.match(text, match.end()) is not None
 
 
 def _said_magnitude(match: re.Match[str], read_number: NumberReader) -> str:
@@ -240,11 +241,12 @@ def _said_magnitude(match: re.Match[str], read_number: NumberReader) -> str:
     return said + ("多" if match["more"] else "")
 
 
-def find_amounts(text: str, read_number: NumberReader) -> Iterator[Amount]:
+def find_amounts(text: str, read_number: NumberReader, before: str = "") -> Iterator[Amount]:
     """Money and percentages in ``text``, in the order of the rules above (may overlap).
 
     A caller keeps the first of overlapping spans: a sign before the amount is tried
-    first (``¥10-20元`` whole), then a currency after it, then percentages.
+    first (``¥10-20元`` whole), then a currency after it, then percentages. ``before``
+    is the text before ``text`` (the previous segment's end), where a cue may stand.
     """
     for match in _PREFIXED.finditer(text):
         yield Amount(match.start(), match.end(), _said_money(match, read_number))
@@ -253,5 +255,5 @@ def find_amounts(text: str, read_number: NumberReader) -> Iterator[Amount]:
     for match in _PERCENT.finditer(text):
         yield Amount(match.start(), match.end(), _said_percent(match, read_number))
     for match in _MAGNITUDE_AMOUNT.finditer(text):
-        if _magnitude_cued(text, match):
+        if _magnitude_cued(text, match, before):
             yield Amount(match.start(), match.end(), _said_magnitude(match, read_number))

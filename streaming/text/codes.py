@@ -103,7 +103,7 @@ def code_rule(spans: Spans) -> Iterator[Token]:
         if start and text[start - 1].isascii() and text[start - 1].isalnum():
             continue
         code = match.group()
-        if sum(ch.isdigit() for ch in code) < 3 or not code_cue_before(text, start):
+        if sum(ch.isdigit() for ch in code) < 3 or not code_cue_before(*spans.lookbehind(start)):
             continue
         if code.isdigit() and _quantity_after(text, end):
             continue  # 手机2台, 订单300个: a quantity
@@ -172,7 +172,8 @@ def label_rule(spans: Spans) -> Iterator[Token]:
         if _quantity_after(text, end) or text[match.start() - 1 : match.start()] == "第":
             continue
         if number in _EMERGENCY:
-            cued = _EMERGENCY_CUES.search(text, max(0, match.start() - 12), match.start())
+            behind, at = spans.lookbehind(match.start())
+            cued = _EMERGENCY_CUES.search(behind, max(0, at - 12), at)
             if not (cued or _EMERGENCY_AFTER.match(text, end)):
                 continue
         elif number not in LABELS and number not in SERVICE_NUMBERS:

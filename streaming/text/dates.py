@@ -107,7 +107,7 @@ def time_rule(spans: Spans) -> Iterator[Token]:
         high = _clock(match[5], match[6], match[7], match[8])
         yield word(match.start(), match.end(), low + "到" + high, RULE_TIME)
     for match in _TIME.finditer(text):
-        if _is_score(text, match.start()) or (match[1] == "24" and match[2] != "00"):
+        if _is_score(*spans.lookbehind(match.start())) or (match[1] == "24" and match[2] != "00"):
             continue
         said = _clock(match[1], match[2], match[3], match[4])
         yield word(match.start(), match.end(), said, RULE_TIME)
@@ -146,6 +146,6 @@ def score_rule(spans: Spans) -> Iterator[Token]:
         said = "比".join(read_number(p) for p in parts)
         yield word(match.start(), match.end(), said, RULE_SCORE)
     for match in _DASH_SCORE.finditer(text):
-        if _is_score(text, match.start()):
+        if _is_score(*spans.lookbehind(match.start())):
             said = read_number(match[1]) + "比" + read_number(match[2])
             yield word(match.start(), match.end(), said, RULE_SCORE)

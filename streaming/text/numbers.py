@@ -52,5 +52,5 @@ def read_count(number: str) -> str:
 
 def amount_rule(spans: Spans) -> Iterator[Token]:
     """Money and percentages (``¥199元``, ``$5–10``, ``-3.2%``, ``月薪3k``): see .amounts."""
-    for amount in find_amounts(spans.text, read_count):
+    for amount in find_amounts(spans.text, read_count, spans.before):
         yield word(amount.start, amount.end, amount.said, RULE_MONEY)

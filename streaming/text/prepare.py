@@ -99,6 +99,10 @@ _FULLWIDTH_BETWEEN_DIGITS = re.compile(r"(?<=\d)[．：／－～，](?=\d)")
 _MARKS_AS_ASCII = str.maketrans("．：／－～，", ".:/-~,")
 
 
+# Characters of the previous segment looked at for cue words (the longest cue and its joiners).
+_BEFORE_CHARS = 16
+
+
 def _folded(text: str) -> str:
     folded = text.translate(_FULLWIDTH)
     return _FULLWIDTH_BETWEEN_DIGITS.sub(lambda m: m.group().translate(_MARKS_AS_ASCII), folded)
@@ -186,6 +190,7 @@ def prepare_text(
     normalizer: Normalizer | None = None,
     allow_tags: bool = False,
     lexicon: Lexicon | None = None,
+    before: str = "",
 ) -> PreparedText:
     """Prepare one segment for ChatTTS: what it can say, and what it cannot.
 
@@ -194,9 +199,12 @@ def prepare_text(
     aside); it is "" when nothing in the text can be said. Every non-blank character
     of ``text`` is in exactly one :class:`Piece` span or one :class:`Removal`.
     ``normalizer`` reads numbers, dates, units and symbols (see the module docstring);
-    ``lexicon``'s entries are applied before any other rule.
+    ``lexicon``'s entries are applied before any other rule. ``before`` is the text of
+    the stream before this segment: a cue word there still tells what a number is
+    ("验证码：" then "826491" in the next segment).
     """
-    tokens = _tokenize(Spans(_folded(text), text, normalizer, allow_tags, lexicon))
+    context = _folded(before[-_BEFORE_CHARS:])
+    tokens = _tokenize(Spans(_folded(text), text, normalizer, allow_tags, lexicon, context))
     kept, dropped_tokens = tidy(tokens)
     if not any(token.kind is Kind.WORD for token in kept):
         everything = [

@@ -21,7 +21,9 @@ class Spans:
     ``text`` is the segment with full-width digits, letters and number marks folded to
     ASCII (same length, same offsets), so rules match one alphabet; ``original`` is the
     segment as written. ``normalizer`` is None when no library is loaded: numbers are
-    then dropped and reported, not guessed. ``lexicon`` holds the user's entries.
+    then dropped and reported, not guessed. ``lexicon`` holds the user's entries;
+    ``before`` is the end of the previous segment of the same stream (folded too), where a
+    cue word may stand.
     """
 
     text: str
@@ -29,6 +31,12 @@ class Spans:
     normalizer: Normalizer | None
     allow_tags: bool
     lexicon: Lexicon | None = None
+    before: str = ""
+
+    def lookbehind(self, start: int) -> tuple[str, int]:
+        """(text, position) to look for a cue word before ``text[start]``: the segment
+        with the end of the one before it (a cut after "验证码：" keeps its cue)."""
+        return self.before + self.text, start + len(self.before)
 
 
 #: A span rule finds spans in the segment and says what each becomes.
