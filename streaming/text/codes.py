@@ -14,16 +14,10 @@ import re
 from collections.abc import Iterator
 
 from streaming.text.context import alternatives, code_cue_before, measure_after, unit_after
+from streaming.text.names import NAMES
 from streaming.text.readings import read_cardinal, read_digits, read_year
 from streaming.text.spans import Spans
-from streaming.text.tables import (
-    CODE_CUES_AFTER,
-    GENERATIONS,
-    LABELS,
-    NAMED_DAYS,
-    NAMES,
-    SERVICE_NUMBERS,
-)
+from streaming.text.tables import CODE_CUES_AFTER, GENERATIONS, LABELS, NAMED_DAYS, SERVICE_NUMBERS
 from streaming.text.tokens import Token, word
 
 RULE_PHONE = "digits.phone"

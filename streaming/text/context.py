@@ -17,8 +17,8 @@ from streaming.text.tables import (
     NOT_MEASURES,
     ORDINAL_MEASURES,
     SWITCH_MEASURES,
-    UNITS,
 )
+from streaming.text.units import UNITS
 
 
 def alternatives(words: tuple[str, ...] | list[str]) -> str:

@@ -15,14 +15,14 @@ from collections.abc import Iterator
 from streaming.punctuation import CLOSERS
 from streaming.text.context import alternatives
 from streaming.text.markup import read_address
-from streaming.text.readings import read_digits, read_number
-from streaming.text.spans import Spans
-from streaming.text.tables import (
+from streaming.text.names import (
     ABBREVIATIONS,
     DOMAINS,
     FILE_EXTENSIONS,
     SENTENCE_FINAL_ABBREVIATIONS,
 )
+from streaming.text.readings import read_digits, read_number
+from streaming.text.spans import Spans
 from streaming.text.tokens import Token, word
 
 RULE_ABBREVIATION = "abbreviation"

@@ -14,32 +14,20 @@ from collections.abc import Iterator
 
 from streaming.text.readings import read_digits, read_number
 from streaming.text.spans import Spans
-from streaming.text.tables import LATEX_COMMANDS, LATEX_DROPPED, LATEX_OPERATORS, SYMBOL_READINGS
+from streaming.text.symbols import LATEX_COMMANDS, LATEX_DROPPED, LATEX_OPERATORS, SYMBOL_READINGS
+from streaming.text.tables import words
 from streaming.text.tokens import Token, word
 
 RULE_LATEX = "math.latex"
 RULE_MATH = "math"
 
 _CONTENT_COMMANDS = frozenset(
-    [
-        "mathrm",
-        "text",
-        "mathbf",
-        "mathit",
-        "operatorname",
-        "textbf",
-        "textit",
-        "mathcal",
-        "mathbb",
-        "boldsymbol",
-        "vec",
-        "hat",
-        "bar",
-        "overline",
-        "underline",
-        "widehat",
-        "tilde",
-    ]
+    words(
+        """
+    mathrm text mathbf mathit operatorname textbf textit mathcal mathbb boldsymbol vec hat
+    bar overline underline widehat tilde
+        """
+    )
 )
 _FRACTIONS = frozenset({"frac", "dfrac", "tfrac", "cfrac"})
 

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from streaming.text.context import latin_before, measure_after, unit_after
 from streaming.text.readings import read_cardinal, read_digits, read_fraction, read_number
 from streaming.text.spans import Spans
-from streaming.text.tables import AMBIGUOUS_UNITS, COUNT_MEASURES, ORDINAL_MEASURES, UNITS
+from streaming.text.tables import COUNT_MEASURES, ORDINAL_MEASURES
 from streaming.text.tokens import Kind, Token, word
+from streaming.text.units import AMBIGUOUS_UNITS, LETTER_UNITS, UNITS
 
 RULE_UNIT = "number.unit"
 RULE_COUNT = "number.count"
@@ -59,14 +60,10 @@ def _unit(text: str, end: int) -> tuple[str, str, int] | None:
     return after, before, start + len(unit)
 
 
-# Letters written as a unit that name rather than count (2B铅笔 二B, 2K屏 二K).
-_LETTER_UNITS = frozenset({"G", "K", "M", "B", "T", "k"})
-
-
 def _counts(text: str, end: int) -> bool:
     unit = _unit(text, end)
     if unit is not None:
-        return unit[0] not in _LETTER_UNITS
+        return unit[0] not in LETTER_UNITS
     measure = measure_after(text, end)
     return measure is not None and measure[1]
 
@@ -127,7 +124,7 @@ def unit_rule(spans: Spans) -> Iterator[Token]:
         if unit is None:
             continue
         after, before, end = unit
-        counts = after not in _LETTER_UNITS
+        counts = after not in LETTER_UNITS
         said = _SIGNS.get(match[1], "") + read_number(_plain(match[2]), count=counts)
         yield word(match.start(), end, before + said + after, RULE_UNIT)
 

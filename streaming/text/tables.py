@@ -1,4 +1,5 @@
-"""The front-end's data: how symbols, units, measure words and cue words are read.
+"""The front-end's data on numbers: measure words, cue words, service numbers, labels
+(units: :mod:`.units`; symbols and LaTeX: :mod:`.symbols`; names: :mod:`.names`).
 
 Rules live in code; what they look up lives here, as tables a reader can check against
 text-readings (GB/T 15835-2011, 吕叔湘《现代汉语八百词》, SSML ``say-as``).
@@ -6,32 +7,15 @@ text-readings (GB/T 15835-2011, 吕叔湘《现代汉语八百词》, SSML ``say
 
 from __future__ import annotations
 
-# Symbols with a reading, for what no span rule claimed ("&", "≈", "α", "①"...).
-SYMBOL_READINGS = {
-    "&": "和", "＆": "和", "+": "加", "＋": "加", "=": "等于", "＝": "等于",
-    "×": "乘", "÷": "除以", "±": "正负", "≈": "约等于", "≠": "不等于", "≤": "小于等于",
-    "≥": "大于等于", "∞": "无穷大", "→": "到", "⇒": "到", "←": "从", "%": "百分号", "％": "百分号",
-    "‰": "千分号", "℃": "摄氏度", "℉": "华氏度", "°": "度", "@": "艾特", "#": "井号",
-    "＃": "井号", "$": "美元", "¥": "元", "￥": "元", "€": "欧元", "£": "英镑",
-    "α": "阿尔法", "β": "贝塔", "γ": "伽马", "δ": "德尔塔", "ε": "艾普西龙", "θ": "西塔",
-    "λ": "兰姆达", "μ": "缪", "π": "派", "σ": "西格玛", "φ": "斐", "ω": "欧米伽",
-    "Δ": "德尔塔", "Σ": "西格玛", "Ω": "欧米伽", "①": "一", "②": "二", "③": "三",
-    "④": "四", "⑤": "五", "⑥": "六", "⑦": "七", "⑧": "八", "⑨": "九", "⑩": "十",
-    "Ⅰ": "一", "Ⅱ": "二", "Ⅲ": "三", "Ⅳ": "四", "Ⅴ": "五", "Ⅵ": "六", "Ⅶ": "七",
-    "Ⅷ": "八", "Ⅸ": "九", "Ⅹ": "十", "½": "二分之一", "¼": "四分之一", "¾": "四分之三",
-    "²": "平方", "³": "立方", "㎡": "平方米", "㎞": "公里", "㎏": "千克", "㎝": "厘米",
-    "㎜": "毫米", "㎎": "毫克", "㎖": "毫升",
-}  # fmt: skip
 
-
-def _words(text: str) -> tuple[str, ...]:
+def words(text: str) -> tuple[str, ...]:
     """A table written as blank-separated words, longest first (regex alternations)."""
     return tuple(sorted(set(text.split()), key=lambda w: (-len(w), w)))
 
 
 # -- measure words: what a number before them is ------------------------------------------
 # A count (两个, 两天): 2 is 两. Longest first, so 个月 wins over 月 and 年级 over 年.
-COUNT_MEASURES = _words(
+COUNT_MEASURES = words(
     """
     个 位 名 只 条 张 件 本 支 把 根 块 片 份 种 类 项 次 遍 趟 回 顿 场 局 盘 轮 届 天 周
     星期 礼拜 年 个月 小时 钟头 钟 分钟 秒 秒钟 毫秒 微秒 刻钟 倍 成 人 户 家 辆 台 部 架 艘
@@ -50,7 +34,7 @@ COUNT_MEASURES = _words(
     """
 )
 # A number naming its place (二楼, 二号, 二月): 2 is 二. Checked before COUNT_MEASURES.
-ORDINAL_MEASURES = _words(
+ORDINAL_MEASURES = words(
     """
     楼 号 号线 号楼 号口 号门 号床 号窗口 号柜台 号车厢 号厅 号馆 号位 号机 号桌 号房
     月 月份 日 年级 级 环 期 单元 区 栋 代 班 路 号路 线 档 版 季 章 节 集 排 层 座
@@ -58,7 +42,7 @@ ORDINAL_MEASURES = _words(
     """
 )
 # Words that start with a measure word's character but are no measure (315晚会, 3点评).
-NOT_MEASURES = _words(
+NOT_MEASURES = words(
     """
     晚会 晚上 晚餐 晚安 天气 天下 天然 天空 度假 度过 分析 分享 分类 分别 分配 分布 分开 点评
     点击 点赞 点餐 场景 场馆 期间 期待 期望 期货 期刊 集团 集合 集成 部门 部分 部署 本身 本地
@@ -70,31 +54,9 @@ NOT_MEASURES = _words(
     """
 )
 # Ordinal measures that count after a count cue (共2层, 有2栋, 连续2期, 前2章).
-SWITCH_MEASURES = frozenset(
-    [
-        "层",
-        "栋",
-        "期",
-        "季",
-        "章",
-        "节",
-        "集",
-        "排",
-        "座",
-        "代",
-        "班",
-        "路",
-        "级",
-        "区",
-        "档",
-        "版",
-        "单元",
-        "线",
-        "环",
-    ]
-)
-# Count measures that name after an ordinal cue (在2层 is also taken care of by 层).
-COUNT_CUES = _words(
+SWITCH_MEASURES = frozenset(words("层 栋 期 季 章 节 集 排 座 代 班 路 级 区 档 版 单元 线 环"))
+# Words before a number that make it a count, for the measures that may count or name.
+COUNT_CUES = words(
     """
     有 共 共计 合计 总共 一共 总计 了 这 那 前 后 近 约 大约 大概 最多 至多 至少 最少 仅 仅仅 只
     只有 再 每 多 超过 不到 不足 连续 整整 花 用 需 需要 要 等 过 隔 分 分成 分为 为 成 增加
@@ -102,56 +64,9 @@ COUNT_CUES = _words(
     相差 差 少 多了 来 去 跑 走 吃 喝 服 服用 买 卖 送 带 拿 订 约有 大于 小于 到 至 或 和
     """
 )
-ORDINAL_CUES = _words("第 在 位于 住 住在 到达 前往 去往 坐 乘 搭 转 换乘 编号 座落 落在")
-
-# -- units written in Latin letters: read as the unit after a count ------------------------
-# (written, said, said before the number): "50km/h" is said 每小时五十公里, as the library
-# does and as listeners say it; units that read better as letters stay letters (GB).
-UNITS: dict[str, tuple[str, str]] = {
-    "mAh": ("毫安时", ""), "Ah": ("安时", ""), "mA": ("毫安", ""), "kV": ("千伏", ""),
-    "V": ("伏", ""), "W": ("瓦", ""), "kW": ("千瓦", ""), "KW": ("千瓦", ""), "MW": ("兆瓦", ""),
-    "GW": ("吉瓦", ""), "mW": ("毫瓦", ""), "Wh": ("瓦时", ""), "kWh": ("千瓦时", ""),
-    "KWh": ("千瓦时", ""), "kwh": ("千瓦时", ""), "MWh": ("兆瓦时", ""), "GWh": ("吉瓦时", ""),
-    "dB": ("分贝", ""), "db": ("分贝", ""), "dBm": ("分贝毫瓦", ""),
-    "nm": ("纳米", ""), "μm": ("微米", ""), "um": ("微米", ""), "mm": ("毫米", ""),
-    "cm": ("厘米", ""), "m": ("米", ""), "km": ("公里", ""), "KM": ("公里", ""),
-    "Hz": ("赫兹", ""), "kHz": ("千赫兹", ""), "KHz": ("千赫兹", ""), "MHz": ("兆赫兹", ""),
-    "GHz": ("吉赫兹", ""), "ms": ("毫秒", ""), "μs": ("微秒", ""), "us": ("微秒", ""),
-    "ns": ("纳秒", ""), "s": ("秒", ""), "min": ("分钟", ""), "mins": ("分钟", ""),
-    "h": ("小时", ""), "hr": ("小时", ""), "hrs": ("小时", ""),
-    "kg": ("千克", ""), "KG": ("千克", ""), "Kg": ("千克", ""), "g": ("克", ""),
-    "mg": ("毫克", ""), "μg": ("微克", ""), "ug": ("微克", ""), "mcg": ("微克", ""),
-    "t": ("吨", ""), "lb": ("磅", ""), "lbs": ("磅", ""), "oz": ("盎司", ""),
-    "L": ("升", ""), "l": ("升", ""), "ml": ("毫升", ""), "mL": ("毫升", ""), "ML": ("毫升", ""),
-    "m²": ("平方米", ""), "m2": ("平方米", ""), "㎡": ("平方米", ""), "km²": ("平方公里", ""),
-    "cm²": ("平方厘米", ""), "mm²": ("平方毫米", ""), "m³": ("立方米", ""), "m3": ("立方米", ""),
-    "cm³": ("立方厘米", ""), "km/h": ("公里", "每小时"), "KM/H": ("公里", "每小时"),
-    "kmh": ("公里", "每小时"), "m/s": ("米每秒", ""), "mph": ("英里每小时", ""),
-    "KB": ("K B", ""), "MB": ("M B", ""), "GB": ("G B", ""), "TB": ("T B", ""), "PB": ("P B", ""),
-    "Kb": ("K b", ""), "Mb": ("M b", ""), "Gb": ("G b", ""),
-    "KB/s": ("K B每秒", ""), "MB/s": ("M B每秒", ""), "GB/s": ("G B每秒", ""),
-    "kB/s": ("K B每秒", ""), "Mbps": ("兆比特每秒", ""), "Gbps": ("G比特每秒", ""),
-    "kbps": ("K比特每秒", ""), "Kbps": ("K比特每秒", ""), "M/s": ("M每秒", ""),
-    "fps": ("帧每秒", ""), "FPS": ("帧每秒", ""), "bpm": ("次每分钟", ""),
-    "rpm": ("转每分钟", ""), "RPM": ("转每分钟", ""), "mmHg": ("毫米汞柱", ""),
-    "mmol/L": ("毫摩尔每升", ""), "mg/dL": ("毫克每分升", ""), "g/L": ("克每升", ""),
-    "mg/L": ("毫克每升", ""), "IU": ("国际单位", ""), "kcal": ("千卡", ""), "Kcal": ("千卡", ""),
-    "cal": ("卡", ""), "kJ": ("千焦", ""), "℃": ("摄氏度", ""), "°C": ("摄氏度", ""),
-    "°F": ("华氏度", ""), "℉": ("华氏度", ""), "°": ("度", ""), "Ω": ("欧姆", ""),
-    "kΩ": ("千欧", ""), "MPa": ("兆帕", ""), "kPa": ("千帕", ""), "Pa": ("帕", ""),
-    "hPa": ("百帕", ""), "nits": ("尼特", ""), "nit": ("尼特", ""), "lm": ("流明", ""),
-    "px": ("像素", ""), "dpi": ("D P I", ""), "ppi": ("P P I", ""), "inch": ("英寸", ""),
-    "in": ("英寸", ""), "ft": ("英尺", ""), "mi": ("英里", ""), "cc": ("毫升", ""),
-    "TOPS": ("T O P S", ""), "TFLOPS": ("T FLOPS", ""), "ppm": ("P P M", ""),
-    "x": ("倍", ""), "X": ("倍", ""), "G": ("G", ""), "K": ("K", ""), "M": ("M", ""),
-    "B": ("B", ""), "T": ("T", ""), "k": ("k", ""),
-}  # fmt: skip
-# Units one letter long, or words: only after a number that no Latin word precedes
-# ("iPhone 5s", "Model 3 L"), and never before another letter.
-AMBIGUOUS_UNITS = frozenset(["s", "m", "h", "g", "t", "l", "L", "x", "X", "in", "mi", "G", "K"])
 
 # -- cue words: a number after (or before) them is read digit by digit ----------------------
-CODE_CUES_BEFORE = _words(
+CODE_CUES_BEFORE = words(
     """
     验证码 校验码 动态码 确认码 安全码 授权码 激活码 邀请码 兑换码 优惠码 券码 取件码 取货码
     取餐码 提货码 核销码 取票码 密码 口令 PIN码 PIN 订单号 订单编号 订单 单号 运单号 运单
@@ -169,68 +84,18 @@ CODE_CUES_BEFORE = _words(
     """
 )
 # After the number: "302房间", "8080端口", "G1234次".
-CODE_CUES_AFTER = _words("房间 房 号房 室 端口 次列车 次高铁 次动车 航班 登机口 错误 报错 页面")
+CODE_CUES_AFTER = words("房间 房 号房 室 端口 次列车 次高铁 次动车 航班 登机口 错误 报错 页面")
 
 # Service numbers read as digits wherever they stand alone (not before a measure word).
 SERVICE_NUMBERS = frozenset(
-    [
-        "110",
-        "112",
-        "114",
-        "119",
-        "120",
-        "122",
-        "12306",
-        "12315",
-        "12345",
-        "12348",
-        "12355",
-        "12358",
-        "12365",
-        "12366",
-        "12369",
-        "12333",
-        "12320",
-        "12395",
-        "12110",
-        "12580",
-        "10086",
-        "10010",
-        "10000",
-        "10001",
-        "10011",
-        "10050",
-        "95588",
-        "95533",
-        "95599",
-        "95566",
-        "95555",
-        "95559",
-        "95528",
-        "95595",
-        "95568",
-        "95558",
-        "95561",
-        "95577",
-        "95508",
-        "95511",
-        "95518",
-        "95519",
-        "95522",
-        "95500",
-        "95598",
-        "95516",
-        "95510",
-        "95567",
-        "95512",
-        "96777",
-        "95306",
-        "95105",
-        "95118",
-        "95188",
-        "95017",
-        "95113",
-    ]
+    words(
+        """
+    10000 10001 10010 10011 10050 10086 110 112 114 119 120 12110 122 12306 12315 12320
+    12333 12345 12348 12355 12358 12365 12366 12369 12395 12580 95017 95105 95113 95118
+    95188 95306 95500 95508 95510 95511 95512 95516 95518 95519 95522 95528 95533 95555
+    95558 95559 95561 95566 95567 95568 95577 95588 95595 95598 95599 96777
+        """
+    )
 )
 # Numbers that name something, as they are said (六一八, 九八五, 二幺幺).
 LABELS = {
@@ -242,21 +107,19 @@ LABELS = {
 GENERATIONS = frozenset(
     ["50", "55", "60", "65", "70", "75", "80", "85", "90", "95", "00", "05", "10", "15", "20"]
 )
-# Names written with symbols, said as their users say them.
-NAMES = {"C#": "C sharp", "F#": "F sharp", ".NET": "dot net", "C++": "C加加", "Wi-Fi": "Wi Fi"}
 # Named days written with a number: said as the set phrase.
 NAMED_DAYS = {"双11": "双十一", "双12": "双十二", "双十一": "双十一", "3·15": "三一五",
               "3.15": "三一五", "5·20": "五二零", "6·18": "六一八"}  # fmt: skip
 
 # Cues of a score or a ratio before "3:2" (else it is a time when it can be one).
-SCORE_CUES = _words(
+SCORE_CUES = words(
     """
     比分 比例 比率 比值 配比 战胜 击败 打败 获胜 胜 负 赢 输 战平 逆转 大比分 总比分 比赛 拿下
     落后 领先 以 屏幕比例 长宽比 宽高比 画幅 兑 兑换 汇率 杠杆 赔率 胜率 净胜
     """
 )
 # Cues that make "3k", "5w" money or counts (月薪3k, 5w粉丝).
-MAGNITUDE_CUES = _words(
+MAGNITUDE_CUES = words(
     """
     薪 月薪 年薪 底薪 时薪 日薪 薪资 薪水 工资 收入 月入 年入 预算 报价 价格 价 售价 标价 定价
     费 费用 成本 钱 赚 花 存 贷 借 欠 补贴 奖金 报销 房租 租金 押金 首付 月供 估值 融资
@@ -264,230 +127,3 @@ MAGNITUDE_CUES = _words(
     租 月租 日租 年租 售价 总价 单价 均价 房价 车价 全款 贷款 存款 余额 身价 年终奖 税前 税后
     """
 )
-
-# -- dotted tokens: a dot inside them is no sentence end --------------------------------------
-# Abbreviations with a dot, as said in Chinese text and in English text.
-ABBREVIATIONS: dict[str, tuple[str, str]] = {
-    "Mr.": ("Mister", "Mister"), "Mrs.": ("Missus", "Missus"), "Ms.": ("Miss", "Miss"),
-    "Dr.": ("Doctor", "Doctor"), "Prof.": ("Professor", "Professor"), "Jr.": ("Junior", "Junior"),
-    "Sr.": ("Senior", "Senior"), "St.": ("Saint", "Saint"), "Mt.": ("Mount", "Mount"),
-    "vs.": ("V S", "versus"), "Vs.": ("V S", "versus"), "VS.": ("V S", "versus"),
-    "etc.": ("等等", "etcetera"), "e.g.": ("例如", "for example"), "E.g.": ("例如", "for example"),
-    "i.e.": ("即", "that is"), "I.e.": ("即", "that is"), "approx.": ("约", "approximately"),
-    "Inc.": ("Inc", "Inc"), "Ltd.": ("Limited", "Limited"), "Co.": ("Co", "Co"),
-    "Corp.": ("Corp", "Corp"), "Fig.": ("图", "Figure"), "fig.": ("图", "figure"),
-    "Vol.": ("Volume", "Volume"), "No.": ("No", "number"), "Ave.": ("Avenue", "Avenue"),
-    "Rd.": ("Road", "Road"), "Dept.": ("Department", "Department"), "Gov.": ("Governor", "Governor"),
-    "a.m.": ("上午", "A M"), "p.m.": ("下午", "P M"), "A.M.": ("上午", "A M"),
-    "P.M.": ("下午", "P M"), "Ph.D.": ("P h D", "P h D"), "PhD.": ("P h D", "P h D"),
-}  # fmt: skip
-# Abbreviations that may also end a sentence: a stop is kept after them at a segment's end.
-SENTENCE_FINAL_ABBREVIATIONS = frozenset({"etc.", "Inc.", "Ltd.", "Co.", "Corp.", "Jr.", "Sr."})
-# File name extensions (app.py, README.md): the name is read, "." as 点.
-FILE_EXTENSIONS = frozenset(
-    [
-        "py",
-        "js",
-        "ts",
-        "jsx",
-        "tsx",
-        "mjs",
-        "cjs",
-        "json",
-        "yaml",
-        "yml",
-        "toml",
-        "ini",
-        "cfg",
-        "conf",
-        "env",
-        "md",
-        "txt",
-        "rst",
-        "csv",
-        "tsv",
-        "xls",
-        "xlsx",
-        "doc",
-        "docx",
-        "ppt",
-        "pptx",
-        "pdf",
-        "png",
-        "jpg",
-        "jpeg",
-        "gif",
-        "svg",
-        "webp",
-        "bmp",
-        "ico",
-        "mp3",
-        "mp4",
-        "wav",
-        "flac",
-        "ogg",
-        "m4a",
-        "mov",
-        "avi",
-        "mkv",
-        "webm",
-        "html",
-        "htm",
-        "css",
-        "scss",
-        "less",
-        "xml",
-        "java",
-        "kt",
-        "go",
-        "rs",
-        "c",
-        "h",
-        "cpp",
-        "hpp",
-        "cc",
-        "cs",
-        "swift",
-        "rb",
-        "php",
-        "pl",
-        "sh",
-        "bash",
-        "zsh",
-        "bat",
-        "ps1",
-        "exe",
-        "dll",
-        "so",
-        "dylib",
-        "app",
-        "apk",
-        "ipa",
-        "dmg",
-        "iso",
-        "zip",
-        "tar",
-        "gz",
-        "tgz",
-        "bz2",
-        "xz",
-        "7z",
-        "rar",
-        "whl",
-        "jar",
-        "war",
-        "sql",
-        "db",
-        "sqlite",
-        "log",
-        "lock",
-        "bin",
-        "dat",
-        "pkl",
-        "pt",
-        "pth",
-        "onnx",
-        "safetensors",
-        "ckpt",
-        "ipynb",
-        "vue",
-        "svelte",
-        "dart",
-        "lua",
-        "r",
-    ]
-)
-# Top-level domains for a host written without a scheme (example.com, gov.cn).
-DOMAINS = frozenset(
-    [
-        "com",
-        "cn",
-        "net",
-        "org",
-        "io",
-        "ai",
-        "dev",
-        "app",
-        "co",
-        "gov",
-        "edu",
-        "me",
-        "tv",
-        "info",
-        "xyz",
-        "top",
-        "uk",
-        "jp",
-        "hk",
-        "tw",
-        "us",
-        "de",
-        "fr",
-        "ru",
-        "site",
-        "online",
-        "tech",
-        "cloud",
-        "shop",
-        "store",
-        "mil",
-        "int",
-        "biz",
-        "cc",
-        "la",
-        "vip",
-        "wang",
-        "ink",
-    ]
-)
-
-# -- math ---------------------------------------------------------------------------------
-LATEX_OPERATORS = {
-    "=": "等于", "+": "加", "-": "减", "−": "减", "*": "乘", "×": "乘", "·": "乘", "/": "除以",
-    "÷": "除以", "<": "小于", ">": "大于", "<=": "小于等于", ">=": "大于等于", "!": "的阶乘",
-    "'": "撇", ",": "，", "±": "正负", "≤": "小于等于", "≥": "大于等于", "≠": "不等于",
-    "≈": "约等于", "%": "百分之", "∞": "无穷大",
-}  # fmt: skip
-LATEX_COMMANDS = {
-    "times": "乘", "cdot": "乘", "div": "除以", "pm": "正负", "mp": "负正", "le": "小于等于",
-    "leq": "小于等于", "leqslant": "小于等于", "ge": "大于等于", "geq": "大于等于",
-    "geqslant": "大于等于", "ne": "不等于", "neq": "不等于", "approx": "约等于",
-    "equiv": "恒等于", "sim": "约等于", "propto": "正比于", "infty": "无穷大", "to": "趋于",
-    "rightarrow": "趋于", "Rightarrow": "推出", "implies": "推出", "iff": "当且仅当",
-    "in": "属于", "notin": "不属于", "subset": "包含于", "cap": "交", "cup": "并",
-    "sum": "求和", "prod": "连乘", "int": "积分", "oint": "环路积分", "lim": "极限",
-    "partial": "偏", "nabla": "梯度", "circ": "度", "degree": "度", "ldots": "等等",
-    "cdots": "等等", "dots": "等等", "forall": "任意", "exists": "存在", "angle": "角",
-    "perp": "垂直于", "parallel": "平行于", "neg": "非", "lt": "小于", "gt": "大于",
-    "%": "百分号", "log": "log", "ln": "ln", "lg": "lg", "sin": "sin", "cos": "cos",
-    "tan": "tan", "exp": "exp", "max": "max", "min": "min", "det": "det",
-    "alpha": "阿尔法", "beta": "贝塔", "gamma": "伽马", "delta": "德尔塔", "epsilon": "艾普西龙",
-    "varepsilon": "艾普西龙", "zeta": "泽塔", "eta": "伊塔", "theta": "西塔", "lambda": "兰姆达",
-    "mu": "缪", "nu": "纽", "xi": "克西", "pi": "派", "rho": "柔", "sigma": "西格玛", "tau": "陶",
-    "phi": "斐", "varphi": "斐", "chi": "卡伊", "psi": "普赛", "omega": "欧米伽",
-    "Gamma": "伽马", "Delta": "德尔塔", "Theta": "西塔", "Lambda": "兰姆达", "Sigma": "西格玛",
-    "Phi": "斐", "Psi": "普赛", "Omega": "欧米伽", "Pi": "派",
-}  # fmt: skip
-LATEX_DROPPED = frozenset(
-    [
-        "left",
-        "right",
-        "displaystyle",
-        "textstyle",
-        "quad",
-        "qquad",
-        ",",
-        ";",
-        ":",
-        "!",
-        "big",
-        "Big",
-        "bigg",
-        "Bigg",
-        "limits",
-        "nolimits",
-        "{",
-        "}",
-        "|",
-    ]
-) | {" ", ",", ";", ":", "!"}

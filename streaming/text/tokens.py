@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from streaming.punctuation import PAUSE_SYMBOLS, WORD_JOINERS, Said, said_as
-from streaming.text.tables import SYMBOL_READINGS
+from streaming.text.symbols import SYMBOL_READINGS
 
 # Removal reasons, as reported to clients.
 REASON_UNSPEAKABLE = "unspeakable"  # no reading for it (a symbol, a rare script)
