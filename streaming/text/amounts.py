@@ -173,6 +173,8 @@ def _per(match: re.Match[str], read_number: NumberReader) -> str:
 def _said_money(match: re.Match[str], read_number: NumberReader) -> str:
     unit = match["unit"]
     currency = _currency_word(unit) if unit else _currency_word(match.groupdict().get("cur") or "")
+    if match.groupdict().get("lo_unit") and match["hi_num"] is None:
+        currency = _currency_word(match["lo_unit"]) + currency  # "100元人民币" 一百元人民币
     sign = match["neg"] or match.groupdict().get("neg2") or ""
     said = _SIGN_WORDS.get(sign, "") + _read_money(match, "lo", read_number)
     if match["hi_num"] is not None:

@@ -84,6 +84,11 @@ def code_rule(spans: Spans) -> Iterator[Token]:
     for match in _MASKED.finditer(text):
         said = read_digits(match[1]) + "，" + read_digits(match[3])
         yield word(match.start(), match.end(), said, RULE_CODE)
+    for match in _STOCK.finditer(text):
+        said = read_digits(match[1]) + "点" + " ".join(match[2])
+        yield word(match.start(), match.end(), said, RULE_CODE)
+    for match in _HEX.finditer(text):
+        yield word(match.start(), match.end(), "零X " + read_code(match.group()[2:]), RULE_CODE)
     for match in _NAMED_DAY.finditer(text):
         yield word(match.start(), match.end(), NAMED_DAYS[match.group()], RULE_LABEL)
     for match in _NAME.finditer(text):
@@ -112,9 +117,18 @@ def code_rule(spans: Spans) -> Iterator[Token]:
 
 # Letters glued to three or more digits ("CA1234", "RTX4090", "x264", "4090Ti"), or a
 # name in capitals, a blank, three to five digits ("RTX 4090", "GTX 1080 Ti").
-_GLUED = re.compile(r"(?<=[A-Za-z])\d{3,}(?![\d.])|(?<![\d.])\d{3,}(?=[A-Za-z])")
-_SPACED = re.compile(r"(?<![A-Za-z])([A-Z]{2,}[A-Za-z]*) (\d{3,5})(?![\d.])")
-_NOT_MODELS = frozenset({"TOP", "NO", "VOL", "PAGE", "ISO", "AD", "BC", "FY", "Q", "AND", "OR"})
+# Also after a hyphen that follows a letter or digit (SHA-256, i9-13900K, MIL-STD-810).
+_GLUED = re.compile(
+    r"(?<=[A-Za-z])\d{3,}(?![\d.])|(?<![\d.])\d{3,}(?=[A-Za-z])|(?<=[A-Za-z0-9]-)\d{3,}(?![\d.])"
+)
+# A standard or a model after a name in capitals: "ISO 9001", "IEEE 802.11", "RTX 4090".
+_SPACED = re.compile(r"(?<![A-Za-z])([A-Z]{2,}[A-Za-z]*) (\d{3,5}(?:\.\d+)*)(?![\d.])")
+_NOT_MODELS = frozenset({"TOP", "NO", "VOL", "PAGE", "AD", "BC", "FY", "Q", "AND", "OR"})
+# Camera sensitivity is a number (ISO 3200 三千二百); a standard (ISO 9001) is digits.
+_ROUND_NUMBERS_AFTER = frozenset({"ISO"})
+# Stock codes with their exchange (600519.SH, 00700.HK): digits, 点, the letters.
+_STOCK = re.compile(r"(?<![\dA-Za-z.])(\d{4,6})\.(SH|SZ|HK|BJ|SS|US|TW|KS|T|L|N|O)(?![A-Za-z])")
+_HEX = re.compile(r"(?<![\dA-Za-z])0[xX][0-9A-Fa-f]+(?![\dA-Za-z])")
 _YEAR_LIKE = re.compile(r"(?:19|20)\d\d")
 _RESOLUTION = re.compile(r"(?<![\dA-Za-z])(\d{3,4})([pPiI])(?![A-Za-z\d])")
 # Letters that may follow a model number's digits though they are also units.
@@ -128,9 +142,13 @@ def model_rule(spans: Spans) -> Iterator[Token]:
         said = read_digits(match[1]) + match[2].upper()
         yield word(match.start(), match.end(), said, RULE_MODEL)
     for match in _SPACED.finditer(text):
-        if match[1].upper() in _NOT_MODELS or _quantity_after(text, match.end()):
+        name, number = match[1], match[2]
+        if name.upper() in _NOT_MODELS or _quantity_after(text, match.end()):
             continue
-        yield word(match.start(2), match.end(2), _model_digits(match[2]), RULE_MODEL)
+        if name.upper() in _ROUND_NUMBERS_AFTER and number.endswith("00"):
+            continue
+        said = "点".join(_model_digits(part) for part in number.split("."))
+        yield word(match.start(2), match.end(2), said, RULE_MODEL)
     for match in _GLUED.finditer(text):
         unit = unit_after(text, match.end())
         if unit is not None and (unit not in _MODEL_SUFFIXES or len(match.group()) <= 3):

@@ -51,7 +51,10 @@ _FILE = re.compile(
 _DOMAIN = re.compile(
     rf"(?<![A-Za-z0-9_.@/-])((?:[A-Za-z0-9][A-Za-z0-9-]*\.)+(?:{alternatives(sorted(DOMAINS))}))(?![A-Za-z0-9_]|\.[A-Za-z0-9_])"
 )
-_GLUED_DOT = re.compile(r"(?<=[A-Za-z])\.(?=[A-Za-z])")
+# A dot glued between a letter and a letter or a digit (os.path, M.2, 600519.SH).
+_GLUED_DOT = re.compile(
+    r"(?<=[A-Za-z])\.(?=[A-Za-z])|(?<=[A-Za-z])(?<![Nn][Oo])\.(?=[0-9])|(?<=[0-9])\.(?=[A-Za-z])"
+)
 _VOWELS = frozenset("aeiouAEIOU")
 
 

@@ -37,6 +37,8 @@ _ORDINAL_PREFIX = re.compile(
     rf"[ \t]?({_NUM})"
 )
 _NUMBER = re.compile(rf"(?<![\d.,])({_SIGN})({_NUM})(\+(?![\d]))?(?![\d])")
+# "/" and perhaps a count after a unit, before another unit: mg/kg, L/100km.
+_PER_UNIT = re.compile(r"/(\d+)?(?=[A-Za-z°℃μ])")
 _FRACTION = re.compile(r"(?<![\d/.:])(\d+)/(\d+)(?![\d/.:])")
 _SIGNS = {"-": "负", "−": "负", "+": "正", "±": "正负"}
 _PER = re.compile(
@@ -126,6 +128,11 @@ def unit_rule(spans: Spans) -> Iterator[Token]:
         after, before, end = unit
         counts = after not in LETTER_UNITS
         said = _SIGNS.get(match[1], "") + read_number(_plain(match[2]), count=counts)
+        per = _PER_UNIT.match(text, end)
+        if per is not None and (per_unit := _unit(text, per.end(1) if per[1] else per.start() + 1)):
+            count = read_number(per[1], count=True) if per[1] else ""
+            after += "每" + count + per_unit[1] + per_unit[0]  # mg/kg 毫克每千克, L/100km
+            end = per_unit[2]
         yield word(match.start(), end, before + said + after, RULE_UNIT)
 
 
