@@ -64,7 +64,8 @@ def phone_rule(spans: Spans) -> Iterator[Token]:
 
 
 # After a cue: letters and digits, perhaps grouped by blanks or dashes ("SF 1234 5678").
-_CODE = re.compile(r"[A-Za-z0-9]+(?:(?:-|(?<=\d) (?=\d{3}))[A-Za-z0-9]+)*")
+# Blanks join digit groups ("SF 1234 5678") and single digits ("4 8 2 6 1 7").
+_CODE = re.compile(r"[A-Za-z0-9]+(?:(?:-|(?<=\d) (?=\d{3})|(?<=\d) (?=\d(?!\d)))[A-Za-z0-9]+)*")
 # A number masked in its middle ("138****5678", "4401******1234"): both ends digit by
 # digit, the mask a pause.
 _MASKED = re.compile(r"(?<![A-Za-z0-9])(\d+)([*＊]{2,}|[xX]{3,})(\d+)(?![A-Za-z0-9])")
@@ -72,7 +73,7 @@ _CODE_AFTER = re.compile(
     rf"(?<![\dA-Za-z.])(\d{{3,}})[ \t]?(?:{alternatives(CODE_CUES_AFTER)})"
     r"|(?<=[层楼栋座])(\d{3,4})(?=号|室)"  # a room after its floor: 12层1208号
 )
-_NAMED_DAY = re.compile(alternatives(list(NAMED_DAYS)))
+_NAMED_DAY = re.compile(rf"(?<![\d.,:/])(?:{alternatives(list(NAMED_DAYS))})(?![\d.%])")
 _NAME = re.compile(rf"(?<![A-Za-z0-9])(?:{alternatives(list(NAMES))})(?![A-Za-z0-9+#])")
 # "#A1234", "#3": the sign says "number"; a code read digit by digit, a short number 三号.
 _NUMBER_SIGN = re.compile(r"(?<![A-Za-z0-9&#＃])[#＃]([A-Za-z]*\d[A-Za-z0-9-]*)")

@@ -183,6 +183,8 @@ def _is_code_like(number: str, text: str, end: int) -> bool:
 
 _WORD_HYPHEN_DIGIT = re.compile(
     r"(?<=[A-Za-z])-(?=\d)|(?<=[A-Za-z0-9])-(?=\d+(?:\.\d+)?[A-Za-z]+(?![A-Za-z0-9]))"
+    r"|(?<=[A-Za-z][0-9])-(?=\d)|(?<=[A-Za-z][0-9][0-9])-(?=\d)"  # DDR5-6000, i9-14900K
+    r"|(?<=[0-9])-(?=[0-9])"  # inside a code no other rule read (RMA20240518-003)
 )
 
 
