@@ -10,6 +10,7 @@ from streaming.punctuation import (
     CLOSERS,
     MARKS,
     OPENERS,
+    PAUSE_SYMBOLS,
     STRAIGHT_QUOTES,
 )
 from streaming.text.align import normalized_spans
@@ -153,7 +154,7 @@ _CJK_BREAKS = "".join(sorted(CJK_SENTENCE_MARKS | CJK_CLAUSE_MARKS))
 _CLAUSE_BREAK = re.compile(rf"[{_CJK_BREAKS}\n]|[,;!?](?=\s)")
 # A run needs the normaliser only if it holds a digit or a character outside CJK,
 # letters, blanks and punctuation; pure prose skips it (and its cost).
-_PUNCTUATION = "".join(sorted(set(MARKS) | OPENERS | CLOSERS | STRAIGHT_QUOTES))
+_PUNCTUATION = "".join(sorted(set(MARKS) | OPENERS | CLOSERS | STRAIGHT_QUOTES | PAUSE_SYMBOLS))
 _NEEDS_NORMALIZER = re.compile(rf"[^\u4e00-\u9fffA-Za-z\s{re.escape(_PUNCTUATION)}]")
 
 
