@@ -118,9 +118,10 @@ def code_rule(spans: Spans) -> Iterator[Token]:
 
 # Letters glued to three or more digits ("CA1234", "RTX4090", "x264", "4090Ti"), or a
 # name in capitals, a blank, three to five digits ("RTX 4090", "GTX 1080 Ti").
-# Also after a hyphen that follows a letter or digit (SHA-256, i9-13900K, MIL-STD-810).
+# Also after a hyphen in a name (SHA-256, i9-13900K, MIL-STD-810), not in a range (100-200).
 _GLUED = re.compile(
-    r"(?<=[A-Za-z])\d{3,}(?![\d.])|(?<![\d.])\d{3,}(?=[A-Za-z])|(?<=[A-Za-z0-9]-)\d{3,}(?![\d.])"
+    r"(?<=[A-Za-z])\d{3,}(?![\d.])|(?<![\d.])\d{3,}(?=[A-Za-z])"
+    r"|(?:(?<=[A-Za-z]-)|(?<=[A-Za-z]\d-)|(?<=[A-Za-z]\d\d-))\d{3,}(?![\d.])"
 )
 # A standard or a model after a name in capitals: "ISO 9001", "IEEE 802.11", "RTX 4090".
 _SPACED = re.compile(r"(?<![A-Za-z])([A-Z]{2,}[A-Za-z]*) (\d{3,5}(?:\.\d+)*)(?![\d.])")

@@ -43,8 +43,14 @@ def _month_day(month: str, day: str) -> str:
     return read_cardinal(month) + "月" + read_cardinal(day) + "日"
 
 
+# A dash from a date or a time to the next ("5月1日-5月5日", "9点-11点"): 到, not 负.
+_DATE_DASH = re.compile(r"(?<=[日号月年点分秒天周])[ \t]?[-–—~～〜][ \t]?(?=\d)")
+
+
 def date_rule(spans: Spans) -> Iterator[Token]:
     text = spans.text
+    for match in _DATE_DASH.finditer(text):
+        yield word(match.start(), match.end(), "到", RULE_DATE)
     for match in _ISO_DATE.finditer(text):
         said = read_year(match[1]) + "年" + _month_day(match[3], match[4])
         yield word(match.start(), match.end(), said, RULE_DATE)

@@ -45,4 +45,11 @@ DOMAINS = frozenset(
     )
 )
 # Names written with symbols, said as their users say them.
-NAMES = {"C#": "C sharp", "F#": "F sharp", ".NET": "dot net", "C++": "C加加", "Wi-Fi": "Wi Fi"}
+NAMES = {
+    "24/7": "二十四七",
+    "C#": "C sharp",
+    "F#": "F sharp",
+    ".NET": "dot net",
+    "C++": "C加加",
+    "Wi-Fi": "Wi Fi",
+}

@@ -96,9 +96,15 @@ def range_rule(spans: Spans) -> Iterator[Token]:
         yield word(match.start(), end, said, RULE_RANGE)
 
 
+_ENGLISH_ORDINAL = re.compile(r"(?<![A-Za-z0-9.])(\d+)(?:st|nd|rd|th)(?![A-Za-z])")
+
+
 def ordinal_rule(spans: Spans) -> Iterator[Token]:
-    """第2 第二, 周2 周二, 初2 初二, No.1 第一; a count measure after still counts (每周2次)."""
+    """第2 第二, 周2 周二, 初2 初二, No.1 第一, 1st 第一; a count measure after still
+    counts (每周2次)."""
     text = spans.text
+    for match in _ENGLISH_ORDINAL.finditer(text):
+        yield word(match.start(), match.end(), "第" + read_ordinal(match[1]), RULE_ORDINAL)
     for match in _ORDINAL_PREFIX.finditer(text):
         prefix, number = match[1], _plain(match[2])
         if prefix != "第" and _counts(text, match.end()):
