@@ -1,6 +1,6 @@
 """Tokens with a dot inside: no pause where they have a dot (the dot is no sentence end).
 
-Abbreviations (Mr. Dr. e.g. U.S. vs. etc.), file names (app.py 的 app点P Y), domains
+Abbreviations (Mr. Dr. e.g. U.S. vs. etc.), file names (app.py: app点P Y), domains
 (example.com), IPv4 addresses (一九二点一六八点一点一), versions (v1.2.3 v一点二点三),
 codecs (H.264 H二六四), a host and its port (localhost:8080), and any dot glued between
 two letters (Node.js, os.path). ``streaming/segment.py`` does not cut at these dots

@@ -4,6 +4,8 @@ it matches, and that it comes before every other rule."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streaming.text import Lexicon, LexiconError, LexiconLimits, prepare_text
 from tests.streaming.test_text import check_accounting
@@ -87,3 +89,19 @@ def test_a_context_wins_over_the_file() -> None:
         "AI": ("人工智能", "f:1"),
     }
     assert file.merged(None) is file
+
+
+LEXICON = Lexicon.from_mapping(
+    {"行长": "航长", "AI": "人工智能", "12306": "铁路一二三零六", "G7": "G 7"},
+    origin="request",
+    limits=LexiconLimits(),
+)
+PIECES = ["行长", "AI", "MAIL", "12306", "G7", "G77", "银行", "说", "，", "。", " ", "3", "😀",
+          "**", "-", "A", "I", "行", "长", "123", "06"]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.lists(st.sampled_from(PIECES), max_size=20).map("".join))
+def test_every_character_accounted_for_with_a_lexicon(text: str) -> None:
+    """Whatever the text around the entries, each character is spoken or reported once."""
+    check_accounting(text, prepare_text(text, normalizer=rules_only, lexicon=LEXICON))
