@@ -27,13 +27,13 @@ RULE_MODEL = "digits.model"
 
 _OPEN, _CLOSE = "(（", ")）"
 _PHONE = re.compile(
-    r"(?<![\d+A-Za-z])(?:"
-    r"(?:(?:\+|00)86[ -]?)?1[3-9]\d(?:[ -]?\d{4}){2}"  # mobile, 3-4-4
-    r"|(?:(?:\+|00)86[ -]?)?(?:[(（]0\d{2,3}[)）]|0\d{2,3})[ -]?\d{3,4}[ -]?\d{4}"  # land line
-    r"(?:[ ]?(?:转|ext\.?|EXT\.?|Ext\.?)[ ]?\d{1,5})?"  # and its extension
-    r"|[48]00[ -]?\d{3}[ -]?\d{4}"  # 400 / 800 service lines
-    r"|\+\d{1,3}[ -]?(?:[(（]\d{1,4}[)）][ -]?)?\d{2,4}(?:[ -]?\d{2,4}){1,3}"  # international
-    r")(?![\d])"
+    r"(?<![0-9+A-Za-z])(?:"
+    r"(?:(?:\+|00)86[ -]?)?1[3-9][0-9](?:[ -]?[0-9]{4}){2}"  # mobile, 3-4-4
+    r"|(?:(?:\+|00)86[ -]?)?(?:[(（]0[0-9]{2,3}[)）]|0[0-9]{2,3})[ -]?[0-9]{3,4}[ -]?[0-9]{4}"  # land line
+    r"(?:[ ]?(?:转|ext\.?|EXT\.?|Ext\.?)[ ]?[0-9]{1,5})?"  # and its extension
+    r"|[48]00[ -]?[0-9]{3}[ -]?[0-9]{4}"  # 400 / 800 service lines
+    r"|\+[0-9]{1,3}[ -]?(?:[(（][0-9]{1,4}[)）][ -]?)?[0-9]{2,4}(?:[ -]?[0-9]{2,4}){1,3}"  # international
+    r")(?![0-9])"
 )
 
 
@@ -41,7 +41,7 @@ def read_code(code: str) -> str:
     """Digits one by one with 幺, letters spelled, "+" as 加, separators as a blank."""
     out: list[str] = []
     for ch in code:
-        if ch.isdigit():
+        if "0" <= ch <= "9":
             out.append(read_digits(ch))
         elif ch == "+":
             out.append("加")
@@ -65,18 +65,20 @@ def phone_rule(spans: Spans) -> Iterator[Token]:
 
 # After a cue: letters and digits, perhaps grouped by blanks or dashes ("SF 1234 5678").
 # Blanks join digit groups ("SF 1234 5678") and single digits ("4 8 2 6 1 7").
-_CODE = re.compile(r"[A-Za-z0-9]+(?:(?:-|(?<=\d) (?=\d{3})|(?<=\d) (?=\d(?!\d)))[A-Za-z0-9]+)*")
+_CODE = re.compile(
+    r"[A-Za-z0-9]+(?:(?:-|(?<=[0-9]) (?=[0-9]{3})|(?<=[0-9]) (?=[0-9](?![0-9])))[A-Za-z0-9]+)*"
+)
 # A number masked in its middle ("138****5678", "4401******1234"): both ends digit by
 # digit, the mask a pause.
-_MASKED = re.compile(r"(?<![A-Za-z0-9])(\d+)([*＊]{2,}|[xX]{3,})(\d+)(?![A-Za-z0-9])")
+_MASKED = re.compile(r"(?<![A-Za-z0-9])([0-9]+)([*＊]{2,}|[xX]{3,})([0-9]+)(?![A-Za-z0-9])")
 _CODE_AFTER = re.compile(
-    rf"(?<![\dA-Za-z.])(\d{{3,}})[ \t]?(?:{alternatives(CODE_CUES_AFTER)})"
-    r"|(?<=[层楼栋座])(\d{3,4})(?=号|室)"  # a room after its floor: 12层1208号
+    rf"(?<![0-9A-Za-z.])([0-9]{{3,}})[ \t]?(?:{alternatives(CODE_CUES_AFTER)})"
+    r"|(?<=[层楼栋座元])([0-9]{3,4})(?![0-9.])"  # a room after its floor: 12层1208号, 3楼301
 )
-_NAMED_DAY = re.compile(rf"(?<![\d.,:/])(?:{alternatives(list(NAMED_DAYS))})(?![\d.%])")
+_NAMED_DAY = re.compile(rf"(?<![0-9.,:/])(?:{alternatives(list(NAMED_DAYS))})(?![0-9.%])")
 _NAME = re.compile(rf"(?<![A-Za-z0-9])(?:{alternatives(list(NAMES))})(?![A-Za-z0-9+#])")
 # "#A1234", "#3": the sign says "number"; a code read digit by digit, a short number 三号.
-_NUMBER_SIGN = re.compile(r"(?<![A-Za-z0-9&#＃])[#＃]([A-Za-z]*\d[A-Za-z0-9-]*)")
+_NUMBER_SIGN = re.compile(r"(?<![A-Za-z0-9&#＃])[#＃]([A-Za-z]*[0-9][A-Za-z0-9-]*)")
 
 
 def code_rule(spans: Spans) -> Iterator[Token]:
@@ -96,22 +98,31 @@ def code_rule(spans: Spans) -> Iterator[Token]:
         yield word(match.start(), match.end(), NAMES[match.group()], RULE_LABEL)
     for match in _NUMBER_SIGN.finditer(text):
         code = match[1]
-        said = read_cardinal(code) + "号" if code.isdigit() and len(code) <= 2 else read_code(code)
+        said = (
+            read_cardinal(code) + "号"
+            if code.isascii() and code.isdigit() and len(code) <= 2
+            else read_code(code)
+        )
         yield word(match.start(), match.end(), said, RULE_CODE)
     for match in _CODE.finditer(text):
         start, end = match.start(), match.end()
         if start and text[start - 1].isascii() and text[start - 1].isalnum():
             continue
         code = match.group()
-        if sum(ch.isdigit() for ch in code) < 3 or not code_cue_before(*spans.lookbehind(start)):
+        if sum("0" <= ch <= "9" for ch in code) < 3 or not code_cue_before(
+            *spans.lookbehind(start)
+        ):
             continue
-        if code.isdigit() and _quantity_after(text, end):
+        if code.isascii() and code.isdigit() and _quantity_after(text, end):
             continue  # 手机2台, 订单300个: a quantity
         if start and text[start - 1] in "#＃":
             start -= 1  # "#20240521": the sign says "number", the code says it
         yield word(start, end, read_code(code), RULE_CODE)
     for match in _CODE_AFTER.finditer(text):
         group = 1 if match[1] is not None else 2
+        counted = measure_after(text, match.end())
+        if group == 2 and (unit_after(text, match.end()) or (counted and counted[1])):
+            continue  # 2楼200平: a quantity (1208号 is a room)
         said = read_code(match[group])
         yield word(match.start(group), match.end(group), said, RULE_CODE)
 
@@ -120,19 +131,19 @@ def code_rule(spans: Spans) -> Iterator[Token]:
 # name in capitals, a blank, three to five digits ("RTX 4090", "GTX 1080 Ti").
 # Also after a hyphen in a name (SHA-256, i9-13900K, MIL-STD-810), not in a range (100-200).
 _GLUED = re.compile(
-    r"(?<=[A-Za-z])\d{3,}(?![\d.])|(?<![\d.])\d{3,}(?=[A-Za-z])"
-    r"|(?:(?<=[A-Za-z]-)|(?<=[A-Za-z]\d-)|(?<=[A-Za-z]\d\d-))\d{3,}(?![\d.])"
+    r"(?<=[A-Za-z])[0-9]{3,}(?![0-9.])|(?<![0-9.])[0-9]{3,}(?=[A-Za-z])"
+    r"|(?:(?<=[A-Za-z]-)|(?<=[A-Za-z][0-9]-)|(?<=[A-Za-z][0-9][0-9]-))[0-9]{3,}(?![0-9.])"
 )
 # A standard or a model after a name in capitals: "ISO 9001", "IEEE 802.11", "RTX 4090".
-_SPACED = re.compile(r"(?<![A-Za-z])([A-Z]{2,}[A-Za-z]*) (\d{3,5}(?:\.\d+)*)(?![\d.])")
+_SPACED = re.compile(r"(?<![A-Za-z])([A-Z]{2,}[A-Za-z]*) ([0-9]{3,5}(?:\.[0-9]+)*)(?![0-9.])")
 _NOT_MODELS = frozenset({"TOP", "NO", "VOL", "PAGE", "AD", "BC", "FY", "Q", "AND", "OR"})
 # Camera sensitivity is a number (ISO 3200 三千二百); a standard (ISO 9001) is digits.
 _ROUND_NUMBERS_AFTER = frozenset({"ISO"})
 # Stock codes with their exchange (600519.SH, 00700.HK): digits, 点, the letters.
-_STOCK = re.compile(r"(?<![\dA-Za-z.])(\d{4,6})\.(SH|SZ|HK|BJ|SS|US|TW|KS|T|L|N|O)(?![A-Za-z])")
-_HEX = re.compile(r"(?<![\dA-Za-z])0[xX][0-9A-Fa-f]+(?![\dA-Za-z])")
-_YEAR_LIKE = re.compile(r"(?:19|20)\d\d")
-_RESOLUTION = re.compile(r"(?<![\dA-Za-z])(\d{3,4})([pPiI])(?![A-Za-z\d])")
+_STOCK = re.compile(r"(?<![0-9A-Za-z.])([0-9]{4,6})\.(SH|SZ|HK|BJ|SS|US|TW|KS|T|L|N|O)(?![A-Za-z])")
+_HEX = re.compile(r"(?<![0-9A-Za-z])0[xX][0-9A-Fa-f]+(?![0-9A-Za-z])")
+_YEAR_LIKE = re.compile(r"(?:19|20)[0-9][0-9]")
+_RESOLUTION = re.compile(r"(?<![0-9A-Za-z])([0-9]{3,4})([pPiI])(?![A-Za-z0-9])")
 # Letters that may follow a model number's digits though they are also units.
 _MODEL_SUFFIXES = frozenset({"x", "X", "K", "G", "M", "B", "T", "k"})
 
@@ -167,8 +178,8 @@ def _model_digits(digits: str) -> str:
 
 
 # Labels: 618, 985/211, 12306 and service numbers alone; generations (95后, 00后).
-_LABEL = re.compile(r"(?<![\d.,:A-Za-z¥$€£+\-])(\d{3,5})(?![\d.,:%A-Za-z])")
-_GENERATION = re.compile(r"(?<![\d.:])(\d{2})(?=后)")
+_LABEL = re.compile(r"(?<![0-9.,:A-Za-z¥$€£+\-])([0-9]{3,5})(?![0-9.,:%A-Za-z])")
+_GENERATION = re.compile(r"(?<![0-9.:])([0-9]{2})(?=后)")
 _EMERGENCY = frozenset(["110", "112", "114", "119", "120", "122"])
 _EMERGENCY_CUES = re.compile(
     r"(?:拨打|致电|电话|热线|打|拨|call|报警|急救|火警|求助|查号)[^，。；！？,;!?\n]{0,8}$"

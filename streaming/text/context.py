@@ -52,7 +52,7 @@ def measure_after(text: str, end: int) -> tuple[str, bool] | None:
 def count_cue_before(text: str, end: int) -> bool:
     """Whether a count cue (有, 共, 了, 前...) stands before the number ending at ``end``."""
     start = end
-    while start > 0 and (text[start - 1].isdigit() or text[start - 1] in ".-~"):
+    while start > 0 and ("0" <= text[start - 1] <= "9" or text[start - 1] in ".-~"):
         start -= 1
     return _COUNT_CUE.search(text, max(0, start - 4), start) is not None
 

@@ -25,18 +25,18 @@ RULE_TIME = "time"
 RULE_SCORE = "ratio"
 
 _YEAR_AFTER = r"[ \t]?(?:年|款|财年|学年|赛季|届|级|版(?!本)|Q[1-4]|H[12])"
-_YEAR = re.compile(rf"(?<![\d.])((?:1\d|20)\d\d)(?={_YEAR_AFTER})")
+_YEAR = re.compile(rf"(?<![0-9.])((?:1[0-9]|20)[0-9][0-9])(?={_YEAR_AFTER})")
 _YEAR_RANGE = re.compile(
-    rf"(?<![\d.])((?:1\d|20)\d\d)[ \t]?(?:[-–—~～〜至到]|/)[ \t]?((?:1\d|20)?\d\d)(?={_YEAR_AFTER})"
+    rf"(?<![0-9.])((?:1[0-9]|20)[0-9][0-9])[ \t]?(?:[-–—~～〜至到]|/)[ \t]?((?:1[0-9]|20)?[0-9][0-9])(?={_YEAR_AFTER})"
 )
-_SHORT_YEAR = re.compile(r"(?<![\d.])(\d{2})(?=年\d{1,2}月)")
+_SHORT_YEAR = re.compile(r"(?<![0-9.])([0-9]{2})(?=年[0-9]{1,2}月)")
 _ISO_DATE = re.compile(
-    r"(?<![\d.\-/])((?:1\d|20)\d\d)([-/.])(0?[1-9]|1[0-2])\2(0?[1-9]|[12]\d|3[01])(?![\d.\-/])"
+    r"(?<![0-9.\-/])((?:1[0-9]|20)[0-9][0-9])([-/.])(0?[1-9]|1[0-2])\2(0?[1-9]|[12][0-9]|3[01])(?![0-9.\-/])"
     r"(?:[ \t]?[日号])?"
 )
-_YEAR_MONTH = re.compile(r"(?<![\d.\-/])((?:19|20)\d\d)[-/.](0?[1-9]|1[0-2])(?![\d.\-/])")
-_MONTH_DAY = re.compile(r"(?<![\d.])(0?[1-9]|1[0-2])月(0?[1-9]|[12]\d|3[01])(?=[日号])")
-_SLASH_DATE = re.compile(r"(?<![\d/.:])(1[0-2])/([1-9]|[12]\d|3[01])(?![\d/.:])")
+_YEAR_MONTH = re.compile(r"(?<![0-9.\-/])((?:19|20)[0-9][0-9])[-/.](0?[1-9]|1[0-2])(?![0-9.\-/])")
+_MONTH_DAY = re.compile(r"(?<![0-9.])(0?[1-9]|1[0-2])月(0?[1-9]|[12][0-9]|3[01])(?=[日号])")
+_SLASH_DATE = re.compile(r"(?<![0-9/.:])(1[0-2])/([1-9]|[12][0-9]|3[01])(?![0-9/.:])")
 
 
 def _month_day(month: str, day: str) -> str:
@@ -44,7 +44,7 @@ def _month_day(month: str, day: str) -> str:
 
 
 # A dash from a date or a time to the next ("5月1日-5月5日", "9点-11点"): 到, not 负.
-_DATE_DASH = re.compile(r"(?<=[日号月年点分秒天周])[ \t]?[-–—~～〜][ \t]?(?=\d)")
+_DATE_DASH = re.compile(r"(?<=[日号月年点分秒天周])[ \t]?[-–—~～〜][ \t]?(?=[0-9])")
 
 
 def date_rule(spans: Spans) -> Iterator[Token]:
@@ -71,19 +71,19 @@ def date_rule(spans: Spans) -> Iterator[Token]:
         yield word(match.start(), match.end(), _month_day(match[1], match[2]), RULE_DATE)
 
 
-_CLOCK = r"([01]?\d|2[0-4])[:：]([0-5]\d)(?:[:：]([0-5]\d))?"
+_CLOCK = r"([01]?[0-9]|2[0-4])[:：]([0-5][0-9])(?:[:：]([0-5][0-9]))?"
 _MERIDIEM = r"(?:[ \t]?(am|pm|AM|PM|a\.m\.|p\.m\.))?"
-_TIME = re.compile(rf"(?<![\d:.])(?:{_CLOCK}{_MERIDIEM})(?![\d:])")
+_TIME = re.compile(rf"(?<![0-9:.])(?:{_CLOCK}{_MERIDIEM})(?![0-9:])")
 _TIME_RANGE = re.compile(
-    rf"(?<![\d:.]){_CLOCK}{_MERIDIEM}[ \t]?[-–—~～〜至到][ \t]?{_CLOCK}{_MERIDIEM}(?![\d:])"
+    rf"(?<![0-9:.]){_CLOCK}{_MERIDIEM}[ \t]?[-–—~～〜至到][ \t]?{_CLOCK}{_MERIDIEM}(?![0-9:])"
 )
-_BARE_MERIDIEM = re.compile(r"(?<![\d:.])(1[0-2]|0?[1-9])[ \t]?(am|pm|AM|PM)(?![A-Za-z])")
+_BARE_MERIDIEM = re.compile(r"(?<![0-9:.])(1[0-2]|0?[1-9])[ \t]?(am|pm|AM|PM)(?![A-Za-z])")
 _DIAN = re.compile(
-    r"(?<![\d.第])([01]?\d|2[0-4])点(?:(\d{1,2})(分)?|(半|整|钟|一刻|三刻))?(?![\d])"
+    r"(?<![0-9.第])([01]?[0-9]|2[0-4])点(?:([0-9]{1,2})(分)?|(半|整|钟|一刻|三刻))?(?![0-9])"
 )
 _DURATION = re.compile(
-    r"(?<![\d.])(\d+)[ \t]?(?:h|hr|小时)[ \t]?(\d+)[ \t]?(?:min|m|分钟?)"
-    r"(?:[ \t]?(\d+)[ \t]?(?:s|秒))?(?![A-Za-z])"
+    r"(?<![0-9.])([0-9]+)[ \t]?(?:h|hr|小时)[ \t]?([0-9]+)[ \t]?(?:min|m|分钟?)"
+    r"(?:[ \t]?([0-9]+)[ \t]?(?:s|秒))?(?![A-Za-z])"
 )
 _SCORE_CUE = re.compile(rf"(?:{alternatives(SCORE_CUES)})[\s是为了：:]{{0,3}}$")
 
@@ -138,10 +138,10 @@ def _is_score(text: str, start: int) -> bool:
 
 
 _RATIO = re.compile(
-    r"(?<![\d:.])(\d+(?:\.\d+)?)[ \t]?[:：][ \t]?(\d+(?:\.\d+)?)(?:[ \t]?[:：][ \t]?(\d+(?:\.\d+)?))?"
-    r"(?![\d:])"
+    r"(?<![0-9:.])([0-9]+(?:\.[0-9]+)?)[ \t]?[:：][ \t]?([0-9]+(?:\.[0-9]+)?)(?:[ \t]?[:：][ \t]?([0-9]+(?:\.[0-9]+)?))?"
+    r"(?![0-9:])"
 )
-_DASH_SCORE = re.compile(r"(?<![\d.\-])(\d{1,3})[ \t]?[-–—][ \t]?(\d{1,3})(?![\d.\-])")
+_DASH_SCORE = re.compile(r"(?<![0-9.\-])([0-9]{1,3})[ \t]?[-–—][ \t]?([0-9]{1,3})(?![0-9.\-])")
 
 
 def score_rule(spans: Spans) -> Iterator[Token]:

@@ -35,15 +35,17 @@ RULE_DOTTED = "name.dotted"
 
 _ABBREVIATION = re.compile(rf"(?<![A-Za-z.])(?:{alternatives(list(ABBREVIATIONS))})")
 # "No." before a number is the ordinal or code rules' (No.1 第一, No.12345 a code).
-_NUMBER_AFTER = re.compile(r"[ \t]?\d")
+_NUMBER_AFTER = re.compile(r"[ \t]?[0-9]")
 _INITIALISM = re.compile(r"(?<![A-Za-z.])(?:[A-Za-z]\.){2,}(?![A-Za-z])")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
-_IP = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})(?::(\d{1,5}))?(?![\d.])")
+_IP = re.compile(r"(?<![0-9.])([0-9]{1,3}(?:\.[0-9]{1,3}){3})(?::([0-9]{1,5}))?(?![0-9.])")
 _HOST_PORT = re.compile(
-    r"(?<![A-Za-z0-9_.:/])(localhost|[A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*):(\d{2,5})(?!\d)"
+    r"(?<![A-Za-z0-9_.:/])(localhost|[A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*):([0-9]{2,5})(?![0-9])"
 )
-_VERSION = re.compile(r"(?<![A-Za-z0-9_.])([vV]?)(\d+(?:\.\d+){2,})(?![A-Za-z0-9_]|\.[A-Za-z0-9_])")
-_CODEC = re.compile(r"(?<![A-Za-z])([Hh])\.(26[1-6])(?!\d)")
+_VERSION = re.compile(
+    r"(?<![A-Za-z0-9_.])([vV]?)([0-9]+(?:\.[0-9]+){2,})(?![A-Za-z0-9_]|\.[A-Za-z0-9_])"
+)
+_CODEC = re.compile(r"(?<![A-Za-z])([Hh])\.(26[1-6])(?![0-9])")
 _FILE = re.compile(
     rf"(?<![A-Za-z0-9_.@/\\-])([A-Za-z0-9_][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*)\.((?i:{alternatives(sorted(FILE_EXTENSIONS))}))"
     r"(?![A-Za-z0-9_]|\.[A-Za-z0-9_])"
@@ -83,14 +85,14 @@ def abbreviation_rule(spans: Spans) -> Iterator[Token]:
 
 def _read_name(name: str) -> str:
     """A name in a file name or a dotted name: letters kept, digits read, "_-" a blank."""
-    out = re.sub(r"\d+", lambda m: read_number(m.group()), name)
+    out = re.sub(r"[0-9]+", lambda m: read_number(m.group()), name)
     return re.sub(r"[_\-]+", " ", out.replace(".", "点")).strip()
 
 
 def _read_extension(extension: str) -> str:
     """An extension said as a word when it has a vowel (json), else spelled (P D F)."""
     if any(ch in _VOWELS for ch in extension) or len(extension) > 4:
-        return re.sub(r"\d+", lambda m: read_digits(m.group()), extension)
+        return re.sub(r"[0-9]+", lambda m: read_digits(m.group()), extension)
     return " ".join(ch.upper() if ch.isalpha() else read_digits(ch) for ch in extension)
 
 

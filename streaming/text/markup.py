@@ -21,7 +21,7 @@ from streaming.text.tokens import (
 # ChatTTS's control tokens as users write them in text: [uv_break], [lbreak], [laugh],
 # and the numbered families [break_N], [laugh_N], [oral_N], [speed_N].
 CONTROL_TAG = re.compile(
-    r"\[(?:uv_break|v_break|lbreak|laugh|(?:break|laugh|oral|speed)_\d{1,2})\]"
+    r"\[(?:uv_break|v_break|lbreak|laugh|(?:break|laugh|oral|speed)_[0-9]{1,2})\]"
 )
 
 RULE_URL = "address.url"
@@ -39,7 +39,7 @@ def tag_rule(spans: Spans) -> Iterator[Token]:
 # Markdown: fences with their language, inline code ticks, emphasis, citation marks,
 # and line markers (heading, quote, bullet, table rule, horizontal rule).
 _MARKUP = re.compile(
-    r"```[\w+#.-]*|`|\*{1,3}|_{2,3}|~~|\[\^?\d{1,3}\]"
+    r"```[\w+#.-]*|`|\*{1,3}|_{2,3}|~~|\[\^?[0-9]{1,3}\]"
     r"|^[ \t]*(?:#{1,6}(?=[ \t])|>+|[-*+•](?=[ \t]))"
     r"|^[ \t]*\|?(?:[ \t]*:?-{3,}:?[ \t]*\|?)+[ \t]*$"
     r"|^[ \t]*(?:[-*_][ \t]*){3,}$",
@@ -71,14 +71,14 @@ def _masks_digits(text: str, start: int, end: int) -> bool:
         end - start >= 2
         and start > 0
         and end < len(text)
-        and (text[start - 1].isdigit() and text[end].isdigit())
+        and ("0" <= text[start - 1] <= "9" and "0" <= text[end] <= "9")
     )
 
 
 _URL = re.compile(
     r"(?P<prefix>(?:https?|ftp)://(?:www\.)?|www\.)"
     r"(?P<host>[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*)"
-    r"(?P<rest>(?::\d+)?(?:[/?#][^\s<>\"'，。、；！？）】」》\u4e00-\u9fff]*)?)"
+    r"(?P<rest>(?::[0-9]+)?(?:[/?#][^\s<>\"'，。、；！？）】」》\u4e00-\u9fff]*)?)"
 )
 _EMAIL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
 _ADDRESS_DIGITS = dict(zip("0123456789", "零幺二三四五六七八九", strict=True))
@@ -122,8 +122,8 @@ RULE_LIST = "list"
 # the number and a pause ("一，打开"), never as a sentence end ("一。") nor as 两.
 _LIST_NUMBER = re.compile(
     r"(?:^|(?<=[：:。；;！？!?，,\s]))[ \t]*"
-    r"(?:(?P<num>\d{1,2})(?P<mark>[.．)）、])(?=[ \t]*[^\d\s.．)）、])"
-    r"|(?P<open>[(（])(?P<pnum>\d{1,2})(?P<close>[)）])(?=[ \t]*[^\d\s)）]))",
+    r"(?:(?P<num>[0-9]{1,2})(?P<mark>[.．)）、])(?=[ \t]*[^0-9\s.．)）、])"
+    r"|(?P<open>[(（])(?P<pnum>[0-9]{1,2})(?P<close>[)）])(?=[ \t]*[^0-9\s)）]))",
     re.MULTILINE,
 )
 _CIRCLED = re.compile(r"(?:^|(?<=[：:。；;！？!?，,\s]))[ \t]*([①②③④⑤⑥⑦⑧⑨⑩])", re.MULTILINE)

@@ -73,7 +73,7 @@ class _Latex:
             return self.parse("}")
         if self.peek() == "\\":
             return self.atom()
-        match = re.compile(r"\d+(?:\.\d+)?|\S").match(self.s, self.i)
+        match = re.compile(r"[0-9]+(?:\.[0-9]+)?|\S").match(self.s, self.i)
         if match is None:
             return ""
         self.i = match.end()
@@ -86,7 +86,7 @@ class _Latex:
         if ch == "{":
             self.i += 1
             return self.parse("}")
-        match = re.compile(r"\d+(?:\.\d+)?|[A-Za-z]|\s+|.").match(self.s, self.i)
+        match = re.compile(r"[0-9]+(?:\.[0-9]+)?|[A-Za-z]|\s+|.").match(self.s, self.i)
         assert match is not None
         self.i = match.end()
         return _said(match.group())
@@ -118,7 +118,7 @@ _OPERATOR_WORDS = frozenset(LATEX_OPERATORS.values()) | frozenset(LATEX_COMMANDS
 
 
 def _said(token: str) -> str:
-    if token[0].isdigit():
+    if "0" <= token[0] <= "9":
         return read_number(token)
     if token.isspace():
         return ""
@@ -140,12 +140,16 @@ def _join(parts: list[str]) -> str:
 
 
 def read_latex(formula: str) -> str:
-    """A LaTeX formula said in Chinese: "E=mc^2" -> "E等于m c的平方"."""
+    """A LaTeX formula said in Chinese: "E=mc^2" -> "E等于m c的平方" (superscripts as
+    powers: "b²" is "b^{2}")."""
+    formula = _SUPERSCRIPT_RUN.sub(
+        lambda m: "^{" + m.group().translate(_SUPERSCRIPTS) + "}", formula
+    )
     return re.sub(r" {2,}", " ", _Latex(formula).parse()).strip()
 
 
 _DISPLAY = re.compile(r"\$\$(.+?)\$\$|\\\[(.+?)\\\]|\\\((.+?)\\\)", re.DOTALL)
-_INLINE = re.compile(r"(?<![\\$A-Za-z0-9])\$(?=[^\s$])([^$\n]{1,200}?)(?<=[^\s\\])\$(?![\d$])")
+_INLINE = re.compile(r"(?<![\\$A-Za-z0-9])\$(?=[^\s$])([^$\n]{1,200}?)(?<=[^\s\\])\$(?![0-9$])")
 _MATH_CONTENT = re.compile(r"[A-Za-z\\^_=]")
 _NOT_MATH_END = re.compile(r"[-–~,，、到至+]$")
 _BARE_COMMAND = re.compile(
@@ -167,13 +171,16 @@ def latex_rule(spans: Spans) -> Iterator[Token]:
 
 
 _SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻ⁿ", "0123456789-n")
+_SUPERSCRIPT_RUN = re.compile("[⁰¹²³⁴⁵⁶⁷⁸⁹⁻ⁿ]+")
+# A base (a number, a variable, a bracket) and its power; variables written together
+# before it ("ax²", "mc^2") are spelled, unless they are a unit after a number (100cm²).
 _POWER = re.compile(
-    r"(?<![A-Za-z0-9_.])(\d+(?:\.\d+)?|[A-Za-z]|\([^()\n]{1,40}\))"
-    r"(?:\^(\{[^{}\n]{1,40}\}|-?\d+(?:\.\d+)?|[A-Za-z])|([⁰¹²³⁴⁵⁶⁷⁸⁹⁻ⁿ]+))"
+    r"(?<![A-Za-z0-9_.])([A-Za-z]{0,3}?)([0-9]+(?:\.[0-9]+)?|[A-Za-z]|\([^()\n]{1,40}\))"
+    r"(?:\^(\{[^{}\n]{1,40}\}|-?[0-9]+(?:\.[0-9]+)?|[A-Za-z])|([⁰¹²³⁴⁵⁶⁷⁸⁹⁻ⁿ]+))"
 )
-_ROOT = re.compile(r"([√∛∜])(\d+(?:\.\d+)?|[A-Za-z]|\([^()\n]{1,40}\)|\{[^{}\n]{1,40}\})")
-_PRODUCT = re.compile(r"(?<![A-Za-z0-9_.])(\d+)[ \t]?[xX*×][ \t]?(\d+)(?![A-Za-z0-9_.])")
-_COMPARISON = re.compile(r"(?<=[\dA-Za-z])[ \t]?(<=|>=|<|>)[ \t]?(?=-?\d)")
+_ROOT = re.compile(r"([√∛∜])([0-9]+(?:\.[0-9]+)?|[A-Za-z]|\([^()\n]{1,40}\)|\{[^{}\n]{1,40}\})")
+_PRODUCT = re.compile(r"(?<![A-Za-z0-9_.])([0-9]+)[ \t]?[xX*×][ \t]?([0-9]+)(?![A-Za-z0-9_.])")
+_COMPARISON = re.compile(r"(?<=[0-9A-Za-z])[ \t]?(<=|>=|<|>)[ \t]?(?=-?[0-9])")
 
 
 def product_rule(spans: Spans) -> Iterator[Token]:
@@ -189,22 +196,26 @@ def product_rule(spans: Spans) -> Iterator[Token]:
 
 # Operators read by this table, not the library's ("÷" is 除以, not 除).
 _OPERATOR = re.compile(r"[÷×±≈≠≤≥＝=→∞]")
+# A minus after a power or a bracket, before a term: 减 (b²-4ac), not a dash's pause.
+_MINUS = re.compile(r"(?<=[²³)）])[-−](?=[0-9A-Za-z(（])")
 
 
 def operator_rule(spans: Spans) -> Iterator[Token]:
     for match in _OPERATOR.finditer(spans.text):
         yield word(match.start(), match.end(), SYMBOL_READINGS[match.group()], RULE_MATH)
+    for match in _MINUS.finditer(spans.text):
+        yield word(match.start(), match.end(), "减", RULE_MATH)
 
 
 def math_rule(spans: Spans) -> Iterator[Token]:
     text = spans.text
-    for match in _POWER.finditer(text):
-        exponent = match[2] or "{" + match[3].translate(_SUPERSCRIPTS) + "}"
-        said = read_latex(match[1].strip("()") + "^" + exponent)
-        yield word(match.start(), match.end(), said, RULE_MATH)
-    for match in _ROOT.finditer(text):
+    for match in _ROOT.finditer(text):  # before powers: √(b²-4ac) is one root
         degree = {"√": "", "∛": "三次", "∜": "四次"}[match[1]]
         yield word(match.start(), match.end(), degree + "根号" + read_latex(match[2]), RULE_MATH)
+    for match in _POWER.finditer(text):
+        exponent = match[3] or "{" + match[4].translate(_SUPERSCRIPTS) + "}"
+        said = read_latex(" ".join(match[1]) + " " + match[2].strip("()") + "^" + exponent)
+        yield word(match.start(), match.end(), said, RULE_MATH)
     for match in _COMPARISON.finditer(text):
         said = LATEX_OPERATORS[match[1]]
         yield word(match.start(), match.end(), said, RULE_MATH)

@@ -13,8 +13,8 @@ from streaming.text.tokens import REASON_NUMBER, Token, dropped, word
 
 RULE_MONEY = "money"
 
-_LONG_DIGITS = re.compile(r"(?<![\d.])\d{12,}[Xx]?(?![\d.])")
-_VERSION = re.compile(r"(?<![A-Za-z0-9_.])[vV]?\d+(?:\.\d+){2,}(?![A-Za-z0-9_.])")
+_LONG_DIGITS = re.compile(r"(?<![0-9.])[0-9]{12,}[Xx]?(?![0-9.])")
+_VERSION = re.compile(r"(?<![A-Za-z0-9_.])[vV]?[0-9]+(?:\.[0-9]+){2,}(?![A-Za-z0-9_.])")
 _NUMBER = re.compile(r"[0-9０-９]+(?:[.,:/\-．：／－][0-9０-９]+)*")
 
 
@@ -35,7 +35,7 @@ def bare_number_rule(spans: Spans) -> Iterator[Token]:
         yield dropped(match.start(), match.end(), REASON_NUMBER)
 
 
-_MAGNITUDE = re.compile(r"([\d.]+)([十百千万亿]*)")
+_MAGNITUDE = re.compile(r"([0-9.]+)([十百千万亿]*)")
 
 
 def read_count(number: str) -> str:

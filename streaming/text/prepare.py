@@ -96,7 +96,7 @@ _FULLWIDTH = str.maketrans(
         for c in (*range(0xFF10, 0xFF1A), *range(0xFF21, 0xFF3B), *range(0xFF41, 0xFF5B))
     }
 )
-_FULLWIDTH_BETWEEN_DIGITS = re.compile(r"(?<=\d)[．：／－～，](?=\d)")
+_FULLWIDTH_BETWEEN_DIGITS = re.compile(r"(?<=[0-9])[．：／－～，](?=[0-9])")
 _MARKS_AS_ASCII = str.maketrans("．：／－～，", ".:/-~,")
 
 

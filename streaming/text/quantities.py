@@ -26,20 +26,20 @@ RULE_RANGE = "number.range"
 RULE_FRACTION = "number.fraction"
 RULE_DIGITS = "digits"
 
-_NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
-_SIGN = r"(?:(?<![\dA-Za-z)）\]])[-−+±])?"
+_NUM = r"[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?"
+_SIGN = r"(?:(?<![0-9A-Za-z)）\]²³])[-−+±])?"
 _RANGE = re.compile(
-    rf"(?<![\d.,A-Za-z])({_SIGN})({_NUM})([万亿千]?)[ \t]?([-–—~～〜]|到|至)[ \t]?({_SIGN})({_NUM})"
-    r"([万亿千]?)(?![\d.,])"
+    rf"(?<![0-9.,A-Za-z])({_SIGN})({_NUM})([万亿千]?)[ \t]?([-–—~～〜]|到|至)[ \t]?({_SIGN})({_NUM})"
+    r"([万亿千]?)(?![0-9.,])"
 )
 _ORDINAL_PREFIX = re.compile(
-    r"(第|周|星期|礼拜|No\.[ \t]?|NO\.[ \t]?|No[ \t]|(?<![\u4e00-\u9fff])[初高大研](?=\d(?!\d)))"
+    r"(第|周|星期|礼拜|No\.[ \t]?|NO\.[ \t]?|No[ \t]|(?<![\u4e00-\u9fff])[初高大研](?=[0-9](?![0-9])))"
     rf"[ \t]?({_NUM})"
 )
-_NUMBER = re.compile(rf"(?<![\d.,])({_SIGN})({_NUM})(\+(?![\d]))?(?![\d])")
+_NUMBER = re.compile(rf"(?<![0-9.,])({_SIGN})({_NUM})(\+(?![0-9]))?(?![0-9])")
 # "/" and perhaps a count after a unit, before another unit: mg/kg, L/100km.
-_PER_UNIT = re.compile(r"/(\d+)?(?=[A-Za-z°℃μ])")
-_FRACTION = re.compile(r"(?<![\d/.:])(\d+)/(\d+)(?![\d/.:])")
+_PER_UNIT = re.compile(r"/([0-9]+)?(?=[A-Za-z°℃μ])")
+_FRACTION = re.compile(r"(?<![0-9/.:])([0-9]+)/([0-9]+)(?![0-9/.:])")
 _SIGNS = {"-": "负", "−": "负", "+": "正", "±": "正负"}
 _PER = re.compile(
     r"/(?=(?:" + "|".join(sorted(COUNT_MEASURES + ORDINAL_MEASURES, key=len, reverse=True)) + "))"
@@ -96,7 +96,7 @@ def range_rule(spans: Spans) -> Iterator[Token]:
         yield word(match.start(), end, said, RULE_RANGE)
 
 
-_ENGLISH_ORDINAL = re.compile(r"(?<![A-Za-z0-9.])(\d+)(?:st|nd|rd|th)(?![A-Za-z])")
+_ENGLISH_ORDINAL = re.compile(r"(?<![A-Za-z0-9.])([0-9]+)(?:st|nd|rd|th)(?![A-Za-z])")
 
 
 def ordinal_rule(spans: Spans) -> Iterator[Token]:
@@ -153,9 +153,9 @@ def per_rule(spans: Spans) -> Iterator[Token]:
     text = spans.text
     for match in _PER.finditer(text):
         k = match.start() - 1
-        while k >= 0 and not text[k].isdigit() and match.start() - k <= 4:
+        while k >= 0 and not "0" <= text[k] <= "9" and match.start() - k <= 4:
             k -= 1
-        if k >= 0 and text[k].isdigit():
+        if k >= 0 and "0" <= text[k] <= "9":
             yield word(match.start(), match.end(), "每", RULE_UNIT)
 
 
@@ -188,8 +188,8 @@ def _is_code_like(number: str, text: str, end: int) -> bool:
 
 
 _WORD_HYPHEN_DIGIT = re.compile(
-    r"(?<=[A-Za-z])-(?=\d)|(?<=[A-Za-z0-9])-(?=\d+(?:\.\d+)?[A-Za-z]+(?![A-Za-z0-9]))"
-    r"|(?<=[A-Za-z][0-9])-(?=\d)|(?<=[A-Za-z][0-9][0-9])-(?=\d)"  # DDR5-6000, i9-14900K
+    r"(?<=[A-Za-z])-(?=[0-9])|(?<=[A-Za-z0-9])-(?=[0-9]+(?:\.[0-9]+)?[A-Za-z]+(?![A-Za-z0-9]))"
+    r"|(?<=[A-Za-z][0-9])-(?=[0-9])|(?<=[A-Za-z][0-9][0-9])-(?=[0-9])"  # DDR5-6000, i9-14900K
     r"|(?<=[0-9])-(?=[0-9])"  # inside a code no other rule read (RMA20240518-003)
 )
 

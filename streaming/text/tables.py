@@ -86,7 +86,10 @@ CODE_CUES_BEFORE = words(
     """
 )
 # After the number: "302房间", "8080端口", "G1234次".
-CODE_CUES_AFTER = words("房间 房 号房 室 端口 次列车 次高铁 次动车 航班 登机口 错误 报错 页面")
+CODE_CUES_AFTER = words(
+    "房间 房 号房 室 端口 次列车 次高铁 次动车 航班 登机口 错误 报错 页面 会议室 教室 办公室 病房 "
+    "诊室 实验室 包厢 宿舍 寝室 机房"
+)
 
 # Service numbers read as digits wherever they stand alone (not before a measure word).
 SERVICE_NUMBERS = frozenset(
