@@ -82,7 +82,7 @@ _DIAN = re.compile(
     r"(?<![0-9.第])([01]?[0-9]|2[0-4])点(?:([0-9]{1,2})(分)?|(半|整|钟|一刻|三刻))?(?![0-9])"
 )
 _DURATION = re.compile(
-    r"(?<![0-9.])([0-9]+)[ \t]?(?:h|hr|小时)[ \t]?([0-9]+)[ \t]?(?:min|m|分钟?)"
+    r"(?<![0-9.])([0-9]+)[ \t]?(?:h|hr|小时)[ \t]?([0-9]+)[ \t]?(min|m|分钟?)"
     r"(?:[ \t]?([0-9]+)[ \t]?(?:s|秒))?(?![A-Za-z])"
 )
 _SCORE_CUE = re.compile(rf"(?:{alternatives(SCORE_CUES)})[\s是为了：:]{{0,3}}$")
@@ -120,9 +120,10 @@ def time_rule(spans: Spans) -> Iterator[Token]:
     for match in _BARE_MERIDIEM.finditer(text):
         yield word(match.start(), match.end(), _clock(match[1], "00", None, match[2]), RULE_TIME)
     for match in _DURATION.finditer(text):
-        said = read_cardinal(match[1], count=True) + "小时" + read_cardinal(match[2]) + "分钟"
-        if match[3]:
-            said += read_cardinal(match[3]) + "秒"
+        unit = "分" if match[3] == "分" else "分钟"  # as written: 1小时02分, 2h15min
+        said = read_cardinal(match[1], count=True) + "小时" + _minutes(match[2]) + unit
+        if match[4]:
+            said += _minutes(match[4]) + "秒"
         yield word(match.start(), match.end(), said, RULE_TIME)
     for match in _DIAN.finditer(text):
         said = read_cardinal(match[1], count=True) + "点"
