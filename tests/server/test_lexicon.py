@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -228,3 +230,37 @@ def test_sighup_reloads_the_file(tmp_path: Path) -> None:
     finally:
         run.send_signal(signal.SIGTERM)
         run.communicate(timeout=TIMEOUT_S)
+
+
+def doc_block(after: str, language: str = "") -> str:
+    """The first fenced block of docs/text.md after the line holding ``after``."""
+    text = (ROOT / "docs" / "text.md").read_text(encoding="utf-8")
+    start = text.index(after)
+    block = re.search(rf"^```{language}\n(.*?)^```", text[start:], re.M | re.S)
+    assert block is not None
+    return block.group(1)
+
+
+def test_the_documented_file_and_preview(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/text.md's lexicon file, and its preview commands as written: the CLI with the
+    file, and the HTTP request with its documented rewrites."""
+    (tmp_path / "lexicon.txt").write_text(doc_block("**The file**"), encoding="utf-8")
+    commands = doc_block("## Preview: debug").splitlines()
+    cli = shlex.split(commands[1])
+    assert cli[:4] == ["chattts-stream", "preview", "--lexicon", "lexicon.txt"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        assert cli_main(cli[1:]) == 0
+    segments = json.loads(capsys.readouterr().out)["segments"]
+    assert "".join(s["spoken"] for s in segments) == "航长说人工智能很强。"
+    body = json.loads(re.search(r"-d '(\{.*\})'", doc_block("## Preview: debug")).group(1))
+    documented = [
+        json.loads(line) for line in doc_block("each change with the rule", "json").splitlines()
+    ]
+    with (
+        run_live_server(Settings(engine="espeak")) as live,
+        httpx.Client(base_url=live.base_url, timeout=TIMEOUT_S) as http,
+    ):
+        assert preview(http, body.pop("text"), **body) == documented
