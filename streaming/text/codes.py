@@ -32,6 +32,7 @@ _PHONE = re.compile(
     r"|(?:(?:\+|00)86[ -]?)?(?:[(（]0[0-9]{2,3}[)）]|0[0-9]{2,3})[ -]?[0-9]{3,4}[ -]?[0-9]{4}"  # land line
     r"(?:[ ]?(?:转|ext\.?|EXT\.?|Ext\.?)[ ]?[0-9]{1,5})?"  # and its extension
     r"|[48]00[ -]?[0-9]{3}[ -]?[0-9]{4}"  # 400 / 800 service lines
+    r"|(?:[(（][0-9]{3}[)）] ?|[0-9]{3}-)[0-9]{3}-[0-9]{4}"  # 3-3-4: (800) 555-0199
     r"|\+[0-9]{1,3}[ -]?(?:[(（][0-9]{1,4}[)）][ -]?)?[0-9]{2,4}(?:[ -]?[0-9]{2,4}){1,3}"  # international
     r")(?![0-9])"
 )
@@ -73,9 +74,9 @@ _CODE = re.compile(
 _MASKED = re.compile(r"(?<![A-Za-z0-9])([0-9]+)([*＊]{2,}|[xX]{3,})([0-9]+)(?![A-Za-z0-9])")
 _CODE_AFTER = re.compile(
     rf"(?<![0-9A-Za-z.])([0-9]{{3,}})[ \t]?(?:{alternatives(CODE_CUES_AFTER)})"
-    r"|(?<=[层楼栋座元])([0-9]{3,4})(?![0-9.])"  # a room after its floor: 12层1208号, 3楼301
+    r"|(?<=[层楼栋座元])([0-9]{3,4})(?![0-9]|\.[0-9])"  # a room after its floor: 12层1208号, 3楼301
 )
-_NAMED_DAY = re.compile(rf"(?<![0-9.,:/])(?:{alternatives(list(NAMED_DAYS))})(?![0-9.%])")
+_NAMED_DAY = re.compile(rf"(?<![0-9.,:/])(?:{alternatives(list(NAMED_DAYS))})(?![0-9%]|\.[0-9])")
 _NAME = re.compile(rf"(?<![A-Za-z0-9])(?:{alternatives(list(NAMES))})(?![A-Za-z0-9+#])")
 # "#A1234", "#3": the sign says "number"; a code read digit by digit, a short number 三号.
 _NUMBER_SIGN = re.compile(r"(?<![A-Za-z0-9&#＃])[#＃]([A-Za-z]*[0-9][A-Za-z0-9-]*)")
@@ -131,11 +132,13 @@ def code_rule(spans: Spans) -> Iterator[Token]:
 # name in capitals, a blank, three to five digits ("RTX 4090", "GTX 1080 Ti").
 # Also after a hyphen in a name (SHA-256, i9-13900K, MIL-STD-810), not in a range (100-200).
 _GLUED = re.compile(
-    r"(?<=[A-Za-z])[0-9]{3,}(?![0-9.])|(?<![0-9.])[0-9]{3,}(?=[A-Za-z])"
-    r"|(?:(?<=[A-Za-z]-)|(?<=[A-Za-z][0-9]-)|(?<=[A-Za-z][0-9][0-9]-))[0-9]{3,}(?![0-9.])"
+    r"(?<=[A-Za-z])[0-9]{3,}(?![0-9]|\.[0-9])|(?<![0-9.])[0-9]{3,}(?=[A-Za-z])"
+    r"|(?:(?<=[A-Za-z]-)|(?<=[A-Za-z][0-9]-)|(?<=[A-Za-z][0-9][0-9]-))[0-9]{3,}(?![0-9]|\.[0-9])"
 )
 # A standard or a model after a name in capitals: "ISO 9001", "IEEE 802.11", "RTX 4090".
-_SPACED = re.compile(r"(?<![A-Za-z])([A-Z]{2,}[A-Za-z]*) ([0-9]{3,5}(?:\.[0-9]+)*)(?![0-9.])")
+_SPACED = re.compile(
+    r"(?<![A-Za-z])([A-Z]{2,}[A-Za-z]*) ([0-9]{3,5}(?:\.[0-9]+)*)(?![0-9]|\.[0-9])"
+)
 _NOT_MODELS = frozenset({"TOP", "NO", "VOL", "PAGE", "AD", "BC", "FY", "Q", "AND", "OR"})
 # Camera sensitivity is a number (ISO 3200 三千二百); a standard (ISO 9001) is digits.
 _ROUND_NUMBERS_AFTER = frozenset({"ISO"})
@@ -178,7 +181,7 @@ def _model_digits(digits: str) -> str:
 
 
 # Labels: 618, 985/211, 12306 and service numbers alone; generations (95后, 00后).
-_LABEL = re.compile(r"(?<![0-9.,:A-Za-z¥$€£+\-])([0-9]{3,5})(?![0-9.,:%A-Za-z])")
+_LABEL = re.compile(r"(?<![0-9.,:A-Za-z¥$€£+\-])([0-9]{3,5})(?![0-9,:%A-Za-z]|\.[0-9])")
 _GENERATION = re.compile(r"(?<![0-9.:])([0-9]{2})(?=后)")
 _EMERGENCY = frozenset(["110", "112", "114", "119", "120", "122"])
 _EMERGENCY_CUES = re.compile(

@@ -38,7 +38,7 @@ _ABBREVIATION = re.compile(rf"(?<![A-Za-z.])(?:{alternatives(list(ABBREVIATIONS)
 _NUMBER_AFTER = re.compile(r"[ \t]?[0-9]")
 _INITIALISM = re.compile(r"(?<![A-Za-z.])(?:[A-Za-z]\.){2,}(?![A-Za-z])")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
-_IP = re.compile(r"(?<![0-9.])([0-9]{1,3}(?:\.[0-9]{1,3}){3})(?::([0-9]{1,5}))?(?![0-9.])")
+_IP = re.compile(r"(?<![0-9.])([0-9]{1,3}(?:\.[0-9]{1,3}){3})(?::([0-9]{1,5}))?(?![0-9]|\.[0-9])")
 _HOST_PORT = re.compile(
     r"(?<![A-Za-z0-9_.:/])(localhost|[A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*):([0-9]{2,5})(?![0-9])"
 )

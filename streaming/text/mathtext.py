@@ -183,8 +183,18 @@ _PRODUCT = re.compile(r"(?<![A-Za-z0-9_.])([0-9]+)[ \t]?[xX*×][ \t]?([0-9]+)(?!
 _COMPARISON = re.compile(r"(?<=[0-9A-Za-z])[ \t]?(<=|>=|<|>)[ \t]?(?=-?[0-9])")
 
 
+# Scientific notation as engineers say it: 1e-4 一e负四, 3.2E8 三点二E八.
+_SCIENTIFIC = re.compile(
+    r"(?<![A-Za-z0-9_.])([0-9]+(?:\.[0-9]+)?)([eE])([-+−]?)([0-9]{1,3})(?![A-Za-z0-9_])"
+)
+
+
 def product_rule(spans: Spans) -> Iterator[Token]:
-    """1920x1080 (a resolution: digit by digit), 3x3, 7×24: 乘."""
+    """1e-4 (scientific notation); 1920x1080 (a resolution: digit by digit), 3x3: 乘."""
+    for match in _SCIENTIFIC.finditer(spans.text):
+        sign = {"-": "负", "−": "负", "+": "正"}.get(match[3], "")
+        said = read_number(match[1]) + match[2] + sign + read_number(match[4])
+        yield word(match.start(), match.end(), said, RULE_MATH)
     for match in _PRODUCT.finditer(spans.text):
         a, b = match[1], match[2]
         if len(a) >= 3 and len(b) >= 3:

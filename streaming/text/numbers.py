@@ -13,7 +13,7 @@ from streaming.text.tokens import REASON_NUMBER, Token, dropped, word
 
 RULE_MONEY = "money"
 
-_LONG_DIGITS = re.compile(r"(?<![0-9.])[0-9]{12,}[Xx]?(?![0-9.])")
+_LONG_DIGITS = re.compile(r"(?<![0-9.])[0-9]{12,}[Xx]?(?![0-9]|\.[0-9])")
 _VERSION = re.compile(r"(?<![A-Za-z0-9_.])[vV]?[0-9]+(?:\.[0-9]+){2,}(?![A-Za-z0-9_.])")
 _NUMBER = re.compile(r"[0-9０-９]+(?:[.,:/\-．：／－][0-9０-９]+)*")
 
