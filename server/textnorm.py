@@ -6,12 +6,17 @@ disk, builds them on first use and logs while doing so; ``streaming/`` stays std
 only and takes the normaliser as a plain ``str -> str`` function, so its tests need
 neither the library nor its start-up cost.
 
-Costs, measured by ``bench/text_frontend.py`` on these 2-core machines: loading the
-transducers ~0.5 s (building them once, on first start, ~4 s); 1-30 ms a segment that
-holds numbers (0.1 ms for plain prose, which skips the library). That is not
-negligible on an event loop, so :meth:`TextFrontend.submit` runs it on one
-dedicated thread; one thread also serialises calls into pynini, whose thread safety is
-not documented.
+The front-end's own rules read numbers (``streaming/text/``); the library reads what
+no rule claims. Costs, measured by ``bench/text_frontend.py`` on these 2-core machines:
+loading the transducers ~0.5 s (building them once, on first start, ~4 s); 0.1-0.3 ms
+a segment at p95, up to a few ms when the library is called. Segments are still
+prepared on one dedicated thread (:meth:`TextFrontend.submit`), never on the event
+loop; one thread also serialises calls into pynini, whose thread safety is not
+documented, and runs the lexicon file's reload check (:mod:`server.lexicon`).
+
+A :class:`TextStream` prepares one context's (or request's) segments in order: code
+fences that span segments, the stream's own lexicon entries over the file's, and the
+end of the previous segment, where a cue word for the next one may stand.
 
 The transducers are built with the library's options that change Chinese characters
 turned off (interjection removal such as 啊/呃, erhua removal, traditional to
