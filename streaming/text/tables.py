@@ -32,6 +32,7 @@ COUNT_MEASURES = words(
     像素 万像素 千卡 卡路里 毫安时 毫安 比特 字节 兆字节 美元 欧元 英镑 日元 港元 港币 韩元
     卢布 澳元 台币 人民币 学时 课时 学分 分钟 工作日 个工作日 小节 遍数 门课 所学校 局比赛
     车道 居 居室 厢 缸 镜头 摄 声道 连胜 连败 胜 负 平 球 粒 罐 碟 轮胎 缸 挡 车位 人份 份量 折
+    期免息 期分期 期付款 件套 人成团 星好评
     """
 )
 # A number naming its place (二楼, 二号, 二月): 2 is 二. Checked before COUNT_MEASURES.
@@ -40,7 +41,7 @@ ORDINAL_MEASURES = words(
     楼 号 号线 号楼 号口 号门 号床 号窗口 号柜台 号车厢 号厅 号馆 号位 号机 号桌 号房
     月 月份 日 年级 级 环 期 单元 区 栋 代 班 路 号路 线 档 版 季 章 节 集 排 层 座
     车厢 站台 检票口 登机口 楼层 层楼 号店 号仓 次元 胎 型 线城市 哥 姐 弟 妹 叔 婶 姨 舅 伯
-    爷 手房 手车 手货 把手 等奖 等座 等舱
+    爷 手房 手车 手货 把手 等奖 等座 等舱 星级
     """
 )
 # Words that start with a measure word's character but are no measure (315晚会, 3点评).
