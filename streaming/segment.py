@@ -9,7 +9,7 @@ stream into :class:`Segment` slices (every mark's role is a row of
   closers right after the terminator (``。”``, ``?!``, ``）」』］``) stay with it;
 - in the first segment of an utterance only, also at a clause mark (``，、：,;:``) once
   the segment holds ``first_min_chars`` non-whitespace characters, so speech starts
-  early;
+  early (a colon between digits is none: ``10：00``, ``3 : 2``);
 - never inside a quoted or bracketed span (``“…”``, ``（…）``, ``"…"``, ``[…]``) that
   is shorter than ``max_chars``: a sentence or clause end inside one is not a cut, so
   quotes and brackets stay balanced inside segments;
@@ -401,8 +401,15 @@ class Segmenter:
         if k >= limit:
             return k, False
         nxt = self._at(k, final)
+        if marks == "：" and _is_ascii_digit(self._buf[i - 1 : i]) and _is_ascii_digit(nxt or ""):
+            return k, False  # "10：00" is a time written with a full-width colon
         if any(ch in CJK_CLAUSE_MARKS for ch in marks):
             return k, True
+        if marks == ":" and nxt == " " and self._buf[max(self._start, i - 2) : i].endswith(" "):
+            # "3 : 2", "9 : 30": a score or a time written with blanks, not a clause end.
+            before, after = self._buf[i - 2 : i - 1], self._at(k + 1, final)
+            if _is_ascii_digit(before) and after is not None and _is_ascii_digit(after):
+                return k, False
         # "12:30", "1,000", "http://" are not clause ends.
         return k, nxt is None or nxt.isspace() or not nxt.isascii()
 

@@ -100,7 +100,7 @@ _SIGN = r"(?<![0-9０-９A-Za-z%％‰‱.)）\]])[-−－+＋±]"
 _SEPARATOR = r"[ \t]?(?:[-–—~～〜]|到|至)[ \t]?"
 _PREFIX = rf"(?<![A-Za-z])(?:{_alternatives(_SIGNS)}|(?:{_alternatives(_CODES)})(?![A-Za-z]))"
 _SUFFIX = (
-    rf"{_alternatives(_WORDS)}|[ \t]?(?:{_alternatives(_SUFFIX_SIGNS)})"
+    rf"[ \t]?(?:{_alternatives(_WORDS)})|[ \t]?(?:{_alternatives(_SUFFIX_SIGNS)})"
     rf"|[ \t]?(?:{_alternatives(_CODES)})(?![A-Za-z])"
 )
 # "/月", "/kg", "/1K tokens": a rate, said 每 (per).
@@ -130,7 +130,7 @@ _SUFFIXED = re.compile(
 _PERCENT = re.compile(
     rf"(?P<neg>{_SIGN})?(?<![0-9０-９.．,])(?P<lo_num>{_NUMBER})(?P<lo_unit>[%％‰‱])?"
     rf"(?:{_SEPARATOR}(?P<hi_neg>[-−－+＋])?(?P<hi_num>{_NUMBER}))?"
-    rf"(?P<unit>[%％‰‱])"
+    rf"[ \t]?(?P<unit>[%％‰‱])"
 )
 _FULLWIDTH_DIGITS = str.maketrans("０１２３４５６７８９．", "0123456789.")
 

@@ -46,7 +46,8 @@ class _Tidier:
         if self.pause is not None:
             self.keep_pause(self.pause)
         if self.seen_word and self.blank is not None:
-            self.kept.append(self.blank)
+            if not (_is_space(self.blank) and _inside_phrase(self.kept[-1], token)):
+                self.kept.append(self.blank)
         elif self.blank is not None and self.blank.kind is Kind.GAP:
             self.drop(self.blank)
         self.kept.append(token)
@@ -87,13 +88,35 @@ class _Tidier:
         return self.kept, self.dropped
 
 
+def _is_ideograph(ch: str) -> bool:
+    return "\u4e00" <= ch <= "\u9fff"
+
+
+def _is_space(blank: Token) -> bool:
+    """A blank within a line (a line break keeps its blank)."""
+    return blank.kind is Kind.BLANK and blank.text in (" ", "\t", "\u3000")
+
+
+def _inside_phrase(before: Token, after: Token) -> bool:
+    """Whether a blank between two words joins a rewrite to Chinese ("下午 3 点", "拨打
+    12315 热线"): LLMs put blanks around digits, and said in Chinese they are one phrase."""
+    return (
+        before.kind is Kind.WORD
+        and after.kind is Kind.WORD
+        and bool(before.rule or after.rule)
+        and _is_ideograph(before.text[-1:])
+        and _is_ideograph(after.text[:1])
+    )
+
+
 def tidy(tokens: list[Token]) -> tuple[list[Token], list[Token]]:
     """(kept tokens, dropped tokens): one pause per run of marks, no stray blanks.
 
     A run of marks and blanks between two words keeps its strongest mark ("。。。" and
     "！？" become one stop, "，。" a stop); marks before the first word are dropped.
     A run of blanks survives as one blank, and only between a word or kept mark and
-    the next word. A gap ("-" in "well-known") is the blank it stands for when kept.
+    the next word, unless it joins a rewrite (a number read out) to Chinese: "下午 3 点"
+    is said 下午三点, one phrase. A gap ("-" in "well-known") is the blank it stands for when kept.
     """
     tidier = _Tidier()
     for token in tokens:

@@ -108,7 +108,7 @@ class Token:
     start: int  # source span [start, end)
     end: int
     kind: Kind
-    text: str = ""  # what is spoken for a WORD or TAG
+    text: str = ""  # what is spoken for a WORD or TAG; the character of a BLANK
     reason: str = REASON_UNSPEAKABLE  # why a DROPPED token is dropped
     rule: str = ""  # what made a WORD that rewrites its span
     origin: str = ""  # where the lexicon entry that made it comes from
@@ -159,7 +159,7 @@ def classify(text: str, i: int) -> Token:
     """The token of the one character ``text[i]`` (no span rule claimed it)."""
     ch = fold_width(text[i])
     if ch.isspace():
-        return Token(i, i + 1, Kind.BLANK)
+        return Token(i, i + 1, Kind.BLANK, ch)
     if is_word_char(ch):
         return word(i, i + 1, ch, RULE_SYMBOL if ch != text[i] else "")  # "Ａ" is said "A"
     if ch in WORD_JOINERS:
