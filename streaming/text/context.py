@@ -11,9 +11,11 @@ from __future__ import annotations
 import re
 
 from streaming.text.tables import (
+    CLAUSE_COUNT_CUES,
     CODE_CUES_BEFORE,
     COUNT_CUES,
     COUNT_MEASURES,
+    DIAL_CUES,
     NOT_MEASURES,
     ORDINAL_MEASURES,
     SWITCH_MEASURES,
@@ -33,7 +35,12 @@ _MEASURE = re.compile(
 _ORDINAL = frozenset(ORDINAL_MEASURES)
 _COUNT_CUE = re.compile(rf"(?:{alternatives(COUNT_CUES)})[ \t]?$")
 _UNIT = re.compile(rf"[ \t]?(?P<u>{alternatives(list(UNITS))})(?![A-Za-z0-9²³])")
-_CODE_CUE = re.compile(rf"(?:{alternatives(CODE_CUES_BEFORE)})[\s是为：:#＃]{{0,3}}$")
+_CLAUSE_COUNT_CUE = re.compile(
+    rf"(?:{alternatives(CLAUSE_COUNT_CUES)})[^，。；！？,;!?\n0-9]{{0,6}}$"
+)
+_CUE_JOINERS = r"[\s是为：:#＃]{0,3}$"
+_CODE_CUE = re.compile(rf"(?:{alternatives(CODE_CUES_BEFORE)}){_CUE_JOINERS}")
+_DIAL_CUE = re.compile(rf"(?:{alternatives(DIAL_CUES)}){_CUE_JOINERS}")
 
 
 def measure_after(text: str, end: int) -> tuple[str, bool] | None:
@@ -50,11 +57,14 @@ def measure_after(text: str, end: int) -> tuple[str, bool] | None:
 
 
 def count_cue_before(text: str, end: int) -> bool:
-    """Whether a count cue (有, 共, 了, 前...) stands before the number ending at ``end``."""
+    """Whether a count cue (有, 共, 了, 前...) stands before the number ending at ``end``,
+    or 每 earlier in its clause (每周更新2集)."""
     start = end
     while start > 0 and ("0" <= text[start - 1] <= "9" or text[start - 1] in ".-~"):
         start -= 1
-    return _COUNT_CUE.search(text, max(0, start - 4), start) is not None
+    if _COUNT_CUE.search(text, max(0, start - 4), start) is not None:
+        return True
+    return _CLAUSE_COUNT_CUE.search(text, max(0, start - 8), start) is not None
 
 
 def unit_after(text: str, end: int) -> str | None:
@@ -66,6 +76,11 @@ def unit_after(text: str, end: int) -> str | None:
 def code_cue_before(text: str, start: int) -> bool:
     """Whether a code cue (验证码, 尾号, 订单号, 拨打...) stands right before ``start``."""
     return _CODE_CUE.search(text, max(0, start - 12), start) is not None
+
+
+def dial_cue_before(text: str, start: int) -> bool:
+    """Whether a cue of a number to dial (拨打, 致电, 热线, 电话...) stands right before ``start``."""
+    return _DIAL_CUE.search(text, max(0, start - 12), start) is not None
 
 
 def latin_before(text: str, start: int) -> bool:

@@ -14,7 +14,7 @@ from streaming.punctuation import (
     STRAIGHT_QUOTES,
 )
 from streaming.text.align import normalized_spans
-from streaming.text.codes import code_rule, label_rule, model_rule, phone_rule
+from streaming.text.codes import code_rule, key_rule, label_rule, model_rule, phone_rule
 from streaming.text.dates import date_rule, score_rule, time_rule
 from streaming.text.dotted import abbreviation_rule, address_number_rule, name_rule
 from streaming.text.lexicon import Lexicon, lexicon_rule
@@ -53,6 +53,7 @@ SPOKEN_CHARSET = re.compile(r"[\u4e00-\u9fffA-Za-z，。、,. ]")
 _SPAN_RULES: tuple[SpanRule, ...] = (
     tag_rule,
     lexicon_rule,
+    key_rule,
     markup_rule,
     latex_rule,
     address_rule,

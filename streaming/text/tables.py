@@ -54,6 +54,7 @@ NOT_MEASURES = words(
     周期性 年轻 年龄 年底 年初 年末 年中 人员 人工 人群 人数 家庭 家居 家用 层面 层次 层级
     次数 次日 代码 代表 代理 班级 站点 环境 环节 环保 栋梁 届时 版本 版权 档次 档案 区域
     区别 区块 级别 品牌 项目 米饭 毛病 角度 顿时 轮流 局部 局长 盘点 户外 艘船 票价 核心
+    卫生 卫星 卫健委 人民 人寿 人社 人力 人才 台风 台湾 市民 市长 门诊 站内
     """
 )
 # Ordinal measures that count after a count cue (共2层, 有2栋, 连续2期, 前2章).
@@ -65,8 +66,12 @@ COUNT_CUES = words(
     只有 再 每 多 超过 不到 不足 连续 整整 花 用 需 需要 要 等 过 隔 分 分成 分为 为 成 增加
     减少 提升 下降 上升 涨 跌 升 降 加 减 高 长 宽 深 重 达 逾 近乎 将近 还有 还剩 剩 剩下
     相差 差 少 多了 来 去 跑 走 吃 喝 服 服用 买 卖 送 带 拿 订 约有 大于 小于 到 至 或 和
+    更新 连更 播出 播放 推出 上线 发布 出 出了 出版 连载 拍 拍摄 录制 看 看完 读 读完 学 学完
+    写 写完 追 补 开设 开了 设有 建 盖
     """
 )
+# A count cue that reaches across the clause: 每周更新2集 (two episodes a week).
+CLAUSE_COUNT_CUES = words("每")
 
 # -- cue words: a number after (or before) them is read digit by digit ----------------------
 CODE_CUES_BEFORE = words(
@@ -83,9 +88,24 @@ CODE_CUES_BEFORE = words(
     QQ 微信号 微信 手机号 手机号码 手机 电话号码 电话 号码 热线 客服电话 客服热线 服务热线
     座机 传真 拨打 致电 来电 呼叫 打 联系电话 Tel TEL tel 短号 分行号 网点号 合同号
     保单号 发票号 发票代码 税号 报名号 准考证号 考号 登记号 登机口 柜台 窗口 桌号 台号
-    No. NO. No 状态码 错误码 HTTP 报错
+    No. NO. No 状态码 错误码 HTTP 报错 客服 基金 住 住在 入住
     """
 )
+# Cues of a number to dial (拨打12320, 热线 95598): a measure word after it makes it a
+# quantity only if calls are counted or timed with it (拨打了3次, 通话 5 分钟); any other
+# word after it is the next word (拨打12320卫生热线).
+DIAL_CUES = words(
+    """
+    拨打 致电 呼叫 来电 回拨 热线 电话 号码 服务热线 客服热线 客服电话 服务电话 投诉电话
+    咨询电话 举报电话 报修电话 求助电话 急救电话 报警电话 联系电话 热线电话 值班电话 客服
+    """
+)
+CALL_MEASURES = frozenset(
+    words("次 遍 通 个 分钟 秒 秒钟 小时 天 元 块 块钱 毛 角 多 余 条 位 人 名")
+)
+# Words after a room number that name it, though they may also count (612床, 302室).
+ROOM_WORDS = frozenset(words("床 室 房"))
+
 # After the number: "302房间", "8080端口", "G1234次".
 CODE_CUES_AFTER = words(
     "房间 房 号房 室 端口 次列车 次高铁 次动车 航班 登机口 错误 报错 页面 会议室 教室 办公室 病房 "
@@ -124,6 +144,30 @@ SCORE_CUES = words(
     落后 领先 以 屏幕比例 长宽比 宽高比 画幅 兑 兑换 汇率 杠杆 赔率 胜率 净胜
     """
 )
+# A match in the clause before "3-1" makes it a score (第二局…打到了 11-9, 比赛最后 98-95);
+# ranges elsewhere stay ranges (3-5组, 比赛时间 3-4 小时: a measure word after).
+MATCH_CUES = words(
+    """
+    比分 比赛 赛 决赛 半决赛 对阵 对手 主队 客队 主场 客场 半场 上半场 下半场 全场 局 盘 决胜局
+    决胜盘 抢七 打到 打成 战成 踢成 踢到 最终 两队 双方
+    """
+)
+# What a score is followed by (2-0 领先, 1-1 战平, 3-0 横扫).
+SCORE_AFTER = words(
+    """
+    领先 落后 战平 战胜 获胜 取胜 险胜 完胜 大胜 力克 横扫 击败 打败 淘汰 不敌 负于 惜败 憾负 落败
+    告负 败北 赢 输 胜 负 胜出 赢下 拿下 收官 逆转 绝杀 晋级 出局 握手言和 平局 告终 结束比赛
+    """
+)
+
+# Things numbered with a dash (图3-1, 步骤 2-1, 第1-1关): a pair after them is no score.
+NUMBERED_NOUNS = words(
+    """
+    第 图 表 例 式 公式 题 习题 练习 节 章 条 款 页 段 步 步骤 关 关卡 级 楼 栋 号 层 区 版 课 单元
+    模块 编号 序号 附录 附件 方案 阶段 任务 项 班 组 排 座 房 室 车厢 站台 规则 条例 文件
+    """
+)
+
 # Cues that make "3k", "5w" money or counts (月薪3k, 5w粉丝).
 MAGNITUDE_CUES = words(
     """
