@@ -60,16 +60,19 @@ def markup_rule(spans: Spans) -> Iterator[Token]:
 
 
 def _masks_digits(text: str, start: int, end: int) -> bool:
-    """Stars inside a run of stars between two digits mask a number (138****5678)."""
+    """Stars between two digits are no emphasis: a run of them masks a number
+    (138****5678), one is a product (1200*600, 600 * 560)."""
     if text[start] != "*":
         return False
     while start > 0 and text[start - 1] == "*":
         start -= 1
     while end < len(text) and text[end] == "*":
         end += 1
+    if end - start == 1:
+        start -= text[start - 1 : start] == " "
+        end += text[end : end + 1] == " "
     return (
-        end - start >= 2
-        and start > 0
+        start > 0
         and end < len(text)
         and ("0" <= text[start - 1] <= "9" and "0" <= text[end] <= "9")
     )

@@ -12,11 +12,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from streaming.text.context import unit_after
 from streaming.text.readings import read_digits, read_number
 from streaming.text.spans import Spans
 from streaming.text.symbols import LATEX_COMMANDS, LATEX_DROPPED, LATEX_OPERATORS, SYMBOL_READINGS
 from streaming.text.tables import words
 from streaming.text.tokens import Token, word
+from streaming.text.units import UNITS
 
 RULE_LATEX = "math.latex"
 RULE_MATH = "math"
@@ -60,8 +62,8 @@ class _Latex:
         return _join(parts)
 
     def script(self, base: str, kind: str, exponent: str) -> str:
-        if kind == "_":
-            return base + " " + exponent
+        if kind == "_":  # x_i "x i", x_1 "x一"
+            return base + (" " if exponent[:1].isascii() else "") + exponent
         if exponent in ("度", "撇"):  # 90^\circ, f^\prime
             return base + exponent
         named = {"2": "的平方", "二": "的平方", "3": "的立方", "三": "的立方"}.get(exponent)
@@ -179,7 +181,16 @@ _POWER = re.compile(
     r"(?:\^(\{[^{}\n]{1,40}\}|-?[0-9]+(?:\.[0-9]+)?|[A-Za-z])|([⁰¹²³⁴⁵⁶⁷⁸⁹⁻ⁿ]+))"
 )
 _ROOT = re.compile(r"([√∛∜])([0-9]+(?:\.[0-9]+)?|[A-Za-z]|\([^()\n]{1,40}\)|\{[^{}\n]{1,40}\})")
-_PRODUCT = re.compile(r"(?<![A-Za-z0-9_.])([0-9]+)[ \t]?[xX*×][ \t]?([0-9]+)(?![A-Za-z0-9_.])")
+_FACTOR = r"[0-9]+(?:\.[0-9]+)?"
+_TIMES = r"[ \t]?[xX*×][ \t]?"
+_PRODUCT = re.compile(
+    rf"(?<![A-Za-z0-9_.])({_FACTOR}(?:{_TIMES}{_FACTOR}){{1,3}})(?![0-9_.]|{_TIMES}[0-9])"
+)
+_FACTORS = re.compile(_FACTOR)
+# Lengths after two factors make a size (800×800mm 八百乘八百毫米), not a resolution.
+_LENGTH_AFTER = re.compile(
+    r"[ \t]?(?:mm|cm|m|km|in|inch|ft|毫米|厘米|公分|分米|米|英寸|寸|尺)(?![A-Za-z])"
+)
 _COMPARISON = re.compile(r"(?<=[0-9A-Za-z])[ \t]?(<=|>=|<|>)[ \t]?(?=-?[0-9])")
 
 
@@ -195,13 +206,27 @@ def product_rule(spans: Spans) -> Iterator[Token]:
         sign = {"-": "负", "−": "负", "+": "正"}.get(match[3], "")
         said = read_number(match[1]) + match[2] + sign + read_number(match[4])
         yield word(match.start(), match.end(), said, RULE_MATH)
-    for match in _PRODUCT.finditer(spans.text):
-        a, b = match[1], match[2]
-        if len(a) >= 3 and len(b) >= 3:
-            said = read_digits(a) + "乘" + read_digits(b)
-        else:
-            said = read_number(a) + "乘" + read_number(b)
-        yield word(match.start(), match.end(), said, RULE_MATH)
+    text = spans.text
+    for match in _PRODUCT.finditer(text):
+        factors = _FACTORS.findall(match[1])
+        end = match.end()
+        unit = unit_after(text, end)
+        if unit is None and text[end : end + 1].isascii() and text[end : end + 1].isalpha():
+            continue  # 1920x1080p, 3x3x: another token's
+        if unit is not None:
+            end = text.index(unit, end) + len(unit)
+        resolution = (
+            len(factors) == 2
+            and all(len(f) >= 3 and f.isdigit() for f in factors)
+            and unit is None
+            and not _LENGTH_AFTER.match(text, match.end())
+        )  # 2560×1440; a size otherwise: 595×565×850mm, 800×800mm, 7×24
+        reading = read_digits if resolution else read_number
+        said = "乘".join(reading(f) for f in factors)
+        if unit is not None and end > match.end():
+            after, before = UNITS[unit]
+            said = before + said + after
+        yield word(match.start(), end, said, RULE_MATH)
 
 
 # Operators read by this table, not the library's ("÷" is 除以, not 除).
@@ -217,12 +242,22 @@ def operator_rule(spans: Spans) -> Iterator[Token]:
         yield word(match.start(), match.end(), "减", RULE_MATH)
 
 
+def _after_number(text: str, start: int) -> bool:
+    k = start - 1 if text[start - 1 : start] in (" ", "\t") else start
+    return k > 0 and "0" <= text[k - 1] <= "9"
+
+
 def math_rule(spans: Spans) -> Iterator[Token]:
     text = spans.text
     for match in _ROOT.finditer(text):  # before powers: √(b²-4ac) is one root
         degree = {"√": "", "∛": "三次", "∜": "四次"}[match[1]]
         yield word(match.start(), match.end(), degree + "根号" + read_latex(match[2]), RULE_MATH)
     for match in _POWER.finditer(text):
+        behind = text[max(0, match.start() - 2) : match.start()]
+        if (match.group() in UNITS and _after_number(text, match.start())) or (
+            behind[-1:] == "/" and behind[:1].isalpha()
+        ):
+            continue  # 45 m³, μg/m³, m/s²: a unit, the unit rule's
         exponent = match[3] or "{" + match[4].translate(_SUPERSCRIPTS) + "}"
         said = read_latex(" ".join(match[1]) + " " + match[2].strip("()") + "^" + exponent)
         yield word(match.start(), match.end(), said, RULE_MATH)

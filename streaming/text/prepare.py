@@ -17,6 +17,7 @@ from streaming.text.align import normalized_spans
 from streaming.text.codes import code_rule, key_rule, label_rule, model_rule, phone_rule
 from streaming.text.dates import date_rule, score_rule, time_rule
 from streaming.text.dotted import abbreviation_rule, address_number_rule, name_rule
+from streaming.text.formulas import formula_rule, subscript_rule
 from streaming.text.lexicon import Lexicon, lexicon_rule
 from streaming.text.markup import CONTROL_TAG, address_rule, list_rule, markup_rule, tag_rule
 from streaming.text.mathtext import latex_rule, math_rule, operator_rule, product_rule
@@ -60,6 +61,8 @@ _SPAN_RULES: tuple[SpanRule, ...] = (
     list_rule,
     abbreviation_rule,
     address_number_rule,
+    formula_rule,
+    subscript_rule,
     date_rule,
     time_rule,
     phone_rule,

@@ -29,8 +29,8 @@ RULE_DIGITS = "digits"
 _NUM = r"[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?"
 _SIGN = r"(?:(?<![0-9A-Za-z)）\]²³])[-−+±])?"
 _RANGE = re.compile(
-    rf"(?<![0-9.,A-Za-z])({_SIGN})({_NUM})([万亿千]?)[ \t]?([-–—~～〜]|到|至)[ \t]?({_SIGN})({_NUM})"
-    r"([万亿千]?)(?![0-9,]|\.[0-9])"
+    rf"(?<![0-9.,A-Za-z])({_SIGN})({_NUM})[ \t]?([万亿千]?)[ \t]?([-–—~～〜]|到|至)[ \t]?({_SIGN})({_NUM})"
+    r"[ \t]?([万亿千]?)(?![0-9,]|\.[0-9])"
 )
 _ORDINAL_PREFIX = re.compile(
     r"(第|周|星期|礼拜|No\.[ \t]?|NO\.[ \t]?|No[ \t]|(?<![\u4e00-\u9fff])[初高大研](?=[0-9](?![0-9])))"
@@ -39,7 +39,9 @@ _ORDINAL_PREFIX = re.compile(
 _NUMBER = re.compile(rf"(?<![0-9.,])({_SIGN})({_NUM})(\+(?![0-9]))?(?![0-9])")
 # "/" and perhaps a count after a unit, before another unit: mg/kg, L/100km.
 _PER_UNIT = re.compile(r"/([0-9]+)?(?=[A-Za-z°℃μ])")
-_FRACTION = re.compile(r"(?<![0-9/.:])([0-9]+)/([0-9]+)(?![0-9/.:])")
+_FRACTION = re.compile(
+    r"(?<![0-9/.:])([0-9]+(?:\.[0-9]+)?)[ \t]?/[ \t]?([0-9]+(?:\.[0-9]+)?)(?![0-9/:]|\.[0-9])"
+)
 _SIGNS = {"-": "负", "−": "负", "+": "正", "±": "正负"}
 _PER = re.compile(
     r"/(?=(?:" + "|".join(sorted(COUNT_MEASURES + ORDINAL_MEASURES, key=len, reverse=True)) + "))"
@@ -50,12 +52,13 @@ def _plain(number: str) -> str:
     return number.replace(",", "")
 
 
-def _unit(text: str, end: int) -> tuple[str, str, int] | None:
-    """(said after, said before, end) of the unit written after ``text[:end]``."""
+def _unit(text: str, end: int, per: bool = False) -> tuple[str, str, int] | None:
+    """(said after, said before, end) of the unit written after ``text[:end]``; ``per``:
+    after a "/", where one letter is a unit whatever stands before (μmol/L)."""
     unit = unit_after(text, end)
     if unit is None:
         return None
-    if unit in AMBIGUOUS_UNITS and latin_before(text, end - 1):
+    if unit in AMBIGUOUS_UNITS and not per and latin_before(text, end - 1):
         return None
     start = text.index(unit, end)
     after, before = UNITS[unit]
@@ -80,7 +83,8 @@ def range_rule(spans: Spans) -> Iterator[Token]:
         end = match.end()
         ordinal = text[max(0, match.start() - 1) : match.start()] == "第"
         unit = _unit(text, end)
-        counts = not ordinal and _counts(text, end)
+        # A signed end makes both values, not counts: -2~2℃ 负二到二摄氏度.
+        counts = not ordinal and not (low_sign or high_sign) and _counts(text, end)
         said = (
             _SIGNS.get(low_sign, "")
             + read_number(_plain(low), count=counts or bool(low_mag))
@@ -133,9 +137,14 @@ def unit_rule(spans: Spans) -> Iterator[Token]:
             continue
         after, before, end = unit
         counts = after not in LETTER_UNITS
-        said = _SIGNS.get(match[1], "") + read_number(_plain(match[2]), count=counts)
+        # A signed number is a value, not a count: -2℃ 负二摄氏度 (2℃ 两摄氏度).
+        said = _SIGNS.get(match[1], "") + read_number(
+            _plain(match[2]), count=counts and not match[1]
+        )
         per = _PER_UNIT.match(text, end)
-        if per is not None and (per_unit := _unit(text, per.end(1) if per[1] else per.start() + 1)):
+        if per is not None and (
+            per_unit := _unit(text, per.end(1) if per[1] else per.start() + 1, per=not per[1])
+        ):
             count = read_number(per[1], count=True) if per[1] else ""
             after += "每" + count + per_unit[1] + per_unit[0]  # mg/kg 毫克每千克, L/100km
             end = per_unit[2]
@@ -170,7 +179,7 @@ def number_rule(spans: Spans) -> Iterator[Token]:
             continue
         counts = _counts(text, end)
         rule = RULE_COUNT if counts else RULE_NUMBER
-        said = _SIGNS.get(sign, "") + read_number(number, count=counts)
+        said = _SIGNS.get(sign, "") + read_number(number, count=counts and not sign)
         if more:
             said += "多"
         yield word(match.start(), match.end(), said, rule)
