@@ -3,6 +3,7 @@ real front-end (our rules and WeTextProcessing), each as a listener expects."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import pytest
@@ -44,3 +45,21 @@ def test_sentence_is_read_as_a_listener_expects(frontend: TextFrontend, row: Row
         check_accounting(segment.text, prepared)
         spoken += prepared.spoken
     assert is_heard_right(spoken, row), f"heard {heard(spoken)!r}, expected {row.expected}"
+
+
+# Where LLMs put blanks: between Chinese and digits ("下午 3 点", "拨打 12315 热线").
+_CHINESE_DIGIT = re.compile(r"(?<=[\u4e00-\u9fff])(?=[0-9])|(?<=[0-9])(?=[\u4e00-\u9fff])")
+
+
+def test_blanks_around_numbers_change_nothing(frontend: TextFrontend) -> None:
+    """Every corpus sentence with a blank put between its Chinese and its digits is spoken
+    exactly as written without them: the same reading, and no blank or pause added."""
+    rows = [row for row in ROWS if _CHINESE_DIGIT.search(row.text)]
+    assert len(rows) >= 300
+    changed = [
+        (row.text, spaced, frontend.prepare(spaced).spoken)
+        for row in rows
+        if frontend.prepare(spaced := _CHINESE_DIGIT.sub(" ", row.text)).spoken
+        != frontend.prepare(row.text).spoken
+    ]
+    assert changed == []

@@ -215,6 +215,39 @@ CASES: list[tuple[str, str, str]] = [
     ("meeting", "会议19:30开始，请准时。", "会议十九点三十分开始，请准时。"),
     ("interjection-kept", "好啊，这儿有3个", "好啊，这儿有三个"),
     ("traditional-kept", "這個3個", "這個三個"),
+    # blanks around a number join it to its Chinese (no blank, no pause); others stay
+    ("blank-around-time", "下午 3 点见", "下午三点见"),
+    ("blank-around-dialled-number", "请拨打 12315 热线", "请拨打幺二三幺五热线"),
+    ("blank-after-latin-kept", "GPU 价格 3 元", "G P U 价格三元"),
+    # 2 before a unit counts (两), alone and in a range; a signed number does not
+    ("two-before-unit", "2℃", "两摄氏度"),
+    ("two-range-before-unit", "2~8℃", "两到八摄氏度"),
+    ("signed-range-before-unit", "-2~2℃", "负二到二摄氏度"),
+    ("signed-two-before-unit", "-2℃", "负二摄氏度"),
+    ("count-cue-in-clause", "每周更新2集", "每周更新两集"),
+    # places, numbers to dial, stock codes, keys
+    ("room-after-building", "7-2-301", "七 二 三零幺"),
+    ("dialled-then-word", "请拨打12320卫生热线", "请拨打幺二三二零卫生热线"),
+    ("dialled-count-stays-count", "拨打了300次", "拨打了三百次"),
+    ("stock-code-in-brackets", "茅台（600519）", "茅台，六零零五幺九，"),
+    ("key-hash-no-double", "请按 # 号键", "请按井号键"),
+    ("key-star", "按*键", "按星号键"),
+    ("number-sign-no-double", "#3号", "三号"),
+    # formulas, chemistry, sizes; and what is none
+    ("function-notation", "f(x)=2x", "f x等于二x"),
+    ("equation-with-blanks", "y = 3x - 2", "y等于三x减二"),
+    ("chemical-formula", "H₂SO₄", "H二S O四"),
+    ("subscript-variable", "x₁", "x一"),
+    ("dimensions", "595×565×850mm", "五百九十五乘五百六十五乘八百五十毫米"),
+    ("resolution-stays-digits", "2560×1440", "二五六零乘幺四四零"),
+    ("zoom-stays-times", "支持3x变焦", "支持三倍变焦"),
+    ("units-are-no-variables", "5kg+3kg=8kg", "五千克加三千克等于八千克"),
+    ("hyphenated-name-no-minus", "k-means聚类", "k means聚类"),
+    # scores and time ranges
+    ("score-before-result", "主队 2-0 领先", "主队二比零领先"),
+    ("range-stays-range", "每天练习3-5组", "每天练习三到五组"),
+    ("time-range-next-day", "22:00-次日 07:00", "二十二点到次日七点"),
+    ("meridiem-range", "10am-6pm", "上午十点到下午六点"),
 ]
 
 

@@ -101,6 +101,12 @@ CASES: list[tuple[str, str, int, int, list[tuple[str, str]]]] = [
      [("Total 1,000 units,", "clause"), (" ok", "flush")]),
     ("first-clause-not-in-time", "Meet at 12:30 today: ok", 80, 6,
      [("Meet at 12:30 today:", "clause"), (" ok", "flush")]),
+    ("first-clause-not-in-spaced-score", "比分 3 : 2，主队赢了", 80, 3,
+     [("比分 3 : 2，", "clause"), ("主队赢了", "flush")]),
+    ("first-clause-not-in-fullwidth-time", "10：00开始，请准时", 80, 3,
+     [("10：00开始，", "clause"), ("请准时", "flush")]),
+    ("first-clause-fullwidth-colon-after-digits", "共3：甲、乙、丙", 80, 2,
+     [("共3：", "clause"), ("甲、乙、丙", "flush")]),
     ("first-clause-enumeration-comma", "苹果、香蕉、橘子和梨", 80, 4,
      [("苹果、香蕉、", "clause"), ("橘子和梨", "flush")]),
     # the length limit
@@ -266,7 +272,7 @@ texts = st.text(alphabet=st.sampled_from(ALPHABET), max_size=200)
 # Words of letters or digits, so that abbreviations, decimals and URLs show up often.
 tokens = st.sampled_from(
     ["Mr.", "e.g.", "U.S.", "3.14", "1,000", "12:30", "v1.2.3", "http://a.io/x?q=1", "...",
-     "word", "你好", "。", "”", " ", "\n", ". ", "! ", "A", "a", "1."]
+     "word", "你好", "。", "”", " ", "\n", ". ", "! ", "A", "a", "1.", "3 : 2", "10：00"]
 )  # fmt: skip
 token_texts = st.lists(st.one_of(tokens, st.sampled_from(ALPHABET)), max_size=80).map("".join)
 any_text = st.one_of(texts, token_texts)
