@@ -136,9 +136,9 @@ def formula_rule(spans: Spans) -> Iterator[Token]:
 
 
 # A chemical formula or a variable with subscripts: H₂O, CO₂, H₂SO₄, Fe₂O₃, x₁, a₁₀.
+# Letters and subscripts alternate, so a long word is scanned once (no backtracking).
 _SUBSCRIPTED = re.compile(
-    rf"(?<![A-Za-z0-9])([0-9]*)((?:[A-Za-z]{{1,2}}[{_SUB}]*)*[A-Za-z][{_SUB}]+(?:[A-Za-z]{{1,2}}[{_SUB}]*)*)"
-    r"(?![A-Za-z0-9])"
+    rf"(?<![A-Za-z0-9])([0-9]*)((?:[A-Za-z]+[{_SUB}]+)+[A-Za-z]*)(?![A-Za-z0-9])"
 )
 _ELEMENT = re.compile(rf"[A-Z][a-z]?|[a-z]|[{_SUB}]+")
 
