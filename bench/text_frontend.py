@@ -1,12 +1,20 @@
-"""Cost of the text front-end per segment: WeTextProcessing load, then prepare_text.
+"""The text front-end: how much of the corpus it reads right, and its cost per segment.
 
-    .venv/bin/python bench/text_frontend.py [--rounds N]
+    .venv/bin/python bench/text_frontend.py [--rounds N] [--baseline REF]
     .venv/bin/python bench/text_frontend.py --smoke     # does it run? (one round)
 
-Segments come from realistic LLM output (prose, numbers, dates, markdown, English), cut
-by the server's segmenter. Each is prepared with a cold cache (the normaliser's LRU
-cache is bypassed), so the figures are the worst case of a first sighting. Prints a
-table, then one JSON line with the figures.
+Reads right: the sentences of tests/streaming/corpus (``assistants``, the corpus the
+rules are built on, and ``other_domains``, held out), each heard as one of its expected
+forms (tests/streaming/corpus/__init__.py), by this front-end (the sentence cut as a
+WebSocket context cuts it, each segment prepared after the one before it), by
+WeTextProcessing alone (the whole sentence), and by the front-end of git ``REF`` (the
+baseline, default ``main``: its ``streaming/`` checked out into a temporary directory
+and run in a subprocess, in this same run).
+
+Cost: each segment of realistic LLM output (prose, numbers, markdown, English) and of the
+corpus, prepared with a cold cache (the normaliser's LRU cache bypassed: the worst case
+of a first sighting), for this front-end and the baseline. Prints tables, then one JSON
+line with the figures.
 """
 
 from __future__ import annotations
@@ -14,15 +22,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from server.textnorm import load_wetext
-from streaming.segment import Segmenter, SegmenterConfig
-from streaming.text import prepare_text
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 CORPUS = {
     "prose": (
@@ -44,10 +52,16 @@ CORPUS = {
         "COVID-19疫情期间，WHO发布了指南。GPT-4o模型支持128k上下文。"
     ),
 }
+#: The segmenter as the server runs it for a WebSocket context (its defaults).
+MAX_CHARS, FIRST_MIN_CHARS = 80, 3
+#: How the baseline's subprocess is told it is one.
+_CHILD = "--child"
 
 
 def segments_of(text: str) -> list[str]:
-    segmenter = Segmenter(SegmenterConfig(max_chars=80, first_min_chars=6))
+    from streaming.segment import Segmenter, SegmenterConfig
+
+    segmenter = Segmenter(SegmenterConfig(max_chars=MAX_CHARS, first_min_chars=FIRST_MIN_CHARS))
     return [s.text for s in [*segmenter.push(text), *segmenter.flush()]]
 
 
@@ -56,15 +70,106 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def cost_figures(timings: list[float], segments: int) -> dict[str, float]:
+    return {
+        "segments": segments,
+        "p50_ms": round(statistics.median(timings), 2),
+        "p95_ms": round(percentile(timings, 0.95), 2),
+        "max_ms": round(max(timings), 2),
+    }
+
+
+def speak_and_time(
+    job: dict[str, Any], prepare: Any, normalizer: Any, stream: bool
+) -> dict[str, Any]:
+    """Each sentence spoken (segment by segment) and each segment's cold cost, in ms.
+
+    ``stream``: the front-end takes the previous segment (``before``): this branch's."""
+    spoken = []
+    for sentence in job["sentences"]:
+        said, before = "", ""
+        for segment in segments_of(sentence):
+            extra = {"before": before} if stream else {}
+            said += prepare(segment, normalizer=normalizer, **extra).spoken
+            before = segment
+        spoken.append(said)
+    timings: dict[str, list[float]] = {}
+    for name, segments in job["segments"].items():
+        times = timings.setdefault(name, [])
+        for _ in range(job["rounds"]):
+            for segment in segments:
+                started = time.perf_counter()
+                prepare(segment, normalizer=normalizer)
+                times.append((time.perf_counter() - started) * 1000)
+    return {"spoken": spoken, "timings_ms": timings}
+
+
+def child() -> int:
+    """The baseline's side: its prepare_text on the job read from stdin (JSON)."""
+    job = json.loads(sys.stdin.read())
+    sys.path.insert(0, job["root"])  # its streaming/ first
+    from tn.chinese.normalizer import Normalizer as WeText
+
+    from streaming.text import prepare_text  # the baseline's
+
+    library = WeText(cache_dir=job["cache_dir"], **job["options"])
+    print(json.dumps(speak_and_time(job, prepare_text, library.normalize, stream=False)))
+    return 0
+
+
+def baseline(ref: str, job: dict[str, Any]) -> dict[str, Any] | None:
+    """The front-end of git ``ref``, run on ``job`` in a subprocess; None if it cannot be."""
+    from server.textnorm import _FST_OPTIONS, default_cache_dir, load_wetext
+
+    load_wetext()  # the transducers built in the cache the child reads
+    with tempfile.TemporaryDirectory() as root:
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", ref, "streaming"], capture_output=True
+        )
+        if archive.returncode != 0:
+            print(f"baseline {ref}: {archive.stderr.decode().strip()}", file=sys.stderr)
+            return None
+        subprocess.run(["tar", "-x", "-C", root], input=archive.stdout, check=True)
+        payload = {
+            **job,
+            "root": root,
+            "cache_dir": str(default_cache_dir()),
+            "options": _FST_OPTIONS,
+        }
+        run = subprocess.run(
+            [sys.executable, __file__, _CHILD],
+            input=json.dumps(payload),
+            capture_output=True,
+            text=True,
+            cwd=root,
+        )
+    if run.returncode != 0:
+        print(f"baseline {ref} failed: {run.stderr[-2000:]}", file=sys.stderr)
+        return None
+    result: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
+    return result
+
+
+def scores(spoken: list[str], rows: list[Any]) -> dict[str, int]:
+    from tests.streaming.corpus import is_heard_right
+
+    return {"right": sum(is_heard_right(s, row) for s, row in zip(spoken, rows, strict=True))}
+
+
 def main() -> int:
+    if sys.argv[1:] == [_CHILD]:
+        return child()
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument(
-        "--smoke", action="store_true", help="one round: checks it runs (the suite runs it)"
-    )
+    parser.add_argument("--baseline", default="main", help="git ref of the baseline ('' for none)")
+    parser.add_argument("--smoke", action="store_true", help="one round, corpus subsets")
     args = parser.parse_args()
     if args.smoke:
         args.rounds = 1
+
+    from server.textnorm import load_wetext
+    from streaming.text import prepare_text
+    from tests.streaming.corpus import load
 
     started = time.perf_counter()
     normalizer = load_wetext()
@@ -72,46 +177,63 @@ def main() -> int:
     uncached = normalizer.__wrapped__  # type: ignore[attr-defined]
     print(f"load (import + transducers from cache): {load_s * 1000:.0f} ms")
 
-    results: dict[str, dict[str, float]] = {}
-    print(
-        f"{'corpus':<10} {'segs':>4} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'rules-only ms':>14}"
-    )
-    for name, text in CORPUS.items():
-        segments = segments_of(text)
-        timings: list[float] = []
-        rules_only: list[float] = []
-        for _ in range(args.rounds):
-            for segment in segments:
-                t0 = time.perf_counter()
-                prepare_text(segment, normalizer=uncached)
-                t1 = time.perf_counter()
-                prepare_text(segment)
-                t2 = time.perf_counter()
-                timings.append((t1 - t0) * 1000)
-                rules_only.append((t2 - t1) * 1000)
-        figures = {
-            "segments": len(segments),
-            "p50_ms": round(statistics.median(timings), 2),
-            "p95_ms": round(percentile(timings, 0.95), 2),
-            "max_ms": round(max(timings), 2),
-            "rules_only_p50_ms": round(statistics.median(rules_only), 3),
-        }
-        results[name] = figures
-        print(
-            f"{name:<10} {len(segments):>4} {figures['p50_ms']:>8} {figures['p95_ms']:>8} "
-            f"{figures['max_ms']:>8} {figures['rules_only_p50_ms']:>14}"
-        )
-    print(
-        json.dumps(
-            {
-                "bench": "text_frontend",
-                "smoke": args.smoke,
-                "load_ms": round(load_s * 1000),
-                "per_segment": results,
-            }
-        )
-    )
+    corpora = {name: load(name) for name in ("assistants", "other_domains")}
+    if args.smoke:
+        corpora = {name: rows[::25] for name, rows in corpora.items()}
+    sentences = [row.text for rows in corpora.values() for row in rows]
+    segments = {name: segments_of(text) for name, text in CORPUS.items()}
+    segments["corpus"] = [s for text in corpora["assistants"] for s in segments_of(text.text)]
+    job = {"sentences": sentences, "segments": segments, "rounds": args.rounds}
+
+    ours = speak_and_time(job, prepare_text, uncached, stream=True)
+    library = [uncached(text) for text in sentences]
+    before = baseline(args.baseline, job) if args.baseline else None
+    report = summarise(corpora, ours, library, before, args)
+    report["load_ms"] = round(load_s * 1000)
+    print(json.dumps(report))
     return 0
+
+
+def summarise(
+    corpora: dict[str, list[Any]],
+    ours: dict[str, Any],
+    library: list[str],
+    before: dict[str, Any] | None,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """Print the tables; the report's figures."""
+    runs = {"frontend": ours["spoken"], "wetext_alone": library}
+    if before is not None:
+        runs["baseline"] = before["spoken"]
+    reading: dict[str, dict[str, Any]] = {}
+    print(f"\n{'read right':<14}" + "".join(f"{name:>16}" for name in runs))
+    offset = 0
+    for name, rows in corpora.items():
+        reading[name] = {"sentences": len(rows)}
+        for run, spoken in runs.items():
+            reading[name][run] = scores(spoken[offset : offset + len(rows)], rows)["right"]
+        print(f"{name:<14}" + "".join(f"{reading[name][r]:>11}/{len(rows):<4}" for r in runs))
+        offset += len(rows)
+    cost: dict[str, dict[str, Any]] = {}
+    print(
+        f"\n{'cost, cold':<10} {'segs':>5} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}   baseline p50/p95/max"
+    )
+    for kind, timings in ours["timings_ms"].items():
+        segments = len(timings) // args.rounds
+        cost[kind] = cost_figures(timings, segments)
+        line = f"{kind:<10} {segments:>5} {cost[kind]['p50_ms']:>8} {cost[kind]['p95_ms']:>8} {cost[kind]['max_ms']:>8}"
+        if before is not None:
+            cost[kind]["baseline"] = cost_figures(before["timings_ms"][kind], segments)
+            b = cost[kind]["baseline"]
+            line += f"   {b['p50_ms']}/{b['p95_ms']}/{b['max_ms']}"
+        print(line)
+    return {
+        "bench": "text_frontend",
+        "smoke": args.smoke,
+        "baseline": args.baseline if before is not None else None,
+        "read_right": reading,
+        "per_segment": cost,
+    }
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 from collections.abc import AsyncIterator, Callable
 
 from fastapi import FastAPI, WebSocket
@@ -65,10 +66,13 @@ def _lifespan(
         state.worker.start()
         if state.settings.warm_up:
             state.frontend.start()  # loads the text normaliser on its own thread
+        hangup = _on_hangup(state.frontend.reload_lexicon) if state.frontend.lexicon_file else None
         watchdog = asyncio.create_task(_watch(state), name="engine-watchdog")
         try:
             yield
         finally:
+            if hangup is not None:
+                hangup()
             watchdog.cancel()
             state.frontend.close()
             await state.encoders.close()
@@ -77,6 +81,21 @@ def _lifespan(
             await state.voices.registry.close()
 
     return lifespan
+
+
+def _on_hangup(callback: Callable[[], None]) -> Callable[[], None] | None:
+    """Call ``callback`` on SIGHUP (the lexicon's reload); returns what removes it, or
+    None where the loop cannot take signals (not the main thread, not Unix)."""
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGHUP, callback)
+    except (AttributeError, NotImplementedError, RuntimeError, ValueError):
+        return None
+
+    def remove() -> None:
+        loop.remove_signal_handler(signal.SIGHUP)
+
+    return remove
 
 
 def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> FastAPI:

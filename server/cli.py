@@ -155,6 +155,7 @@ def _exit_if_no_engine(server: DrainingServer, state: AppState) -> None:
 def preview(settings: Settings, text: str, mode: str) -> int:
     import json
 
+    from server.state import lexicon_file
     from server.textnorm import TextFrontend
 
     for name, close in unknown_variables(os.environ):
@@ -163,7 +164,9 @@ def preview(settings: Settings, text: str, mode: str) -> int:
     if text == "-":
         text = sys.stdin.read()
     frontend = TextFrontend(
-        allow_control_tags=settings.allow_control_tags, cache_dir=settings.text_cache_dir
+        allow_control_tags=settings.allow_control_tags,
+        cache_dir=settings.text_cache_dir,
+        lexicon=lexicon_file(settings),
     )
     segments = frontend.preview(text, settings.speech.segmenter_config(whole_text=mode == "http"))
     body = {"mode": mode, "segments": [segment.to_json() for segment in segments]}

@@ -28,6 +28,7 @@ from server.runtime.options import WorkerOptions
 from streaming.connection import ConnectionLimits
 from streaming.schedule import BatchPolicy
 from streaming.speech import SpeechSettings
+from streaming.text import Lexicon, LexiconError, LexiconLimits
 
 ENGINES = ("auto", "chattts", "espeak")
 
@@ -330,6 +331,43 @@ class Settings:
         "~/.cache/chattts-stream)",
         group="text",
     )
+    lexicon: Path | None = option(
+        None,
+        "pronunciation lexicon file, one entry a line: written<TAB>spoken or written=spoken, "
+        "# comments (docs/text.md); reloaded when it changes or on SIGHUP",
+        group="text",
+    )
+    lexicon_check_s: float = option(
+        2.0,
+        "how often the lexicon file's modification time is checked (0: only on SIGHUP)",
+        group="text",
+    )
+    max_lexicon_entries: int = option(10000, "entries in the lexicon file", group="text")
+    max_request_lexicon_entries: int = option(
+        100,
+        "lexicon entries one request or one WebSocket context may bring",
+        group="text",
+    )
+    max_lexicon_written_chars: int = option(
+        64, "longest written form of a lexicon entry", group="text"
+    )
+    max_lexicon_spoken_chars: int = option(
+        128, "longest spoken form of a lexicon entry", group="text"
+    )
+
+    @property
+    def lexicon_limits(self) -> LexiconLimits:
+        """How large the lexicon file's entries may be (streaming.text.lexicon)."""
+        return LexiconLimits(
+            self.max_lexicon_entries, self.max_lexicon_written_chars, self.max_lexicon_spoken_chars
+        )
+
+    @property
+    def request_lexicon_limits(self) -> LexiconLimits:
+        """How large a request's or a context's lexicon may be."""
+        return dataclasses.replace(
+            self.lexicon_limits, max_entries=self.max_request_lexicon_entries
+        )
 
     @property
     def speech(self) -> SpeechSettings:
@@ -550,6 +588,10 @@ _POSITIVE = (
     "first_frame_ms",
     "idle_flush_ms",
     "sentence_flush_ms",
+    "max_lexicon_entries",
+    "max_request_lexicon_entries",
+    "max_lexicon_written_chars",
+    "max_lexicon_spoken_chars",
 )
 #: Settings that must not be negative, with what 0 means where it means something.
 _NOT_NEGATIVE = {
@@ -562,6 +604,7 @@ _NOT_NEGATIVE = {
     "max_streams": " (0: the measured capacity)",
     "sit_out_ahead_s": "",
     "ws_send_buffer_bytes": " (0: the OS default)",
+    "lexicon_check_s": " (0: only on SIGHUP)",
 }
 
 
@@ -611,7 +654,22 @@ def _combination_problems(settings: Settings) -> list[str]:
         problems.append("voices_store must be a redis://, rediss:// or unix:// URL")
     if not 0 <= settings.port <= 65535:
         problems.append("port must be in 0..65535")
+    if settings.lexicon is not None:
+        problems += lexicon_problems(settings)
     return problems
+
+
+def lexicon_problems(settings: Settings) -> list[str]:
+    """What is wrong with the lexicon file (the first bad line, named), if anything."""
+    assert settings.lexicon is not None
+    try:
+        text = settings.lexicon.read_text(encoding="utf-8")
+        Lexicon.parse(text, source=str(settings.lexicon), limits=settings.lexicon_limits)
+    except (OSError, UnicodeDecodeError) as exc:
+        return [f"lexicon: cannot read {settings.lexicon}: {exc} (--lexicon, TTS_LEXICON)"]
+    except LexiconError as exc:
+        return [f"lexicon: {exc} (--lexicon, TTS_LEXICON)"]
+    return []
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from server.engines.select import (
     has_random_weights,
 )
 from server.http.audio import Encoders
+from server.lexicon import LexiconFile
 from server.metrics import Metrics
 from server.runtime.admission import Admission
 from server.runtime.worker import EngineWorker
@@ -33,6 +34,7 @@ from server.textnorm import TextFrontend
 from server.transport import pending_bytes
 from server.voices import VoiceRegistry, Voices, voice_store
 from streaming.errors import Unauthorized, Unavailable
+from streaming.text import LexiconError
 
 __all__ = ["AppState"]
 
@@ -96,7 +98,9 @@ class AppState:
         )
         admission = Admission(worker, metrics, settings.admission, has_fallback=bool(fallback))
         frontend = TextFrontend(
-            allow_control_tags=settings.allow_control_tags, cache_dir=settings.text_cache_dir
+            allow_control_tags=settings.allow_control_tags,
+            cache_dir=settings.text_cache_dir,
+            lexicon=lexicon_file(settings),
         )
         voices = Voices(VoiceRegistry(voice_store(settings)), worker)
         metrics.follow_admission(lambda: admission.streams, lambda: _stream_limit(admission))
@@ -151,3 +155,15 @@ def _stream_limit(admission: Admission) -> int:
     not measured yet, takes any number: admission's stand-in is 2**30)."""
     limit = admission.limit()
     return -1 if limit >= 1 << 30 else limit
+
+
+def lexicon_file(settings: Settings) -> LexiconFile | None:
+    """The lexicon file the settings name, read now; a bad one stops the start-up."""
+    if settings.lexicon is None:
+        return None
+    try:
+        return LexiconFile(
+            settings.lexicon, settings.lexicon_limits, check_s=settings.lexicon_check_s
+        )
+    except (OSError, UnicodeDecodeError, LexiconError) as exc:
+        raise SystemExit(f"cannot use the lexicon (--lexicon, TTS_LEXICON): {exc}") from None

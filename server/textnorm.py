@@ -6,12 +6,17 @@ disk, builds them on first use and logs while doing so; ``streaming/`` stays std
 only and takes the normaliser as a plain ``str -> str`` function, so its tests need
 neither the library nor its start-up cost.
 
-Costs, measured by ``bench/text_frontend.py`` on these 2-core machines: loading the
-transducers ~0.5 s (building them once, on first start, ~4 s); 1-30 ms a segment that
-holds numbers (0.1 ms for plain prose, which skips the library). That is not
-negligible on an event loop, so :meth:`TextFrontend.submit` runs it on one
-dedicated thread; one thread also serialises calls into pynini, whose thread safety is
-not documented.
+The front-end's own rules read numbers (``streaming/text/``); the library reads what
+no rule claims. Costs, measured by ``bench/text_frontend.py`` on these 2-core machines:
+loading the transducers ~0.5 s (building them once, on first start, ~4 s); 0.1-0.3 ms
+a segment at p95, up to a few ms when the library is called. Segments are still
+prepared on one dedicated thread (:meth:`TextFrontend.submit`), never on the event
+loop; one thread also serialises calls into pynini, whose thread safety is not
+documented, and runs the lexicon file's reload check (:mod:`server.lexicon`).
+
+A :class:`TextStream` prepares one context's (or request's) segments in order: code
+fences that span segments, the stream's own lexicon entries over the file's, and the
+end of the previous segment, where a cue word for the next one may stand.
 
 The transducers are built with the library's options that change Chinese characters
 turned off (interjection removal such as 啊/呃, erhua removal, traditional to
@@ -35,9 +40,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from server.lexicon import LexiconFile
 from streaming.segment import Segment, Segmenter, SegmenterConfig
 from streaming.speech import removals_in_stream
-from streaming.text import CodeFences, Normalizer, PreparedText, code_body, prepare_text
+from streaming.text import (
+    CodeFences,
+    Lexicon,
+    Normalizer,
+    PreparedText,
+    code_body,
+    needs_normalizer,
+    prepare_text,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +159,8 @@ class PreviewSegment:
                     "end": segment.start + piece.end,
                     "text": segment.text[piece.start : piece.end],
                     "spoken": piece.spoken,
+                    "rule": piece.rule or "symbol",
+                    **({"origin": piece.origin} if piece.origin else {}),
                 }
                 for piece in p.rewrites
                 if segment.text[piece.start : piece.end] != piece.spoken
@@ -166,8 +182,11 @@ class TextFrontend:
         allow_control_tags: bool = False,
         normalizer_factory: Callable[[], Normalizer | None] | None = None,
         cache_dir: Path | None = None,
+        lexicon: LexiconFile | None = None,
     ) -> None:
         self.allow_control_tags = allow_control_tags
+        #: The server-wide lexicon file (--lexicon), if any.
+        self.lexicon_file = lexicon
         self._factory = normalizer_factory or functools.partial(load_wetext, cache_dir)
         self._normalizer: Normalizer | None = None
         self._loaded = threading.Event()
@@ -205,14 +224,32 @@ class TextFrontend:
         self.load()
         return self._normalizer(text) if self._normalizer is not None else text
 
-    def prepare(self, text: str) -> PreparedText:
-        """Prepare one segment (blocking).
+    def prepare(self, text: str, lexicon: Lexicon | None = None, before: str = "") -> PreparedText:
+        """Prepare one segment (blocking), with ``lexicon``'s entries (all of them:
+        :meth:`TextStream.lexicon`) and the stream's text ``before`` it (cue words).
 
         The normaliser is loaded on first need, so a text without digits or symbols
         never waits for it; :meth:`start` loads it ahead of time.
         """
+        if not self._loaded.is_set() and needs_normalizer(text):
+            self.load()  # numbers are read only when the library is there (else dropped)
         normalizer = self._normalizer if self._loaded.is_set() else self._normalize_lazily
-        return prepare_text(text, normalizer=normalizer, allow_tags=self.allow_control_tags)
+        return prepare_text(
+            text,
+            normalizer=normalizer,
+            allow_tags=self.allow_control_tags,
+            lexicon=lexicon,
+            before=before,
+        )
+
+    def file_lexicon(self) -> Lexicon | None:
+        """The lexicon file's entries now (reloaded if it changed); on the front-end thread."""
+        return self.lexicon_file.current() if self.lexicon_file is not None else None
+
+    def reload_lexicon(self) -> None:
+        """Reload the lexicon file before the next segment (SIGHUP)."""
+        if self.lexicon_file is not None:
+            self.lexicon_file.request_reload()
 
     def _pool(self) -> ThreadPoolExecutor:
         if self._executor is None:
@@ -223,24 +260,34 @@ class TextFrontend:
         """Begin loading on the front-end thread; returns at once."""
         self._pool().submit(self.load)
 
-    def submit(self, text: str) -> asyncio.Future[PreparedText]:
-        """Start :meth:`prepare` on the front-end thread; await the result on the loop."""
-        return asyncio.wrap_future(self._pool().submit(self.prepare, text))
+    def submit(self, text: str, stream: TextStream | None = None) -> asyncio.Future[PreparedText]:
+        """Start preparing ``text`` on the front-end thread (with ``stream``'s lexicon);
+        await the result on the loop."""
+        if stream is None:
+            return asyncio.wrap_future(self._pool().submit(self.prepare, text))
+        return asyncio.wrap_future(
+            self._pool().submit(stream.prepare_now, text, stream.follow(text))
+        )
 
-    def stream(self) -> TextStream:
-        """A preparer for the segments of one text stream (a context, a request)."""
-        return TextStream(self)
+    def stream(self, lexicon: Lexicon | None = None) -> TextStream:
+        """A preparer for the segments of one text stream (a context, a request), with
+        its own lexicon entries (they win over the file's)."""
+        return TextStream(self, lexicon)
 
-    def preview(self, text: str, config: SegmenterConfig) -> list[PreviewSegment]:
+    def preview(
+        self, text: str, config: SegmenterConfig, lexicon: Lexicon | None = None
+    ) -> list[PreviewSegment]:
         """Segments of ``text`` pushed whole then flushed, each prepared (blocking)."""
         segmenter = Segmenter(config)
         segments = [*segmenter.push(text), *segmenter.flush()]
-        stream = self.stream()
+        stream = self.stream(lexicon)
         return [PreviewSegment(segment, stream.prepare(segment.text)) for segment in segments]
 
-    async def preview_async(self, text: str, config: SegmenterConfig) -> list[PreviewSegment]:
+    async def preview_async(
+        self, text: str, config: SegmenterConfig, lexicon: Lexicon | None = None
+    ) -> list[PreviewSegment]:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool(), self.preview, text, config)
+        return await loop.run_in_executor(self._pool(), self.preview, text, config, lexicon)
 
     def close(self) -> None:
         if self._executor is not None:
@@ -249,20 +296,44 @@ class TextFrontend:
 
 
 class TextStream:
-    """Prepares one stream's segments, in order, with what spans segments (code fences)."""
+    """Prepares one stream's segments, in order, with what spans segments (code fences)
+    and the stream's lexicon entries over the file's."""
 
-    def __init__(self, frontend: TextFrontend) -> None:
+    def __init__(self, frontend: TextFrontend, lexicon: Lexicon | None = None) -> None:
         self._frontend = frontend
         self._fences = CodeFences()
+        self._own = lexicon
+        self._merged: tuple[Lexicon | None, Lexicon | None] = (None, lexicon)
+        self._previous = ""  # the last segment given, for the cue words before the next
+
+    def lexicon(self) -> Lexicon | None:
+        """The file's entries (as they are now) with this stream's over them."""
+        file_lexicon = self._frontend.file_lexicon()
+        if file_lexicon is not self._merged[0]:  # merged once per version of the file
+            merged = file_lexicon.merged(self._own) if file_lexicon is not None else self._own
+            self._merged = (file_lexicon, merged)
+        return self._merged[1]
+
+    def follow(self, text: str) -> str:
+        """Note ``text`` as the stream's latest segment; returns the one before it."""
+        before, self._previous = self._previous, text
+        return before
+
+    def prepare_now(self, text: str, before: str) -> PreparedText:
+        """Prepare a segment that is no code, after ``before`` (blocking; the front-end
+        thread)."""
+        return self._frontend.prepare(text, self.lexicon(), before)
 
     def prepare(self, text: str) -> PreparedText:
         """Prepare the next segment (blocking)."""
-        return code_body(text) if self._fences.is_code(text) else self._frontend.prepare(text)
+        before = self.follow(text)
+        return code_body(text) if self._fences.is_code(text) else self.prepare_now(text, before)
 
     def submit(self, text: str) -> asyncio.Future[PreparedText]:
         """Start preparing the next segment; call on the event loop, segments in order."""
         if self._fences.is_code(text):
+            self.follow(text)
             future: asyncio.Future[PreparedText] = asyncio.get_running_loop().create_future()
             future.set_result(code_body(text))
             return future
-        return self._frontend.submit(text)
+        return self._frontend.submit(text, self)

@@ -33,6 +33,7 @@ from streaming import protocol as p
 from streaming.errors import ClientError, LimitExceeded, TTSError, Unavailable
 from streaming.segment import Segment, Segmenter
 from streaming.speech import SpeechSettings
+from streaming.text import Lexicon, LexiconError, LexiconLimits
 
 __all__ = [
     "Cancelled",
@@ -89,8 +90,11 @@ class ContextState:
         segmenter: Segmenter,
         *,
         timestamps: bool = False,
+        lexicon: Lexicon | None = None,
     ):
         self.id = context_id
+        #: The context's own lexicon entries (``start``'s ``lexicon``), checked.
+        self.lexicon = lexicon
         #: Send a ``timestamps`` event after each segment (``start`` asked for them).
         self.timestamps = timestamps
         self.stream = stream
@@ -164,6 +168,7 @@ class Connection:
     message and voice name none; ``admit``
     decides whether a new context may start (admission control, given its id): False
     to speak on the main engine, True on the fallback voice, or it raises ``busy``.
+    ``lexicon_limits`` bound the lexicon a ``start`` may bring.
     """
 
     def __init__(
@@ -177,8 +182,10 @@ class Connection:
         check_voice: Callable[[str], int | None],
         choose_seed: Callable[[], int],
         admit: Callable[[str], bool] = lambda context_id: False,
+        lexicon_limits: LexiconLimits | None = None,
     ) -> None:
         self.limits = limits
+        self.lexicon_limits = lexicon_limits or LexiconLimits(max_entries=100)
         self.speech = speech
         self.engine_rate_hz = engine_rate_hz
         self.idle_flush_ms = idle_flush_ms
@@ -338,6 +345,7 @@ class Connection:
                 limit=limit,
             )
         seed = self._seed(message)
+        lexicon = self._lexicon(message)
         fallback = self._admit(message.context_id)  # last: nothing refused after it
         voice = ContextVoice(
             message.voice,
@@ -353,6 +361,7 @@ class Connection:
             voice,
             self.speech.segmenter(whole_text=False),
             timestamps=message.timestamps,
+            lexicon=lexicon,
         )
         self._next_stream += 1
         self.contexts[context.id] = context
@@ -373,6 +382,19 @@ class Connection:
             )
             events.append(Reply(warning))
         return events
+
+    def _lexicon(self, message: p.Start) -> Lexicon | None:
+        """The context's lexicon, checked against the limits (``invalid_lexicon``)."""
+        if not message.lexicon:
+            return None
+        try:
+            return Lexicon.from_mapping(
+                dict(message.lexicon), origin="context", limits=self.lexicon_limits
+            )
+        except LexiconError as exc:
+            raise ClientError(
+                f"field 'lexicon': {exc}", code="invalid_lexicon", context_id=message.context_id
+            ) from None
 
     def _seed(self, message: p.Start) -> int:
         """The context's seed: the client's, else its named voice's own, else a new one

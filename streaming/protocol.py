@@ -59,6 +59,8 @@ class Start:
     sample_rate: int | None = None
     #: Send a ``timestamps`` event after each segment's audio.
     timestamps: bool = False
+    #: Pronunciation lexicon entries (written, spoken) for this context (docs/text.md).
+    lexicon: tuple[tuple[str, str], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,7 @@ def parse_client_message(raw: str | bytes) -> ClientMessage:
             speed=_speed(obj, context_id),
             sample_rate=_optional_sample_rate(obj, context_id),
             timestamps=_optional_bool(obj, "timestamps", context_id),
+            lexicon=_optional_lexicon(obj, context_id),
         )
     return cls(context_id)  # type: ignore[call-arg]
 
@@ -170,6 +173,23 @@ def _optional_bool(obj: dict[str, Any], name: str, context_id: str) -> bool:
             f"field {name!r} must be true or false", code="invalid_field", context_id=context_id
         )
     return value
+
+
+def _optional_lexicon(obj: dict[str, Any], context_id: str) -> tuple[tuple[str, str], ...] | None:
+    """``lexicon``: an object of written forms to spoken forms (its limits are checked
+    where the context opens)."""
+    value = obj.get("lexicon")
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ClientError(
+            "field 'lexicon' must be an object of written forms to spoken forms (strings)",
+            code="invalid_lexicon",
+            context_id=context_id,
+        )
+    return tuple(value.items())
 
 
 def _context_id(obj: dict[str, Any]) -> str:

@@ -9,15 +9,18 @@ stream into :class:`Segment` slices (every mark's role is a row of
   closers right after the terminator (``。”``, ``?!``, ``）」』］``) stay with it;
 - in the first segment of an utterance only, also at a clause mark (``，、：,;:``) once
   the segment holds ``first_min_chars`` non-whitespace characters, so speech starts
-  early;
+  early (a colon between digits is none: ``10：00``, ``3 : 2``);
 - never inside a quoted or bracketed span (``“…”``, ``（…）``, ``"…"``, ``[…]``) that
   is shorter than ``max_chars``: a sentence or clause end inside one is not a cut, so
   quotes and brackets stay balanced inside segments;
 - never longer than ``max_chars``: before a quote or bracket still open, else at the
   latest clause mark, else the latest gap between words, else next to a CJK
   character, each outside quotes and brackets and not inside a number, a decimal, a
-  time or a date (``12:30``, ``2024年10月1日``, ``19点17``), a URL or an English word;
-  only a span longer than ``max_chars`` is cut inside, at a sentence end first.
+  time or a date (``12:30``, ``2024年10月1日``, ``19点17``), a URL, an English word or
+  a token the text front-end reads as one (``app.py``, ``v1.2.3``, ``Mr. Smith``,
+  ``RTX 4090``, ``+86 138 1234 5678``: up to 24 characters past the limit are looked
+  at to see it whole); only a span longer than ``max_chars`` is cut inside, at a
+  sentence end first.
 
 Calling contract:
 
@@ -36,8 +39,10 @@ letter or digit follows directly):
 - followed by whitespace and then a lowercase letter (``e.g. this``, ``wait... what``):
   not an end;
 - a single ``.`` after an abbreviation (``Mr.``, ``Dr.``, ``vs.``), a dotted acronym
-  (``U.S.``, ``e.g.``, ``a.m.``), an initial (``J. K.``) or a list number at the start
-  of the segment (``1. First``): not an end;
+  (``U.S.``, ``e.g.``, ``a.m.``), an initial (``J. K.``), ``No.`` before a number
+  (``No. 1``), ``etc.`` before Chinese, or a list number at the start of the segment
+  (``1. First``) or after a blank or a clause mark before Chinese (``步骤：1. 打开``):
+  not an end;
 - otherwise (end of input, a newline, a capital, CJK, a digit...): an end.
 """
 
@@ -83,11 +88,27 @@ _MAX_ABBREVIATION_CHARS = 12
 _ACRONYM = re.compile(r"[A-Za-z](?:\.[A-Za-z])+")
 _ASCII_RUN = re.compile(r"[!-~]+")
 _URL_MARKERS = ("://", "www.", "@")
+# Marks after which "1. " opens a list item inline ("步骤：1. 打开").
+_LIST_OPENERS = frozenset("：:；;，,、")
 _PAIR_CLOSERS = frozenset(PAIRS.values())
 # Numbers with their date and time units: a cut inside one would split its reading.
 _NUMERIC_SPAN = re.compile(
     r"[0-9]+(?:\s?(?:[年月日号点時时分秒:：.,/\-]|小时)\s?[0-9]+)+(?:[日号分秒])?"
 )
+# Tokens read as one (streaming/text): e-mail addresses, dotted names (app.py, v1.2.3,
+# 192.168.1.1, H.264, U.S.), an abbreviation and its word (Mr. Smith, No. 1), a name and
+# its model number (RTX 4090), digits grouped by blanks (+86 138 1234 5678).
+_TOKEN_SPAN = re.compile(
+    r"\d+(?:\.\d+)+[节章条款]"
+    r"|[A-Za-z0-9_%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+"
+    r"|[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)+"
+    r"|(?:[A-Za-z]\.){2,}"
+    r"|(?<![A-Za-z])(?:Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|No|NO|vs|Vs|VS)\. ?[A-Za-z0-9]+"
+    r"|(?<![A-Za-z])[A-Za-z]+ \d+(?:\.\d+)*"
+    r"|\+?\d+(?: \d{2,})+(?![0-9])"
+)
+# Characters looked at past a length cut's limit, so that a token across it is seen whole.
+_TOKEN_LOOKAHEAD = 24
 
 
 @dataclass(frozen=True)
@@ -299,7 +320,7 @@ class Segmenter:
         if not nxt.isspace():
             if nxt.isascii():
                 return k, False  # glued: 3.14, v1.2, example.com, ?q=1, e.g.,
-            return k, not (single_dot and self._is_abbreviation(i))
+            return k, not (single_dot and (self._is_abbreviation(i) or self._joins(i, nxt)))
         if set(marks) != {"."}:
             return k, True
         following = self._next_word_char(k, final)
@@ -307,9 +328,26 @@ class Segmenter:
             return k, True
         if following.isascii() and following.islower():
             return k, False  # "e.g. this", "wait... what"
-        if single_dot and (self._is_abbreviation(i) or self._is_list_number(i)):
+        if single_dot and (
+            self._is_abbreviation(i)
+            or self._is_list_number(i, following)
+            or self._joins(i, following)
+        ):
             return k, False
         return k, True
+
+    def _joins(self, dot: int, following: str) -> bool:
+        """A word whose dot joins what follows: "No. 1" (a number), "etc. 都" (Chinese)."""
+        buf = self._buf
+        j = dot
+        while j > self._start and _is_ascii_letter(buf[j - 1]) and dot - j < 4:
+            j -= 1
+        if j > self._start and (_is_ascii_alnum(buf[j - 1]) or buf[j - 1] == "."):
+            return False
+        word = buf[j:dot].lower()
+        return (word == "no" and _is_ascii_digit(following)) or (
+            word == "etc" and not following.isascii()
+        )
 
     def _next_word_char(self, k: int, final: bool) -> str | None:
         """First non-blank character from k; None at a newline, far away, or the end."""
@@ -338,8 +376,9 @@ class Segmenter:
         # An initial ("J. K. Rowling"); "I." is far more often the pronoun.
         return len(word) == 1 and word.isupper() and word != "I"
 
-    def _is_list_number(self, dot: int) -> bool:
-        """A "1." that opens the segment: a list item, not the end of a sentence."""
+    def _is_list_number(self, dot: int, following: str) -> bool:
+        """A "1." that opens the segment, or that follows a blank or a clause mark before
+        Chinese ("步骤：1. 打开 2. 点击"): a list item, not the end of a sentence."""
         buf = self._buf
         j = dot
         while j > self._start and _is_ascii_digit(buf[j - 1]) and dot - j < 3:
@@ -347,7 +386,9 @@ class Segmenter:
         digits = dot - j
         if digits == 0 or (j > self._start and _is_ascii_digit(buf[j - 1])):
             return False
-        return self._nonblank == digits  # only blanks before the number
+        if self._nonblank == digits:  # only blanks before the number
+            return True
+        return not following.isascii() and (buf[j - 1].isspace() or buf[j - 1] in _LIST_OPENERS)
 
     def _clause_run(self, i: int, final: bool) -> tuple[int, bool]:
         """(index after clause marks and closers from i, whether it is a clause end)."""
@@ -360,8 +401,15 @@ class Segmenter:
         if k >= limit:
             return k, False
         nxt = self._at(k, final)
+        if marks == "：" and _is_ascii_digit(self._buf[i - 1 : i]) and _is_ascii_digit(nxt or ""):
+            return k, False  # "10：00" is a time written with a full-width colon
         if any(ch in CJK_CLAUSE_MARKS for ch in marks):
             return k, True
+        if marks == ":" and nxt == " " and self._buf[max(self._start, i - 2) : i].endswith(" "):
+            # "3 : 2", "9 : 30": a score or a time written with blanks, not a clause end.
+            before, after = self._buf[i - 2 : i - 1], self._at(k + 1, final)
+            if _is_ascii_digit(before) and after is not None and _is_ascii_digit(after):
+                return k, False
         # "12:30", "1,000", "http://" are not clause ends.
         return k, nxt is None or nxt.isspace() or not nxt.isascii()
 
@@ -369,8 +417,13 @@ class Segmenter:
         """Where to cut a segment that would exceed max_chars."""
         start = self._start
         last = start + self._config.max_chars  # latest allowed cut; buf[last] exists
-        lookahead = self._at(last + 1, final)
-        scan = _CutScan(self._buf, start, self._buf[start : last + 1] + (lookahead or ""))
+        lookahead = ""
+        for k in range(last + 1, last + 1 + _TOKEN_LOOKAHEAD):
+            ch = self._at(k, final)
+            if ch is None:
+                break
+            lookahead += ch
+        scan = _CutScan(self._buf, start, self._buf[start : last + 1] + lookahead)
         for cut in range(start + 1, last + 1):
             scan.visit(cut)
         return scan.choice(last)
@@ -425,12 +478,14 @@ class _CutScan:
         for match in _ASCII_RUN.finditer(window):
             if any(marker in match.group() for marker in _URL_MARKERS):
                 self.url_like[match.start() : match.end()] = [True] * (match.end() - match.start())
-        # Interiors of numbers with date/time units: "2024年10月1日", "19点17".
+        # Interiors of numbers with date/time units ("2024年10月1日", "19点17") and of
+        # tokens read as one ("app.py", "Mr. Smith").
         self.numeric = [False] * (len(window) + 1)
-        for match in _NUMERIC_SPAN.finditer(window):
-            self.numeric[match.start() + 1 : match.end()] = [True] * (
-                match.end() - match.start() - 1
-            )
+        for pattern in (_NUMERIC_SPAN, _TOKEN_SPAN):
+            for match in pattern.finditer(window):
+                self.numeric[match.start() + 1 : match.end()] = [True] * (
+                    match.end() - match.start() - 1
+                )
         # Latest cut of each kind: [outside quotes and brackets, anywhere].
         self.best: dict[str, list[int]] = {kind: [0, 0] for kind in self._KINDS}
         self.hard = self.loose = self.split = 0

@@ -37,7 +37,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from websockets.exceptions import ConnectionClosed
@@ -250,11 +250,17 @@ class StreamClient:
         speed: float = 1.0,
         sample_rate: int | None = None,
         timestamps: bool = False,
+        lexicon: Mapping[str, str] | None = None,
     ) -> str:
-        """Open a context (do not wait for ``started``); returns its id."""
+        """Open a context (do not wait for ``started``); returns its id.
+
+        ``lexicon``: pronunciation entries for this context, written form to spoken form
+        (``{"行长": "航长"}``), applied before the server's own rules and its lexicon file.
+        """
         context_id = context_id or uuid.uuid4().hex[:8]
         params = {"voice": voice, "seed": seed, "speed": speed, "sample_rate": sample_rate,
-                  "timestamps": timestamps or None}  # fmt: skip
+                  "timestamps": timestamps or None,
+                  "lexicon": dict(lexicon) if lexicon else None}  # fmt: skip
         if self._resumer is not None:
             await self._resumer.start(await self._usable_link(), context_id, params)
         else:
@@ -270,6 +276,7 @@ class StreamClient:
         speed: float = 1.0,
         sample_rate: int | None = None,
         timestamps: bool = False,
+        lexicon: Mapping[str, str] | None = None,
         attempts: int = 5,
         busy_within_s: float = 10.0,
         timeout_s: float = 30.0,
@@ -283,7 +290,8 @@ class StreamClient:
         :class:`BusyError` (with the last ``retry_after_ms``). Each retry is logged (logger
         ``chattts_client``, WARNING) with the server's hint and the wait. A start refused
         for another reason raises at once: :class:`RequestError` (``voice_not_found``,
-        ``invalid_field``, ``context_exists``; :class:`LimitError` for
+        ``invalid_field``, ``invalid_lexicon``,
+        ``context_exists``; :class:`LimitError` for
         ``too_many_contexts``), :class:`NotReadyError`. ``timeout_s`` bounds the wait
         for each answer. Returns the context id.
         """
@@ -301,6 +309,7 @@ class StreamClient:
                 speed=speed,
                 sample_rate=sample_rate,
                 timestamps=timestamps,
+                lexicon=lexicon,
             )
             answer = await self._answer_to_start(context_id, timeout_s)
             if answer["type"] == "started":

@@ -30,7 +30,14 @@ AUDIO_HEADER = struct.Struct("<III")  # stream, segment, sequence; then int16 LE
 
 #: Error codes that refuse a ``start``: no ``done`` comes for that context.
 START_REFUSALS = frozenset(
-    {"too_many_contexts", "context_exists", "invalid_field", "voice_not_found", "busy"}
+    {
+        "too_many_contexts",
+        "context_exists",
+        "invalid_field",
+        "invalid_lexicon",
+        "voice_not_found",
+        "busy",
+    }
 )
 
 

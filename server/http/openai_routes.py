@@ -37,7 +37,12 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 from server.auth import require_bearer
 from server.errors import report
 from server.http import audio as http_audio
-from server.http.schemas import ERROR_RESPONSES, ErrorBody, audio_responses
+from server.http.schemas import (
+    ERROR_RESPONSES,
+    LEXICON_FIELD_HELP,
+    ErrorBody,
+    audio_responses,
+)
 from server.http.speech import (
     TextSpeech,
     check_can_speak,
@@ -45,6 +50,7 @@ from server.http.speech import (
     respond_streaming,
     start_speech,
 )
+from server.lexicon import request_lexicon
 from server.state import AppState
 from streaming import protocol as p
 from streaming.errors import ClientError, NotFound, TTSError, outcome, public_message
@@ -91,6 +97,10 @@ class SpeechRequest(BaseModel):
         json_schema_extra={"minimum": p.MIN_SPEED, "maximum": p.MAX_SPEED},
     )
     stream_format: Literal["audio", "sse"] = "audio"
+    lexicon: dict[StrictStr, StrictStr] | None = Field(
+        None,
+        description="this server's extension: " + LEXICON_FIELD_HELP,
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -166,12 +176,19 @@ async def _speak(
     state: AppState, body: SpeechRequest, request: Request, *, timestamps: bool
 ) -> Response:
     check_text_length(state, body.input)
+    lexicon = request_lexicon(body.lexicon, state.settings.request_lexicon_limits)
     check_can_speak(state)
     fmt = body.response_format
     http_audio.require_ffmpeg(fmt)
     name = body.voice.id if isinstance(body.voice, VoiceId) else body.voice
     speech = await start_speech(
-        state, body.input, name, OUTPUT_RATE_HZ, speed=body.speed, request=request
+        state,
+        body.input,
+        name,
+        OUTPUT_RATE_HZ,
+        speed=body.speed,
+        request=request,
+        lexicon=lexicon,
     )
     if timestamps and body.stream_format == "sse":
         speech.timestamps = []

@@ -10,7 +10,20 @@ from pydantic import BaseModel, Field
 
 from server.http.audio import MEDIA_TYPES
 
-__all__ = ["ERROR_RESPONSES", "VOICE_ERROR_RESPONSES", "ErrorBody", "audio_responses"]
+__all__ = [
+    "ERROR_RESPONSES",
+    "LEXICON_FIELD_HELP",
+    "VOICE_ERROR_RESPONSES",
+    "ErrorBody",
+    "audio_responses",
+]
+
+#: The ``lexicon`` field of the speaking routes and the preview (docs/text.md).
+LEXICON_FIELD_HELP = (
+    "pronunciation lexicon entries for this request, written form to spoken form "
+    '({"行长": "航长"}), applied before numbers are read; they win over the server\'s '
+    "--lexicon file (limits: --max-request-lexicon-entries and the entry lengths)"
+)
 
 
 class ErrorDetail(BaseModel):

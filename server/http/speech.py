@@ -42,7 +42,7 @@ from server.transport import SCOPE_KEY
 from streaming.errors import ClientError, LimitExceeded, SynthesisError, SynthesisTimeout
 from streaming.segment import Segment
 from streaming.speech import SpeechPipeline, removals_in_stream
-from streaming.text import PreparedText
+from streaming.text import Lexicon, PreparedText
 
 __all__ = [
     "EXPOSED_HEADERS",
@@ -129,6 +129,8 @@ class TextSpeech:
     #: asked for (a list), else None.
     timestamps: list[dict[str, object]] | None = None
     _ended: float | None = None
+    #: The request's own lexicon entries (over the server's file).
+    lexicon: Lexicon | None = None
 
     def _budget_s(self) -> float:
         """What is left of the time limit: it counts the time spent preparing and waiting
@@ -138,7 +140,7 @@ class TextSpeech:
 
     async def prepare(self) -> None:
         """Cut and normalise every segment (on the front-end thread, all queued at once)."""
-        stream = self.state.frontend.stream()
+        stream = self.state.frontend.stream(self.lexicon)
         segments = self.state.settings.speech.segments(self.text)
         futures = [stream.submit(segment.text) for segment in segments]
         try:
@@ -295,6 +297,7 @@ async def start_speech(
     seed: int | None = None,
     speed: float = 1.0,
     request: Request | None = None,
+    lexicon: Lexicon | None = None,
 ) -> TextSpeech:
     """Admit and prepare a text (errors here are the request's HTTP status).
 
@@ -308,6 +311,7 @@ async def start_speech(
     fallback = state.admission.start("http")
     speech = TextSpeech(state, text, spec, output_rate_hz, fallback, tempo)
     speech.voice_name = voice
+    speech.lexicon = lexicon
     if request is not None:
         speech.summary = request.scope.get(SUMMARY_KEY)
     try:

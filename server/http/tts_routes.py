@@ -14,12 +14,24 @@ from typing import Any, Literal
 
 import numpy as np
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+from fastapi.responses import JSONResponse, Response
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    model_validator,
+)
 
 from server.auth import require_bearer
 from server.http import audio as http_audio
-from server.http.schemas import ERROR_RESPONSES, audio_responses
+from server.http.schemas import (
+    ERROR_RESPONSES,
+    LEXICON_FIELD_HELP,
+    audio_responses,
+)
 from server.http.speech import (
     TextSpeech,
     check_can_speak,
@@ -27,6 +39,7 @@ from server.http.speech import (
     respond_streaming,
     start_speech,
 )
+from server.lexicon import request_lexicon
 from server.state import AppState
 from streaming import protocol as p
 from streaming.audio import float32_json_array
@@ -66,6 +79,7 @@ class TTSRequest(BaseModel):
     stream: StrictBool = Field(
         False, description="answer after the first audio and send the rest as it is made"
     )
+    lexicon: dict[StrictStr, StrictStr] | None = Field(None, description=LEXICON_FIELD_HELP)
 
     @model_validator(mode="before")
     @classmethod
@@ -95,6 +109,7 @@ class PreviewRequest(BaseModel):
         "stream",
         description="stream: as one WebSocket text message then flush; http: as POST /v1/tts",
     )
+    lexicon: dict[StrictStr, StrictStr] | None = Field(None, description=LEXICON_FIELD_HELP)
 
 
 class RemovedRun(BaseModel):
@@ -143,8 +158,9 @@ def speech_routes(state: AppState) -> APIRouter:
     )
     async def preview(body: PreviewRequest) -> dict[str, Any]:
         check_text_length(state, body.text)
+        lexicon = request_lexicon(body.lexicon, settings.request_lexicon_limits)
         segments = await state.frontend.preview_async(
-            body.text, settings.speech.segmenter_config(whole_text=body.mode == "http")
+            body.text, settings.speech.segmenter_config(whole_text=body.mode == "http"), lexicon
         )
         return {"mode": body.mode, "segments": [segment.to_json() for segment in segments]}
 
@@ -154,6 +170,7 @@ def speech_routes(state: AppState) -> APIRouter:
 async def synthesize_http(state: AppState, body: TTSRequest, request: Request) -> Response:
     """POST /v1/tts: the whole text, segmented like a stream, as one file or streamed."""
     check_text_length(state, body.text)
+    lexicon = request_lexicon(body.lexicon, state.settings.request_lexicon_limits)
     check_can_speak(state)
     accept = request.headers.get("accept", "")
     fmt: str = body.format or ("json" if "application/json" in accept else "wav")
@@ -163,7 +180,14 @@ async def synthesize_http(state: AppState, body: TTSRequest, request: Request) -
     http_audio.require_ffmpeg(fmt if fmt != "json" else "pcm")
     rate = body.sample_rate or state.worker.sample_rate_hz
     speech = await start_speech(
-        state, body.text, body.voice_name, rate, seed=body.seed, speed=body.speed, request=request
+        state,
+        body.text,
+        body.voice_name,
+        rate,
+        seed=body.seed,
+        speed=body.speed,
+        request=request,
+        lexicon=lexicon,
     )
     headers = speech.headers()
     if fmt == "pcm":

@@ -92,7 +92,7 @@ class Context:
         self.segments: asyncio.Queue[Segment | None] = asyncio.Queue()
         # Each segment is normalised as soon as it is cut, while earlier ones speak.
         self._prepared: dict[int, asyncio.Future[PreparedText]] = {}
-        self._text = session.frontend.stream()
+        self._text = session.frontend.stream(state.lexicon)
         self.samples_sent = 0
         self.sequence = 0
         self.segments_spoken = 0
@@ -324,6 +324,7 @@ class Session:
             check_voice=voices.own_seed,
             choose_seed=lambda: random.randrange(p.MAX_SEED),
             admit=lambda context_id: admission.start("ws", context_id),
+            lexicon_limits=settings.request_lexicon_limits,
         )
         self.contexts: dict[str, Context] = {}
         self._closed = False

@@ -351,6 +351,7 @@ EXPECTED = {
     "binary_not_supported": RequestError,
     "missing_field": RequestError,
     "invalid_field": RequestError,
+    "invalid_lexicon": RequestError,
     "voice_not_found": RequestError,
     "unknown_type": RequestError,
     "message_too_large": LimitError,

@@ -411,7 +411,8 @@ async def test_a_failing_segment_reports_internal_error_and_the_context_goes_on(
     engine = ScriptedEngine(chunk_delay_s=0.0, ms_per_char=20)
     with run_live_server(Settings(engine="espeak"), engine=lambda: (engine, False, None)) as server:
         server.state.frontend = TextFrontend(normalizer_factory=normalizer)  # type: ignore[attr-defined]
-        result = await speak_default(server, "好的一句。炸1的一句。还有一句。")
+        # ℃ alone is the library's to read (no rule of ours claims it): the bug is hit.
+        result = await speak_default(server, "好的一句。炸℃的一句。还有一句。")
     assert [e["code"] for e in result.errors] == ["internal_error"]
     assert result.done is not None and result.done["segments"] == 2
     assert {f.segment for f in result.frames} == {0, 2}

@@ -121,13 +121,13 @@ CASES: list[tuple[str, str, str]] = [
     ("time-afternoon", "下午3点", "下午三点"),
     ("time-range", "10:00-12:00", "十点到十二点"),
     ("time-pm", "3:00pm", "下午三点"),
-    # phone numbers and IDs, digit by digit
+    # phone numbers and IDs, digit by digit, 1 as 幺 (text-readings.md); a dash is a blank
     ("mobile", "电话13812345678", "电话幺三八幺二三四五六七八"),
-    ("landline", "拨打010-12345678", "拨打零一零一二三四五六七八"),
-    ("hotline", "客服400-800-8888", "客服四零零八零零八八八八"),
-    ("id-card", "身份证110101199003071234", "身份证一一零一零一一九九零零三零七一二三四"),
-    ("id-card-x", "身份证11010119900307123X", "身份证一一零一零一一九九零零三零七一二三X"),
-    ("bank-card", "卡号6222021234567890123", "卡号六二二二零二一二三四五六七八九零一二三"),
+    ("landline", "拨打010-12345678", "拨打零幺零 幺二三四五六七八"),
+    ("hotline", "客服400-800-8888", "客服四零零 八零零 八八八八"),
+    ("id-card", "身份证110101199003071234", "身份证幺幺零幺零幺幺九九零零三零七幺二三四"),
+    ("id-card-x", "身份证11010119900307123X", "身份证幺幺零幺零幺幺九九零零三零七幺二三X"),
+    ("bank-card", "卡号6222021234567890123", "卡号六二二二零二幺二三四五六七八九零幺二三"),
     # ordinals
     ("ordinal", "第3名", "第三名"),
     ("ordinal-bare", "第1", "第一"),
@@ -148,7 +148,7 @@ CASES: list[tuple[str, str, str]] = [
     ("square-metre-sign", "3㎡", "三平方米"),
     ("approx", "x≈3", "x约等于三"),
     # full-width and half-width, repeated punctuation
-    ("fullwidth-mixed", "ＡＢＣ１２３", "ABC一百二十三"),
+    ("fullwidth-mixed", "ＡＢＣ１２３", "A B C幺二三"),  # letters glued to digits: a code
     ("fullwidth-digits", "第１２３号", "第一百二十三号"),
     ("repeated-stops", "你好。。。", "你好。"),
     ("repeated-mixed", "真的吗？！！", "真的吗。"),
@@ -215,6 +215,39 @@ CASES: list[tuple[str, str, str]] = [
     ("meeting", "会议19:30开始，请准时。", "会议十九点三十分开始，请准时。"),
     ("interjection-kept", "好啊，这儿有3个", "好啊，这儿有三个"),
     ("traditional-kept", "這個3個", "這個三個"),
+    # blanks around a number join it to its Chinese (no blank, no pause); others stay
+    ("blank-around-time", "下午 3 点见", "下午三点见"),
+    ("blank-around-dialled-number", "请拨打 12315 热线", "请拨打幺二三幺五热线"),
+    ("blank-after-latin-kept", "GPU 价格 3 元", "G P U 价格三元"),
+    # 2 before a unit counts (两), alone and in a range; a signed number does not
+    ("two-before-unit", "2℃", "两摄氏度"),
+    ("two-range-before-unit", "2~8℃", "两到八摄氏度"),
+    ("signed-range-before-unit", "-2~2℃", "负二到二摄氏度"),
+    ("signed-two-before-unit", "-2℃", "负二摄氏度"),
+    ("count-cue-in-clause", "每周更新2集", "每周更新两集"),
+    # places, numbers to dial, stock codes, keys
+    ("room-after-building", "7-2-301", "七 二 三零幺"),
+    ("dialled-then-word", "请拨打12320卫生热线", "请拨打幺二三二零卫生热线"),
+    ("dialled-count-stays-count", "拨打了300次", "拨打了三百次"),
+    ("stock-code-in-brackets", "茅台（600519）", "茅台，六零零五幺九，"),
+    ("key-hash-no-double", "请按 # 号键", "请按井号键"),
+    ("key-star", "按*键", "按星号键"),
+    ("number-sign-no-double", "#3号", "三号"),
+    # formulas, chemistry, sizes; and what is none
+    ("function-notation", "f(x)=2x", "f x等于二x"),
+    ("equation-with-blanks", "y = 3x - 2", "y等于三x减二"),
+    ("chemical-formula", "H₂SO₄", "H二S O四"),
+    ("subscript-variable", "x₁", "x一"),
+    ("dimensions", "595×565×850mm", "五百九十五乘五百六十五乘八百五十毫米"),
+    ("resolution-stays-digits", "2560×1440", "二五六零乘幺四四零"),
+    ("zoom-stays-times", "支持3x变焦", "支持三倍变焦"),
+    ("units-are-no-variables", "5kg+3kg=8kg", "五千克加三千克等于八千克"),
+    ("hyphenated-name-no-minus", "k-means聚类", "k means聚类"),
+    # scores and time ranges
+    ("score-before-result", "主队 2-0 领先", "主队二比零领先"),
+    ("range-stays-range", "每天练习3-5组", "每天练习三到五组"),
+    ("time-range-next-day", "22:00-次日 07:00", "二十二点到次日七点"),
+    ("meridiem-range", "10am-6pm", "上午十点到下午六点"),
 ]
 
 
@@ -309,6 +342,12 @@ PIECES = [
     "是", "的", "啊", "儿", "這", "Hello", "world", ".", ",", "!", "?", ":", ";", "|", "#",
     "@", "%", "/", "\\", "_", "¤", "★", "\u200b", "\u3000", "㐀", "α", "½", "①",
     "¥199元", "￥99.5", "$5–10", "HK$", "USD 5", "$1.2M", "+5%", "-3.2%", "5‰", "/月",
+    # the number rules' shapes: phones, codes, labels, math, dotted tokens, lists
+    "+86 138 1234 5678", "(021) 6888 8888", "验证码", "826491", "尾号", "302", "房间", "端口",
+    "$E=mc^2$", "\\frac{1}{2}", "x²", "√2", "2^10", "No.1", "Mr. ", "e.g.", "U.S.", "app.py",
+    "192.168.1.1", "H.264", "3:2", "比分", "月薪", "3k", "5w", "①", "1. ", "(1)", "2点半", "B2",
+    "RTX 4090", "1080p", "95后", "0x1F", "600519.SH", "5mg/kg", "138****5678", "双11", "第",
+    "个", "号", "楼", "2", "22", "2000", "12:30", "-", "~", "10-20", "3.2节", "18~26℃",
 ]  # fmt: skip
 adversarial = st.lists(st.sampled_from(PIECES), max_size=30).map("".join)
 unicode_noise = st.text(max_size=40)

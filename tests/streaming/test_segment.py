@@ -101,6 +101,12 @@ CASES: list[tuple[str, str, int, int, list[tuple[str, str]]]] = [
      [("Total 1,000 units,", "clause"), (" ok", "flush")]),
     ("first-clause-not-in-time", "Meet at 12:30 today: ok", 80, 6,
      [("Meet at 12:30 today:", "clause"), (" ok", "flush")]),
+    ("first-clause-not-in-spaced-score", "比分 3 : 2，主队赢了", 80, 3,
+     [("比分 3 : 2，", "clause"), ("主队赢了", "flush")]),
+    ("first-clause-not-in-fullwidth-time", "10：00开始，请准时", 80, 3,
+     [("10：00开始，", "clause"), ("请准时", "flush")]),
+    ("first-clause-fullwidth-colon-after-digits", "共3：甲、乙、丙", 80, 2,
+     [("共3：", "clause"), ("甲、乙、丙", "flush")]),
     ("first-clause-enumeration-comma", "苹果、香蕉、橘子和梨", 80, 4,
      [("苹果、香蕉、", "clause"), ("橘子和梨", "flush")]),
     # the length limit
@@ -120,8 +126,9 @@ CASES: list[tuple[str, str, int, int, list[tuple[str, str]]]] = [
      [("ab", "length"), (" ", "length"), ("cdefg", "flush")]),
     ("mixed-script-boundary", "中文English中文", 8, LATE, [("中文", "length"),
                                                           ("English中", "length"), ("文", "flush")]),
+    # The host is one token (read example点com): the cut goes before it, not at its dot.
     ("url-too-long-splits-at-punctuation", "看https://a.com/b好", 12, LATE,
-     [("看", "length"), ("https://a.", "length"), ("com/b好", "flush")]),
+     [("看", "length"), ("https://", "length"), ("a.com/b好", "flush")]),
     ("number-too-long-splits-at-separator", "1234.5678", 6, LATE,
      [("1234.", "length"), ("5678", "flush")]),
     ("long-word-hard-cut", "abcdefghij", 4, LATE, [("abcd", "length"), ("efgh", "length"),
@@ -265,7 +272,7 @@ texts = st.text(alphabet=st.sampled_from(ALPHABET), max_size=200)
 # Words of letters or digits, so that abbreviations, decimals and URLs show up often.
 tokens = st.sampled_from(
     ["Mr.", "e.g.", "U.S.", "3.14", "1,000", "12:30", "v1.2.3", "http://a.io/x?q=1", "...",
-     "word", "你好", "。", "”", " ", "\n", ". ", "! ", "A", "a", "1."]
+     "word", "你好", "。", "”", " ", "\n", ". ", "! ", "A", "a", "1.", "3 : 2", "10：00"]
 )  # fmt: skip
 token_texts = st.lists(st.one_of(tokens, st.sampled_from(ALPHABET)), max_size=80).map("".join)
 any_text = st.one_of(texts, token_texts)
@@ -391,3 +398,55 @@ def test_holds_complete_sentence(text: str, complete: bool) -> None:
     segmenter = Segmenter()
     segmenter.push(text)
     assert segmenter.holds_complete_sentence is complete
+
+
+# Tokens the text front-end reads as one (streaming/text/dotted.py, codes.py): a dot or
+# a blank inside them is no place to cut.
+TOKENS = [
+    "No. 1", "No.1", "Mr. Smith", "Dr. Wang", "e.g.", "U.S.", "vs.", "etc.", "app.py",
+    "README.md", "example.com", "a.b@example.com", "v1.2.3", "Python 3.12", "iOS 17.2",
+    "192.168.1.1", "H.264", "3.2节", "RTX 4090", "+86 138 1234 5678", "Node.js",
+]  # fmt: skip
+
+
+def token_sentences() -> list[tuple[str, int, int]]:
+    """(text, token start, token end): each token inside Chinese sentences."""
+    out = []
+    for token in TOKENS:
+        for before, after in [
+            ("好的，", " 是这样。"),
+            ("我们用", "完成了。"),
+            ("", "很常见。下一句"),
+        ]:
+            out.append((before + token + after, len(before), len(before) + len(token)))
+    return out
+
+
+@pytest.mark.parametrize(("text", "start", "end"), token_sentences())
+def test_no_cut_inside_tokens_at_any_delta(text: str, start: int, end: int) -> None:
+    """Streamed in two deltas split at every position, or one character at a time, the
+    segments are those of one push, and none is cut inside the token."""
+    config = SegmenterConfig(max_chars=80, first_min_chars=3)
+    whole = [s.text for s in segment_all(text, config)]
+    inside = set(range(start + 1, end))
+    for segment in segment_all(text, config)[:-1]:
+        assert segment.end not in inside, (text, segment)
+    for split in range(len(text) + 1):
+        segmenter = Segmenter(config)
+        segments = [
+            *segmenter.push(text[:split]),
+            *segmenter.push(text[split:]),
+            *segmenter.flush(),
+        ]
+        assert [s.text for s in segments] == whole, split
+    assert [s.text for s in segment_all(text, config, chunk_size=1)] == whole
+
+
+@pytest.mark.parametrize("token", TOKENS)
+def test_length_cuts_go_around_tokens(token: str) -> None:
+    """A segment cut for length is cut before or after a token, never inside it."""
+    for filler in range(0, 24):
+        text = "天" * filler + token + "地" * 30
+        start, end = filler, filler + len(token)
+        for segment in segment_all(text, SegmenterConfig(max_chars=24, first_min_chars=3), 1)[:-1]:
+            assert not start < segment.end < end, (text, segment)

@@ -19,6 +19,7 @@ from streaming.text import (
     prepare_text,
     strip_tags,
 )
+from streaming.text.align import normalized_spans
 
 # (id, text, spoken, removed as [(start, chars), ...])
 CASES: list[tuple[str, str, str, list[tuple[int, str]]]] = [
@@ -239,9 +240,19 @@ def test_accounted_for_with_a_normaliser(text: str) -> None:
 
 def test_normaliser_rewrites_are_aligned() -> None:
     """A rewritten span maps back to exactly the input characters it replaced."""
-    prepared = prepare_text("共3个，占50%", normalizer=digit_reader)
-    assert prepared.spoken == "共三个，占百分之五零"
-    assert [(p.source, p.spoken) for p in prepared.rewrites] == [("3", "三"), ("50%", "百分之五零")]
+    spans = list(normalized_spans("共3个，占50%", 10, digit_reader))
+    assert spans == [
+        (10, 11, None),
+        (11, 12, "三"),
+        (12, 15, None),
+        (15, 18, "百分之五零"),
+    ]
+
+
+def test_library_rewrites_are_named() -> None:
+    """What the library reads (a symbol no rule claims) is a rewrite named after it."""
+    prepared = prepare_text("单位℃", normalizer=lambda text: text.replace("℃", "摄氏度"))
+    assert [(p.source, p.spoken, p.rule) for p in prepared.rewrites] == [("℃", "摄氏度", "wetext")]
 
 
 def test_normaliser_changes_to_ideographs_are_undone() -> None:

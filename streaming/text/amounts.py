@@ -14,12 +14,13 @@ WeTextProcessing 1.2.0 reads a currency sign only directly before a plain number
 - thousands separators (``¥1,299``), zero cents (``¥199.00`` 一百九十九元), negatives
   (``-¥5``, ``¥-5``: 负五元), a rate (``$10/月``: 十美元每月);
 - percentages with a sign (``+5%`` 正百分之五, ``-3.2%``, ``±2%`` 正负百分之二), per
-  mille and per myriad (``5‰`` 千分之五, ``5‱``) and ranges (``5%-10%``, ``5-10%``).
+  mille and per myriad (``5‰`` 千分之五, ``5‱``) and ranges (``5%-10%``, ``5-10%``);
+- a Latin magnitude with no currency, as salaries and budgets are written (``月薪3k``
+  三千, ``15-20k`` 一万五千到两万, ``5w`` 五万, ``20k+`` 两万多), after a cue word.
 
-The numbers themselves are read by the caller's ``read_number`` (the server's text
-normaliser), given unsigned decimals with at most a Chinese magnitude (``1299``,
-``99.5``, ``120万``) to read as counts: the library stays the one source of how a
-number is said.
+The numbers themselves are read by the caller's ``read_number``
+(``streaming.text.numbers.read_count``), given unsigned decimals with at most a
+Chinese magnitude (``1299``, ``99.5``, ``120万``) to read as counts (2 is 两).
 """
 
 from __future__ import annotations
@@ -29,25 +30,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 
-__all__ = ["Amount", "NumberReader", "counting", "find_amounts"]
+from streaming.text.tables import MAGNITUDE_CUES
+
+__all__ = ["Amount", "NumberReader", "find_amounts"]
 
 #: Reads an unsigned decimal, perhaps with a Chinese magnitude, as a count (as before a
 #: measure word: "2" -> "两", "1299" -> "一千二百九十九", "1.2万" -> "一点二万").
 NumberReader = Callable[[str], str]
-
-
-def counting(normalize: Callable[[str], str]) -> NumberReader:
-    """A text normaliser made a :data:`NumberReader`: each number read as a count.
-
-    Alone, WeTextProcessing reads "110" as the emergency number (幺幺零) and "12.5" as
-    a date (十二月五日); followed by a measure word (个) it reads the quantity, 2 as 两.
-    """
-
-    def read(number: str) -> str:
-        said = normalize(number + "个")
-        return said[:-1] if said.endswith("个") else normalize(number)
-
-    return read
 
 
 @dataclass(frozen=True)
@@ -111,7 +100,7 @@ _SIGN = r"(?<![0-9０-９A-Za-z%％‰‱.)）\]])[-−－+＋±]"
 _SEPARATOR = r"[ \t]?(?:[-–—~～〜]|到|至)[ \t]?"
 _PREFIX = rf"(?<![A-Za-z])(?:{_alternatives(_SIGNS)}|(?:{_alternatives(_CODES)})(?![A-Za-z]))"
 _SUFFIX = (
-    rf"{_alternatives(_WORDS)}|[ \t]?(?:{_alternatives(_SUFFIX_SIGNS)})"
+    rf"[ \t]?(?:{_alternatives(_WORDS)})|[ \t]?(?:{_alternatives(_SUFFIX_SIGNS)})"
     rf"|[ \t]?(?:{_alternatives(_CODES)})(?![A-Za-z])"
 )
 # "/月", "/kg", "/1K tokens": a rate, said 每 (per).
@@ -141,7 +130,7 @@ _SUFFIXED = re.compile(
 _PERCENT = re.compile(
     rf"(?P<neg>{_SIGN})?(?<![0-9０-９.．,])(?P<lo_num>{_NUMBER})(?P<lo_unit>[%％‰‱])?"
     rf"(?:{_SEPARATOR}(?P<hi_neg>[-−－+＋])?(?P<hi_num>{_NUMBER}))?"
-    rf"(?P<unit>[%％‰‱])"
+    rf"[ \t]?(?P<unit>[%％‰‱])"
 )
 _FULLWIDTH_DIGITS = str.maketrans("０１２３４５６７８９．", "0123456789.")
 
@@ -184,6 +173,8 @@ def _per(match: re.Match[str], read_number: NumberReader) -> str:
 def _said_money(match: re.Match[str], read_number: NumberReader) -> str:
     unit = match["unit"]
     currency = _currency_word(unit) if unit else _currency_word(match.groupdict().get("cur") or "")
+    if match.groupdict().get("lo_unit") and match["hi_num"] is None:
+        currency = _currency_word(match["lo_unit"]) + currency  # "100元人民币" 一百元人民币
     sign = match["neg"] or match.groupdict().get("neg2") or ""
     said = _SIGN_WORDS.get(sign, "") + _read_money(match, "lo", read_number)
     if match["hi_num"] is not None:
@@ -214,11 +205,50 @@ def _said_percent(match: re.Match[str], read_number: NumberReader) -> str:
     return said
 
 
-def find_amounts(text: str, read_number: NumberReader) -> Iterator[Amount]:
+# Amounts written with a Latin magnitude and no currency, as in salaries and budgets
+# (月薪3k, 15-20k, 5w, 1.5w+): money, or a count, when a cue says so (薪, 预算, 粉丝...)
+# or a rate follows; a lowercase "w" (万) needs no cue. "3k" is 三千, "20k" 两万.
+_LATIN_MAGNITUDES = {
+    "k": Decimal(1000),
+    "K": Decimal(1000),
+    "w": Decimal(10000),
+    "W": Decimal(10000),
+}
+_MAGNITUDE_AMOUNT = re.compile(
+    rf"(?<![0-9A-Za-z.])(?P<lo>{_NUMBER})(?P<lo_mag>[kKwW])?"
+    rf"(?:{_SEPARATOR}(?P<hi>{_NUMBER}))?(?P<mag>[kKwW])(?P<more>\+)?(?![A-Za-z0-9])"
+)
+_MAGNITUDE_CUE = re.compile(rf"(?:{_alternatives(MAGNITUDE_CUES)})[^，。；！？,;!?\n]{{0,8}}$")
+_RATE_AFTER = re.compile(
+    r"[ \t]?(?:/[月年天]|每[月年天]|一个月|起|左右|以上|以内|元|块|的薪资|的月薪|的年薪|粉丝|播放)"
+)
+
+
+def _magnitude_cued(text: str, match: re.Match[str], before: str) -> bool:
+    if match["mag"] == "w" and not (match["lo_mag"] or "w").isupper():
+        return True
+    behind, at = before + text, match.start() + len(before)
+    cue = _MAGNITUDE_CUE.search(behind, max(0, at - 14), at)
+    return cue is not None or _RATE_AFTER.match(text, match.end()) is not None
+
+
+def _said_magnitude(match: re.Match[str], read_number: NumberReader) -> str:
+    def value(number: str, magnitude: str) -> str:
+        total = Decimal(_plain(number)) * _LATIN_MAGNITUDES[magnitude]
+        return read_number(format(total.normalize(), "f"))
+
+    said = value(match["lo"], match["lo_mag"] or match["mag"])
+    if match["hi"] is not None:
+        said += "到" + value(match["hi"], match["mag"])
+    return said + ("多" if match["more"] else "")
+
+
+def find_amounts(text: str, read_number: NumberReader, before: str = "") -> Iterator[Amount]:
     """Money and percentages in ``text``, in the order of the rules above (may overlap).
 
     A caller keeps the first of overlapping spans: a sign before the amount is tried
-    first (``¥10-20元`` whole), then a currency after it, then percentages.
+    first (``¥10-20元`` whole), then a currency after it, then percentages. ``before``
+    is the text before ``text`` (the previous segment's end), where a cue may stand.
     """
     for match in _PREFIXED.finditer(text):
         yield Amount(match.start(), match.end(), _said_money(match, read_number))
@@ -226,3 +256,6 @@ def find_amounts(text: str, read_number: NumberReader) -> Iterator[Amount]:
         yield Amount(match.start(), match.end(), _said_money(match, read_number))
     for match in _PERCENT.finditer(text):
         yield Amount(match.start(), match.end(), _said_percent(match, read_number))
+    for match in _MAGNITUDE_AMOUNT.finditer(text):
+        if _magnitude_cued(text, match, before):
+            yield Amount(match.start(), match.end(), _said_magnitude(match, read_number))

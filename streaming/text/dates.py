@@ -1,0 +1,221 @@
+"""Years, dates, times and scores (SSML ``date``, ``time``; ratios).
+
+- Years digit by digit with 一: 2024年 二零二四年, 2023-2024赛季 二零二三到二零二四赛季,
+  2024-10-01 二零二四年十月一日; 24年3月 二四年三月.
+- Times: 2:30 两点三十分, 10:00 十点, 3:05pm 下午三点零五分, 2点半 两点半 (o'clock
+  counts: 两点, but 十二点).
+- Scores and ratios: 3:2 after a cue (比分, 以, 获胜...) or when it cannot be a time
+  (1:1000, 16:9): 三比二, 一比一千; 2 is 二 (二比一).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from streaming.text.context import alternatives, measure_after, unit_after
+from streaming.text.readings import read_cardinal, read_number, read_year
+from streaming.text.spans import Spans
+from streaming.text.tables import MATCH_CUES, NUMBERED_NOUNS, SCORE_AFTER, SCORE_CUES
+from streaming.text.tokens import Token, word
+
+RULE_YEAR = "date.year"
+RULE_DATE = "date"
+RULE_TIME = "time"
+RULE_SCORE = "ratio"
+
+_YEAR_AFTER = r"[ \t]?(?:年|款|财年|学年|赛季|届|级|版(?!本)|Q[1-4]|H[12])"
+_YEAR = re.compile(rf"(?<![0-9.])((?:1[0-9]|20)[0-9][0-9])(?={_YEAR_AFTER})")
+_YEAR_RANGE = re.compile(
+    rf"(?<![0-9.])((?:1[0-9]|20)[0-9][0-9])[ \t]?(?:[-–—~～〜至到]|/)[ \t]?((?:1[0-9]|20)?[0-9][0-9])(?={_YEAR_AFTER})"
+)
+_SHORT_YEAR = re.compile(r"(?<![0-9.])([0-9]{2})(?=[ \t]?年[ \t]?[0-9]{1,2}[ \t]?月)")
+_ISO_DATE = re.compile(
+    r"(?<![0-9.\-/])((?:1[0-9]|20)[0-9][0-9])([-/.])(0?[1-9]|1[0-2])\2(0?[1-9]|[12][0-9]|3[01])(?![0-9\-/]|\.[0-9])"
+    r"(?:[ \t]?[日号])?"
+)
+_YEAR_MONTH = re.compile(
+    r"(?<![0-9.\-/])((?:19|20)[0-9][0-9])[-/.](0?[1-9]|1[0-2])(?![0-9\-/]|\.[0-9])"
+)
+_MONTH_DAY = re.compile(
+    r"(?<![0-9.])(0?[1-9]|1[0-2])[ \t]?月[ \t]?(0?[1-9]|[12][0-9]|3[01])(?=[ \t]?[日号])"
+)
+_SLASH_DATE = re.compile(r"(?<![0-9/.:])(1[0-2])/([1-9]|[12][0-9]|3[01])(?![0-9/.:])")
+
+
+def _month_day(month: str, day: str) -> str:
+    return read_cardinal(month) + "月" + read_cardinal(day) + "日"
+
+
+# The day or the part of it a range's end is in: "22:00-次日 07:00", "早 8:00-晚 10:00".
+_DAY_WORD = (
+    r"(?:次日|翌日|隔日|次晨|第二天|明天|明日|今天|今日|当天|当日)?"
+    r"(?:凌晨|早上|早晨|上午|中午|下午|傍晚|晚上|夜间|夜里|半夜|早|晚)?"
+)
+# A dash from a date or a time to the next ("5月1日-5月5日", "9点-11点", "晚8点-次日6点"):
+# 到, not 负.
+_DATE_DASH = re.compile(
+    rf"(?<=[日号月年点分秒天周])[ \t]?[-–—~～〜][ \t]?(?={_DAY_WORD}[ \t]?[0-9])"
+)
+
+
+def date_rule(spans: Spans) -> Iterator[Token]:
+    text = spans.text
+    for match in _DATE_DASH.finditer(text):
+        yield word(match.start(), match.end(), "到", RULE_DATE)
+    for match in _ISO_DATE.finditer(text):
+        said = read_year(match[1]) + "年" + _month_day(match[3], match[4])
+        yield word(match.start(), match.end(), said, RULE_DATE)
+    for match in _YEAR_MONTH.finditer(text):
+        said = read_year(match[1]) + "年" + read_cardinal(match[2]) + "月"
+        yield word(match.start(), match.end(), said, RULE_DATE)
+    for match in _YEAR_RANGE.finditer(text):
+        high = match[2] if len(match[2]) == 4 else match[1][:2] + match[2]
+        said = read_year(match[1]) + "到" + read_year(high)
+        yield word(match.start(), match.end(), said, RULE_YEAR)
+    for pattern in (_YEAR, _SHORT_YEAR):
+        for match in pattern.finditer(text):
+            yield word(match.start(), match.end(), read_year(match[1]), RULE_YEAR)
+    for match in _MONTH_DAY.finditer(text):
+        said = read_cardinal(match[1]) + "月" + read_cardinal(match[2])
+        yield word(match.start(), match.end(), said, RULE_DATE)
+    for match in _SLASH_DATE.finditer(text):
+        yield word(match.start(), match.end(), _month_day(match[1], match[2]), RULE_DATE)
+
+
+_CLOCK = r"([01]?[0-9]|2[0-4])[ \t]?[:：][ \t]?([0-5][0-9])(?:[:：]([0-5][0-9]))?"
+_MERIDIEM = r"(?:[ \t]?(am|pm|AM|PM|a\.m\.|p\.m\.))?"
+_TIME = re.compile(rf"(?<![0-9:.])(?:{_CLOCK}{_MERIDIEM})(?![0-9:])")
+_TIME_RANGE = re.compile(
+    rf"(?<![0-9:.]){_CLOCK}{_MERIDIEM}[ \t]?[-–—~～〜至到][ \t]?(?P<day>{_DAY_WORD})[ \t]?"
+    rf"{_CLOCK}{_MERIDIEM}(?![0-9:])"
+)
+_BARE_MERIDIEM = re.compile(r"(?<![0-9:.])(1[0-2]|0?[1-9])[ \t]?(am|pm|AM|PM)(?![A-Za-z])")
+# Between two such times a dash is 到 (10am-6pm).
+_MERIDIEM_DASH = re.compile(
+    r"(?<=[aApP][mM])[ \t]?[-–—~～〜][ \t]?(?=(?:1[0-2]|0?[1-9])[ \t]?[aApP][mM])"
+)
+_DIAN = re.compile(
+    r"(?<![0-9.第])([01]?[0-9]|2[0-4])[ \t]?点(?:[ \t]?([0-9]{1,2})[ \t]?(分)?|(半|整|钟|一刻|三刻))?(?![0-9])"
+)
+_DURATION = re.compile(
+    r"(?<![0-9.])([0-9]+)[ \t]?(?:h|hr|小时)[ \t]?([0-9]+)[ \t]?(min|m|分钟?)"
+    r"(?:[ \t]?([0-9]+)[ \t]?(?:s|秒))?(?![A-Za-z])"
+)
+_SCORE_CUE = re.compile(rf"(?:{alternatives(SCORE_CUES)})[\s是为了：:]{{0,3}}$")
+
+
+def _clock(hour: str, minute: str, second: str | None, meridiem: str | None) -> str:
+    prefix = ""
+    if meridiem:
+        prefix = "上午" if meridiem[0] in "aA" else "下午"
+    said = prefix + read_cardinal(hour, count=True) + "点"
+    if minute != "00" or (second and second != "00"):
+        said += _minutes(minute) + "分"
+    if second and second != "00":
+        said += _minutes(second) + "秒"
+    return said
+
+
+def _minutes(minutes: str) -> str:
+    if len(minutes) == 2 and minutes[0] == "0":
+        return "零" + read_cardinal(minutes[1])
+    return read_cardinal(minutes)
+
+
+def time_rule(spans: Spans) -> Iterator[Token]:
+    text = spans.text
+    for match in _TIME_RANGE.finditer(text):
+        low = _clock(match[1], match[2], match[3], match[4] or match[9])
+        high = _clock(match[6], match[7], match[8], match[9])
+        yield word(match.start(), match.end(), low + "到" + match["day"] + high, RULE_TIME)
+    for match in _TIME.finditer(text):
+        if _is_score(*spans.lookbehind(match.start())) or (match[1] == "24" and match[2] != "00"):
+            continue
+        said = _clock(match[1], match[2], match[3], match[4])
+        yield word(match.start(), match.end(), said, RULE_TIME)
+    for match in _MERIDIEM_DASH.finditer(text):
+        yield word(match.start(), match.end(), "到", RULE_TIME)
+    for match in _BARE_MERIDIEM.finditer(text):
+        yield word(match.start(), match.end(), _clock(match[1], "00", None, match[2]), RULE_TIME)
+    for match in _DURATION.finditer(text):
+        unit = "分" if match[3] == "分" else "分钟"  # as written: 1小时02分, 2h15min
+        said = read_cardinal(match[1], count=True) + "小时" + _minutes(match[2]) + unit
+        if match[4]:
+            said += _minutes(match[4]) + "秒"
+        yield word(match.start(), match.end(), said, RULE_TIME)
+    for match in _DIAN.finditer(text):
+        said = read_cardinal(match[1], count=True) + "点"
+        if match[2]:
+            said += _minutes(match[2]) + (match[3] or "")
+        elif match[4]:
+            said += match[4]
+        yield word(match.start(), match.end(), said, RULE_TIME)
+
+
+def _is_score(text: str, start: int) -> bool:
+    return _SCORE_CUE.search(text, max(0, start - 8), start) is not None
+
+
+_RATIO = re.compile(
+    r"(?<![0-9:.])([0-9]+(?:\.[0-9]+)?)[ \t]?[:：][ \t]?([0-9]+(?:\.[0-9]+)?)(?:[ \t]?[:：][ \t]?([0-9]+(?:\.[0-9]+)?))?"
+    r"(?![0-9:])"
+)
+# A match earlier in the clause, or what a score is followed by (2-0 领先).
+_MATCH_BEFORE = re.compile(rf"(?:{alternatives(MATCH_CUES)})[^，。；！？,;!?\n]*$")
+_SCORE_AFTER = re.compile(rf"[ \t]?(?:的比分|暂时|最终|才|再)?(?:{alternatives(SCORE_AFTER)})")
+_DASH_SCORE = re.compile(
+    r"(?<![0-9.\-])([0-9]{1,3})[ \t]?[-–—][ \t]?([0-9]{1,3})(?![0-9\-]|\.[0-9])"
+)
+
+
+def score_rule(spans: Spans) -> Iterator[Token]:
+    """Scores and ratios; the time rule already took what reads as a time."""
+    text = spans.text
+    for match in _RATIO.finditer(text):
+        parts = [p for p in match.groups() if p is not None]
+        said = "比".join(read_number(p) for p in parts)
+        yield word(match.start(), match.end(), said, RULE_SCORE)
+    for match in _DASH_SCORE.finditer(text):
+        if _is_dash_score(spans, match):
+            said = read_number(match[1]) + "比" + read_number(match[2])
+            yield word(match.start(), match.end(), said, RULE_SCORE)
+
+
+# Measure words that are also results (打成1-1平): a score after a match cue.
+_SCORE_MEASURES = frozenset("平胜负")
+_NUMBERED = re.compile(rf"(?:{alternatives(NUMBERED_NOUNS)})[ \t]?$")
+_RANGE_AFTER = re.compile(r"[ \t]?(?:之间|左右|以上|以下|以内|不等|范围|区间|上下)")
+
+
+def _is_dash_score(spans: Spans, match: re.Match[str]) -> bool:
+    """A score (比) rather than a range (到): a match cue before it in its clause, a
+    result after it (2-0 领先), or two teams around a pair no range is written as
+    (湖人 105-98 勇士: a range goes up)."""
+    text, start, end = spans.text, match.start(), match.end()
+    measure = measure_after(text, end)
+    if unit_after(text, end) or (measure and measure[0] not in _SCORE_MEASURES):
+        return False  # 3-5组, 3-4小时: a range
+    k = start - 1 if text[start - 1 : start] in (" ", "\t") else start
+    if text[k - 1 : k] == "第":
+        return False  # 第3-5
+    behind, at = spans.lookbehind(start)
+    if (
+        _is_score(behind, at)
+        or _MATCH_BEFORE.search(behind, max(0, at - 16), at)
+        or _SCORE_AFTER.match(text, end)
+    ):
+        return True
+    after = end + (text[end : end + 1] in (" ", "\t"))
+    return (
+        measure is None
+        and not _NUMBERED.search(text, max(0, start - 5), start)  # 图3-1, 步骤 2-1
+        and int(match[1]) >= int(match[2])
+        and _is_ideograph(text[k - 1 : k])
+        and _is_ideograph(text[after : after + 1])
+        and not _RANGE_AFTER.match(text, end)
+    )
+
+
+def _is_ideograph(ch: str) -> bool:
+    return len(ch) == 1 and "\u4e00" <= ch <= "\u9fff"
