@@ -24,6 +24,7 @@ WEIGHTS_REPO = "2Noise/ChatTTS"
 #: The settings ``preview`` reads (its flags; every TTS_* variable still applies).
 PREVIEW_SETTINGS = (
     "segment_max_chars", "first_segment_min_chars", "allow_control_tags", "text_cache_dir",
+    "lexicon", "max_lexicon_entries", "max_lexicon_written_chars", "max_lexicon_spoken_chars",
 )  # fmt: skip
 
 

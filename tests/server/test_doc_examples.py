@@ -155,6 +155,7 @@ NOT_RUN = {
     ("docs/troubleshooting.md", "serve --model-dir"): _REAL_MODEL,
     ("docs/scaling.md", '"type":"resumed"'): "an event the Python client makes; tests/server/test_resume.py checks its fields",
     ("docs/streaming-decoder.md", '"bench": "stream_decoder"'): "a benchmark's output; tests/bench/test_stream_decoder.py runs it",
+    ("docs/text.md", '"rule": "lexicon"'): "rewrites as the preview prints them; tests/server/test_lexicon.py checks their fields",
 }
 # fmt: on
 
@@ -373,8 +374,11 @@ def test_the_ready_example_has_the_fields_the_server_sends(espeak: LiveServer) -
 
 
 def test_the_preview_examples_show_the_segments(workdir: Path) -> None:
-    """docs/text.md's `chattts-stream preview` and its curl (with a token, as written)
-    print the segments as spoken: digits read out, the emoji reported removed."""
+    """docs/text.md's `chattts-stream preview` commands (the second with the documented
+    lexicon file) and its curl (with a token, as written) print the segments as spoken:
+    the code read digit by digit, the lexicon's entries applied."""
+    (lexicon,) = [b.text for b in blocks() if b.doc == "docs/text.md" and "# our bank's words" in b.text]  # fmt: skip
+    (workdir / "lexicon.txt").write_text(lexicon, encoding="utf-8")
     with run_live_server(Settings(engine="espeak", tokens=("s3cret",))) as live:
         run = shell(block("docs/text.md", "chattts-stream preview").text, workdir, live,
                     env={"TOKEN": "s3cret"})  # fmt: skip
@@ -385,11 +389,11 @@ def test_the_preview_examples_show_the_segments(workdir: Path) -> None:
         printed.append(body)
         while at < len(run.stdout) and run.stdout[at].isspace():
             at += 1
-    cli, http = printed
-    spoken = "".join(s["spoken"] for s in cli["segments"])
-    assert "三个苹果" in spoken and "十二点五元" in spoken
-    assert any(r["chars"] == "😀" for s in cli["segments"] for r in s["removed"])
-    assert http["mode"] == "stream" and "三个苹果" in http["segments"][0]["spoken"]
+    code, with_file, http = printed
+    assert "".join(s["spoken"] for s in code["segments"]) == "验证码是八二六四九幺"
+    assert "".join(s["spoken"] for s in with_file["segments"]) == "航长说人工智能很强。"
+    spoken = "".join(s["spoken"] for s in http["segments"])
+    assert http["mode"] == "stream" and spoken == "航长的验证码是八二六四九幺"
 
 
 # --- the voices: from a seed, a speaker string and a clip, on ChatTTS ------------------

@@ -236,7 +236,8 @@ def doc_block(after: str, language: str = "") -> str:
     """The first fenced block of docs/text.md after the line holding ``after``."""
     text = (ROOT / "docs" / "text.md").read_text(encoding="utf-8")
     start = text.index(after)
-    block = re.search(rf"^```{language}\n(.*?)^```", text[start:], re.M | re.S)
+    tag = language or r"(?:sh)?"
+    block = re.search(rf"^```{tag}\n(.*?)^```", text[start:], re.M | re.S)
     assert block is not None
     return block.group(1)
 
