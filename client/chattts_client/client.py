@@ -42,20 +42,16 @@ from typing import Any
 
 from websockets.exceptions import ConnectionClosed
 
-from chattts_client.errors import (
-    AuthError,
-    BusyError,
-    ProtocolError,
-    error_from_event,
-)
+from chattts_client.dial import Dialer
+from chattts_client.errors import BusyError, ProtocolError, error_from_event
+from chattts_client.inbox import Inbox
 from chattts_client.link import Link
-from chattts_client.policy import ResumePolicy
-from chattts_client.result import ContextResult, record
+from chattts_client.policy import BusyBackoff, ResumePolicy
+from chattts_client.result import ContextResult
 from chattts_client.resume import Resumer
 from chattts_client.wire import (
     AUDIO_HEADER,
     DEFAULT_CONTEXT_ID,
-    START_REFUSALS,
     SUBPROTOCOL,
     TOKEN_SUBPROTOCOL_PREFIX,
     AudioFrame,
@@ -78,7 +74,12 @@ logger = logging.getLogger(__name__)
 
 
 class StreamClient:
-    """A connection to the service (see the module docstring); made by :meth:`connect`."""
+    """A connection to the service (see the module docstring); made by :meth:`connect`.
+
+    Its parts: a :class:`~chattts_client.dial.Dialer` (which server new contexts go
+    to), an :class:`~chattts_client.inbox.Inbox` (what the servers said, read once) and,
+    with ``resume``, a :class:`~chattts_client.resume.Resumer` (contexts across servers).
+    """
 
     def __init__(
         self,
@@ -91,27 +92,19 @@ class StreamClient:
         keepalive_s: float | None = 5.0,
         resume: ResumePolicy | None = None,
     ) -> None:
-        self._urls = list(urls)
-        # The URL tried last: each new connection tries the next, so one server that is
-        # down is passed over, not tried again and again.
-        self._turn = self._urls.index(link.url) if link.url in self._urls else 0
         if resume is not None:
             # A server that accepts but never answers costs one try, not the whole policy.
             open_timeout_s = min(open_timeout_s, resume.try_timeout_s)
-        self._connect_options = {
+        options = {
             "token": token, "via": via, "open_timeout_s": open_timeout_s,
             "keepalive_s": keepalive_s,
         }  # fmt: skip
-        self._link = link  # where new contexts go: the latest connected
-        self._links: list[Link] = []  # every link still open
-        self._out: asyncio.Queue[Event | BaseException] = asyncio.Queue()
-        self._streams: dict[int, str] = {}
-        self._backlog: list[Event] = []
-        self._ended: ConnectionClosed | None = None  # without resume: the close, for good
-        self._closing = False
-        self._connecting: asyncio.Task[Link] | None = None
-        self._resumer = Resumer(resume, self._out.put_nowait, self._usable_link) if resume else None
-        self._listen(link)
+        self._inbox = Inbox()
+        self._dialer = Dialer(
+            link, urls, options, lambda new: new.listen(self._on_event, self._on_close),
+            redial=resume is not None,
+        )  # fmt: skip
+        self._resumer = Resumer(resume, self._inbox.put, self._dialer.usable) if resume else None
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -150,17 +143,7 @@ class StreamClient:
             "token": token, "via": via, "open_timeout_s": open_timeout_s,
             "keepalive_s": keepalive_s,
         }  # fmt: skip
-        link: Link | None = None
-        for i, candidate in enumerate(urls):
-            try:
-                link = await Link.open(candidate, **options)  # type: ignore[arg-type]
-                break
-            except (AuthError, ProtocolError, ValueError):
-                raise  # the same everywhere
-            except Exception:
-                if i == len(urls) - 1:
-                    raise
-        assert link is not None
+        link = await Dialer.first(urls, options)
         client = cls(link, urls, token=token, via=via, open_timeout_s=open_timeout_s,
                      keepalive_s=keepalive_s, resume=resume)  # fmt: skip
         try:
@@ -171,75 +154,39 @@ class StreamClient:
     @property
     def ready(self) -> dict[str, Any]:
         """The ``ready`` of the server new contexts go to (the latest one connected)."""
-        return self._link.ready
+        return self._dialer.link.ready
 
     @property
     def url(self) -> str:
         """The URL of the server new contexts go to."""
-        return self._link.url
-
-    def _listen(self, link: Link) -> None:
-        self._links.append(link)
-        link.listen(self._on_event, self._on_close)
-
-    async def _usable_link(self) -> Link:
-        """The link new contexts go to; connected again (the next URL) when that server
-        drains or went away. Callers at the same moment share one connection attempt."""
-        link = self._link
-        if not (link.closed or link.draining or link.unresponsive):
-            return link
-        if self._connecting is None or self._connecting.done():
-            self._connecting = asyncio.get_running_loop().create_task(self._connect_next())
-            # Its failure is each waiter's; one that timed out first may leave none.
-            self._connecting.add_done_callback(lambda t: t.cancelled() or t.exception())
-        return await asyncio.shield(self._connecting)
-
-    async def _connect_next(self) -> Link:
-        self._turn = (self._turn + 1) % len(self._urls)
-        url = self._urls[self._turn]
-        link = await Link.open(url, **self._connect_options)  # type: ignore[arg-type]
-        if self._closing:
-            await link.close()
-            raise ConnectionAbortedError("the client is closing")
-        if self._link.closed and self._link in self._links:  # else let go of at its close
-            self._links.remove(self._link)
-        self._link = link
-        self._listen(link)
-        return link
+        return self._dialer.link.url
 
     async def _on_event(self, link: Link, event: Event | ProtocolError) -> None:
         if self._resumer is None or isinstance(event, ProtocolError):
-            self._out.put_nowait(event)
+            self._inbox.put(event)
         else:
             await self._resumer.on_event(link, event)
 
     async def _on_close(self, link: Link, closed: ConnectionClosed) -> None:
-        if self._closing:
+        if self._dialer.closing:
             return
         if self._resumer is None:
-            self._ended = closed
-            self._out.put_nowait(closed)
+            self._inbox.end(closed)
             return
-        if link is not self._link and link in self._links:
-            self._links.remove(link)
+        self._dialer.forget(link)
         speaking = await self._resumer.on_close(link, closed)
-        if link is self._link and not speaking and not link.draining:
-            self._out.put_nowait(closed)  # nothing to continue: the caller learns of it
+        if link is self._dialer.link and not speaking and not link.draining:
+            self._inbox.put(closed)  # nothing to continue: the caller learns of it
 
     # --- sending ----------------------------------------------------------------------
 
     async def send(self, message: dict[str, Any]) -> None:
         """One client message (``{"type": ..., ...}``) as it is; ``None`` fields are left
         out. It bypasses resumption: use the methods below for contexts to resume."""
-        await (await self._current()).send(message)
+        await (await self._dialer.usable()).send(message)
 
     async def send_raw(self, data: str | bytes) -> None:
-        await (await self._current()).send_raw(data)
-
-    async def _current(self) -> Link:
-        if self._resumer is not None:
-            return await self._usable_link()
-        return self._link
+        await (await self._dialer.usable()).send_raw(data)
 
     async def start(
         self,
@@ -262,7 +209,7 @@ class StreamClient:
                   "timestamps": timestamps or None,
                   "lexicon": dict(lexicon) if lexicon else None}  # fmt: skip
         if self._resumer is not None:
-            await self._resumer.start(await self._usable_link(), context_id, params)
+            await self._resumer.start(await self._dialer.usable(), context_id, params)
         else:
             await self.send({"type": "start", "context_id": context_id, **params})
         return context_id
@@ -295,32 +242,20 @@ class StreamClient:
         ``too_many_contexts``), :class:`NotReadyError`. ``timeout_s`` bounds the wait
         for each answer. Returns the context id.
         """
-        if attempts < 1 or busy_within_s < 0:
-            raise ValueError("open needs attempts >= 1 and busy_within_s >= 0")
+        backoff = BusyBackoff(attempts, busy_within_s)
         context_id = context_id or uuid.uuid4().hex[:8]
-        loop = asyncio.get_running_loop()
-        backoff_s = 0.25
-        first_refused_at: float | None = None
         for attempt in range(1, attempts + 1):
-            await self.start(
-                context_id,
-                voice=voice,
-                seed=seed,
-                speed=speed,
-                sample_rate=sample_rate,
-                timestamps=timestamps,
-                lexicon=lexicon,
-            )
-            answer = await self._answer_to_start(context_id, timeout_s)
+            await self.start(context_id, voice=voice, seed=seed, speed=speed,
+                             sample_rate=sample_rate, timestamps=timestamps,
+                             lexicon=lexicon)  # fmt: skip
+            answer = await self._inbox.answer_to_start(context_id, timeout_s)
             if answer["type"] == "started":
                 return context_id
             refusal = error_from_event(answer)
             if not isinstance(refusal, BusyError):
                 raise refusal
-            now = loop.time()
-            first_refused_at = now if first_refused_at is None else first_refused_at
-            wait_s = max((refusal.retry_after_ms or 0) / 1000, backoff_s)
-            if attempt == attempts or now + wait_s - first_refused_at > busy_within_s:
+            wait_s = backoff.wait_s(refusal, attempt, asyncio.get_running_loop().time())
+            if wait_s is None:
                 raise refusal
             logger.warning(
                 "context %r: the server is busy (retry_after_ms=%s); try %d of %d in %.2f s "
@@ -328,24 +263,7 @@ class StreamClient:
                 context_id, refusal.retry_after_ms, attempt + 1, attempts, wait_s, busy_within_s,
             )  # fmt: skip
             await asyncio.sleep(wait_s)
-            backoff_s = min(2 * backoff_s, 10.0)
         raise AssertionError("unreachable")
-
-    async def _answer_to_start(self, context_id: str, timeout_s: float) -> dict[str, Any]:
-        """The ``started`` or refusal for ``context_id``; other events are kept for later."""
-        kept: list[Event] = []
-        pending = self._backlog
-        self._backlog = []
-        try:
-            async with asyncio.timeout(timeout_s):
-                while True:
-                    event = pending.pop(0) if pending else await self.recv()
-                    if _answers_start(event, context_id):
-                        assert isinstance(event, dict)
-                        return event
-                    kept.append(event)
-        finally:
-            self._backlog = kept + pending + self._backlog
 
     async def send_text(self, text: str, context_id: str = DEFAULT_CONTEXT_ID) -> None:
         if self._resumer is not None:
@@ -372,29 +290,17 @@ class StreamClient:
             await self.send({"type": "cancel", "context_id": context_id})
 
     async def close(self) -> None:
-        self._closing = True
+        self._dialer.closing = True
         if self._resumer is not None:
             await self._resumer.close()
-        if self._connecting is not None:
-            self._connecting.cancel()
-        for link in self._links:
-            await link.close()
+        await self._dialer.close()
 
     # --- receiving --------------------------------------------------------------------
 
     async def recv(self, timeout_s: float | None = None) -> Event:
         """The next server message: a dict for JSON events, an :class:`AudioFrame` for
         audio (with ``resume``, the client's own ``resumed`` events too)."""
-        if self._backlog:
-            return self._backlog.pop(0)
-        if self._ended is not None and self._out.empty():
-            raise self._ended
-        item = await asyncio.wait_for(self._out.get(), timeout_s)
-        if isinstance(item, BaseException):
-            raise item
-        if isinstance(item, dict) and item.get("type") == "started":
-            self._streams[item["stream"]] = item["context_id"]
-        return item
+        return await self._inbox.recv(timeout_s)
 
     async def events(self, timeout_s: float | None = None) -> AsyncIterator[Event]:
         """Every server message until the connection closes (with ``resume``: until it
@@ -406,9 +312,7 @@ class StreamClient:
                 return
 
     def context_of(self, event: Event) -> str | None:
-        if isinstance(event, AudioFrame):
-            return self._streams.get(event.stream)
-        return event.get("context_id")
+        return self._inbox.context_of(event)
 
     async def collect(
         self,
@@ -425,42 +329,4 @@ class StreamClient:
         events are kept for their own ``collect``; connection-level errors and warnings
         (no context) are recorded in this result.
         """
-        result = ContextResult(context_id)
-        kept: list[Event] = []
-        pending = self._backlog
-        self._backlog = []
-        try:
-            async with asyncio.timeout(total_timeout_s):
-                while result.done is None:
-                    event = pending.pop(0) if pending else await self.recv(timeout_s)
-                    owner = self.context_of(event)
-                    if owner is None and isinstance(event, dict):
-                        record(result, event)  # a connection-level error or warning
-                        continue
-                    if owner != context_id:
-                        kept.append(event)
-                        continue
-                    record(result, event)
-                    if _refuses_start(event, result):
-                        break  # no done will come for a context that never opened
-        finally:
-            self._backlog = kept + pending + self._backlog
-        return result
-
-
-def _answers_start(event: Event, context_id: str) -> bool:
-    """``started`` for the context, or the error that refused its start."""
-    if not isinstance(event, dict) or event.get("context_id") != context_id:
-        return False
-    kind = event.get("type")
-    return kind == "started" or (kind == "error" and event.get("code") in START_REFUSALS)
-
-
-def _refuses_start(event: Event, result: ContextResult) -> bool:
-    return (
-        isinstance(event, dict)
-        and event.get("type") == "error"
-        and event.get("code") in START_REFUSALS
-        and result.started is None
-        and not result.segments
-    )
+        return await self._inbox.collect(context_id, timeout_s, total_timeout_s)

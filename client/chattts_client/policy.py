@@ -12,7 +12,7 @@ from websockets.exceptions import WebSocketException
 
 from chattts_client.errors import BusyError, TTSClientError, error_from_event
 
-__all__ = ["ResumePolicy", "keep_trying"]
+__all__ = ["BusyBackoff", "ResumePolicy", "keep_trying"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,3 +76,29 @@ async def keep_trying(
         await asyncio.sleep(max(0.0, min(max(hint_s, delay_s), left_s)))
         delay_s = min(2 * delay_s, policy.max_backoff_s) if delay_s else policy.max_backoff_s
     return last, attempt
+
+
+class BusyBackoff:
+    """When :meth:`StreamClient.open <chattts_client.client.StreamClient.open>` tries a
+    ``busy`` start again: after the server's ``retry_after_ms``, or the backoff (0.25 s,
+    doubling up to 10 s) if longer; ``attempts`` tries in all, and no wait that would end
+    more than ``within_s`` after the first refusal."""
+
+    def __init__(self, attempts: int, within_s: float) -> None:
+        if attempts < 1 or within_s < 0:
+            raise ValueError("open needs attempts >= 1 and busy_within_s >= 0")
+        self.attempts = attempts
+        self.within_s = within_s
+        self._backoff_s = 0.25
+        self._first_refused_at: float | None = None
+
+    def wait_s(self, refusal: BusyError, attempt: int, now: float) -> float | None:
+        """How long to wait before the try after ``attempt`` (refused at ``now``); None:
+        give up."""
+        if self._first_refused_at is None:
+            self._first_refused_at = now
+        wait_s = max((refusal.retry_after_ms or 0) / 1000, self._backoff_s)
+        if attempt == self.attempts or now + wait_s - self._first_refused_at > self.within_s:
+            return None
+        self._backoff_s = min(2 * self._backoff_s, 10.0)
+        return wait_s

@@ -12,7 +12,9 @@ links. Each of the caller's contexts keeps its text in a
 - the connection is lost (a crash, a network cut, a drain deadline): a new leg starts at
   the segment whose audio was cut, or after the last one heard (``resumed`` says which);
 - placing a leg is retried as :class:`~chattts_client.policy.ResumePolicy` allows; then
-  :class:`~chattts_client.errors.ResumeError`.
+  :class:`~chattts_client.errors.ResumeError`. Which server a leg is on, and placing it
+  again, is the :class:`~chattts_client.router.Router`'s part; the resumer's is what
+  the caller sends and hears.
 
 Text goes to the leg as the server can hold it (its ``max_buffered_chars``, each delta
 within ``max_text_message_chars``), so no delta is ever refused and the ledger knows
@@ -23,16 +25,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from websockets.exceptions import ConnectionClosed
 
 from chattts_client.errors import ResumeError
-from chattts_client.ledger import ContextLedger, Part
+from chattts_client.ledger import ContextLedger
 from chattts_client.link import Link
-from chattts_client.policy import ResumePolicy, keep_trying
+from chattts_client.policy import ResumePolicy
+from chattts_client.router import GetLink, Router
 from chattts_client.track import ServerContext, Track
 from chattts_client.wire import AudioFrame, Event
 
@@ -46,19 +48,16 @@ _CLIENT_FAULT_CLOSES = frozenset({1002, 1003, 1007, 1008, 1009})
 
 
 Deliver = Callable[["Event | BaseException"], None]
-GetLink = Callable[[], Awaitable[Link]]
 
 
 class Resumer:
     """Keeps the caller's contexts speaking across servers (see the module docstring)."""
 
     def __init__(self, policy: ResumePolicy, deliver: Deliver, link: GetLink) -> None:
-        self.policy = policy
         self._deliver = deliver
         self._link = link
         self.tracks: dict[str, Track] = {}
-        self._legs: dict[tuple[int, str], ServerContext] = {}  # (id(link), server id) -> leg
-        self._streams: dict[tuple[int, int], ServerContext] = {}  # (id(link), server stream) -> leg
+        self._router = Router(policy, link, self.tracks, self._fail)
         self._failed: dict[str, ResumeError] = {}
         self._next_stream = 1
         self._pumps: set[asyncio.Task[None]] = set()
@@ -73,7 +72,7 @@ class Resumer:
             return
         track = Track(ContextLedger(context_id), params)
         self.tracks[context_id] = track
-        await self._open_leg(track, link, base_char=0, by_caller=True)
+        await self._router.open_leg(track, link, base_char=0, by_caller=True)
 
     # The caller's text, flush, end and cancel of an open context go to its ledger and
     # its leg, whatever state the leg is in (a server that went away is resumption's
@@ -89,7 +88,7 @@ class Resumer:
             track = self.tracks.get(context_id)  # another first text, while connecting
             if track is None:
                 track = self.tracks[context_id] = Track(ContextLedger(context_id), {})
-                self._add_leg(track, link, 0, context_id).by_caller = True
+                self._router.add_leg(track, link, 0, context_id).by_caller = True
         if track is None or track.ledger.ended:
             await self._unrecorded(track, message)
             return
@@ -146,38 +145,11 @@ class Resumer:
         if failure is not None:
             raise failure
 
-    # --- legs -----------------------------------------------------------------------
-
-    def _add_leg(self, track: Track, link: Link, base_char: int, server_id: str) -> ServerContext:
-        leg = ServerContext(track, link, server_id, Part(base_char))
-        track.legs.append(leg)
-        self._legs[(id(link), server_id)] = leg
-        return leg
-
-    async def _open_leg(
-        self, track: Track, link: Link, base_char: int, *, by_caller: bool = False
-    ) -> ServerContext:
-        """A new leg on ``link`` from ``base_char``: its ``start`` goes out before any
-        text can (nothing awaits between adding it and queueing the start)."""
-        # A resumed leg gets an id of its own: the one it replaces may still be open there.
-        server_id = track.id if by_caller else f"{track.id[:48]}~{uuid.uuid4().hex[:8]}"
-        leg = self._add_leg(track, link, base_char, server_id)
-        leg.by_caller = by_caller
-        # A resumed leg sounds like what the caller has heard: started's voice and seed.
-        params = {**track.params, **track.ledger.voice}
-        try:
-            await leg.send({"type": "start", **params})
-            await track.pump()
-        except BaseException:  # cancelled (a try timed out on a full socket), or failed
-            await leg.drop()
-            raise
-        return leg
-
     # --- the servers' events ----------------------------------------------------------
 
     async def on_event(self, link: Link, event: Event) -> None:
         if isinstance(event, AudioFrame):
-            leg = self._streams.get((id(link), event.stream))
+            leg = self._router.leg_of_stream(link, event.stream)
             if leg is None:
                 self._deliver(event)  # a context opened by a raw send
             elif not leg.dropped:
@@ -187,13 +159,13 @@ class Resumer:
         if kind == "draining":
             await self._on_draining(link, event)
             return
-        leg = self._legs.get((id(link), str(event.get("context_id"))))
+        leg = self._router.leg(link, str(event.get("context_id")))
         if leg is None:
             # A connection-level error or warning, or a context opened by a raw send.
             self._deliver(event)
             return
         if kind == "started":
-            self._streams[(id(link), int(event["stream"]))] = leg
+            self._router.started(link, int(event["stream"]), leg)
             leg.started = event
             leg.answered(event)
             if not leg.dropped:
@@ -213,7 +185,7 @@ class Resumer:
             track = leg.track
             await leg.drop()
             if leg.by_caller and code == "draining":  # raced the drain: open it elsewhere
-                self._place(track, "draining")
+                self._router.place(track, "draining")
             elif leg.by_caller:
                 self.tracks.pop(track.id, None)
                 self._deliver({**event, "context_id": track.id})
@@ -225,20 +197,18 @@ class Resumer:
     async def _on_draining(self, link: Link, event: dict[str, Any]) -> None:
         link.draining = True
         for entry in event.get("contexts", []):
-            leg = self._legs.get((id(link), str(entry.get("context_id"))))
+            leg = self._router.leg(link, str(entry.get("context_id")))
             if leg is None or leg.dropped:
                 continue
             leg.drained_at = int(entry["end_char"])
             leg.drained_ended = bool(entry.get("ended"))
             if not leg.final and leg is leg.track.legs[-1]:
-                self._place(leg.track, "draining")
+                self._router.place(leg.track, "draining")
 
     async def on_close(self, link: Link, closed: ConnectionClosed) -> bool:
         """The link is gone: continue every context it was speaking. False when it was
         speaking none (the caller may want to know the connection ended)."""
-        legs = [leg for (owner, _), leg in self._legs.items() if owner == id(link)]
-        self._legs = {k: v for k, v in self._legs.items() if k[0] != id(link)}
-        self._streams = {k: v for k, v in self._streams.items() if k[0] != id(link)}
+        legs = self._router.forget(link)
         code = closed.rcvd.code if closed.rcvd else None
         speaking = False
         for leg in legs:
@@ -257,7 +227,7 @@ class Resumer:
                     await later.drop()
                 if not track.legs or track.legs[-1].drained_at is not None:
                     # A lost successor of a drained leg: place it again; else resume.
-                    self._place(track, "draining" if index else "closed")
+                    self._router.place(track, "draining" if index else "closed")
         return speaking
 
     def _route(self, leg: ServerContext, event: Event) -> None:
@@ -296,7 +266,7 @@ class Resumer:
         if track.legs:
             self._activate(track)
         else:
-            self._place(track, track.reason)
+            self._router.place(track, track.reason)
 
     def _activate(self, track: Track) -> None:
         """The first leg has started and none is heard: it is heard from now on."""
@@ -332,48 +302,6 @@ class Resumer:
             task = asyncio.get_running_loop().create_task(track.pump())
             self._pumps.add(task)
             task.add_done_callback(self._pumps.discard)
-
-    # --- placing a context on a server ------------------------------------------------
-
-    def _place(self, track: Track, reason: str) -> None:
-        if track.placing is not None and not track.placing.done():
-            return
-        track.reason = reason
-        track.placing = asyncio.get_running_loop().create_task(self._placement(track))
-
-    async def _placement(self, track: Track) -> None:
-        """Try to open the track's next leg until one starts or the policy runs out."""
-
-        async def once(attempt: int) -> dict[str, Any] | None:
-            if self.tracks.get(track.id) is not track:
-                return None  # cancelled, or ended meanwhile: nothing to place
-            track.attempts = attempt
-            return await self._try_leg(track)
-
-        failure = await keep_trying(self.policy, once, f"resuming {track.id}")
-        if failure is not None:
-            self._fail(track, *failure)
-
-    async def _try_leg(self, track: Track) -> dict[str, Any] | None:
-        """One try: a leg on a usable link. None when it started, else the refusal."""
-        link = await self._link()
-        last = track.legs[-1] if track.legs else None
-        if last is not None and last.drained_at is not None:
-            base_char = last.part.base_char + last.drained_at  # after the drained leg
-        else:
-            base_char = track.ledger.resume_char()
-        leg = await self._open_leg(track, link, base_char)
-        try:
-            async with asyncio.timeout(self.policy.try_timeout_s):
-                answer = await asyncio.shield(leg.answer)
-        except BaseException as exc:
-            if isinstance(exc, TimeoutError):
-                # A server that took the connection but does not answer: no new context
-                # goes there again (its keepalive ends it); the next try connects anew.
-                link.unresponsive = True
-            await leg.drop()
-            raise
-        return None if answer.get("type") == "started" else answer
 
     def _fail(self, track: Track, cause: BaseException | None, attempts: int) -> None:
         if self.tracks.get(track.id) is not track:
