@@ -10,5 +10,5 @@ test:
 	.venv/bin/python -m pytest $(ARGS)
 
 lint:
-	.venv/bin/ruff check streaming server client tests bench
+	.venv/bin/ruff check streaming server client harness tests bench
 	.venv/bin/mypy

@@ -38,13 +38,12 @@ from typing import Any
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from server.engines.chattts.batch import BatchedDecoder
+from server.engines.chattts.checkpoint import load_chat, write_checkpoint
+from server.engines.chattts.decoder import GenerationParams, StreamingDecoder
+from server.engines.chattts.options import ChatTTSOptions
 
-from server.engines.chattts.batch import BatchedDecoder  # noqa: E402
-from server.engines.chattts.checkpoint import load_chat, write_checkpoint  # noqa: E402
-from server.engines.chattts.decoder import GenerationParams, StreamingDecoder  # noqa: E402
-from server.engines.chattts.options import ChatTTSOptions  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 TEXTS = [
     "今天天气很好，我们一起去公园散步吧。",

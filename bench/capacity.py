@@ -46,13 +46,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from chattts_client import AudioFrame, StreamClient
+
+from server.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from chattts_client import AudioFrame, StreamClient  # noqa: E402
-
-from server.config import Settings  # noqa: E402
 
 # An assistant's answer: a first clause of six characters (the earliest the server cuts
 # for first audio), then sentences.

@@ -31,8 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from chattts_client import AudioFrame, StreamClient
 
 from server.config import Settings
@@ -115,7 +113,7 @@ async def speak(url: str, text: str, chars_per_delta: int, interval_s: float) ->
 
 def measure(args: argparse.Namespace, engine: str, value: int) -> dict[str, list[Run]]:
     """Every opener ``args.repeats`` times (interleaved) on one server with ``value``."""
-    from tests.live import run_live_server
+    from harness.live import run_live_server
 
     settings = Settings(
         engine=engine,

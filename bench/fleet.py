@@ -43,14 +43,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from chattts_client import AudioFrame, StreamClient
+
+from bench import capacity
+from harness.fleet import Balancer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from chattts_client import AudioFrame, StreamClient  # noqa: E402
-
-from bench import capacity  # noqa: E402
-from tests.fleet.fleet import Balancer, free_port  # noqa: E402
 
 #: The modelled step: one replica keeps about 16 streams in real time ((21.3 - a) / b).
 A_MS, B_MS = 10.0, 0.7

@@ -29,11 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from streaming.schedule import STEPS_PER_AUDIO_SECOND, StepCosts, capacity
 
-from streaming.schedule import STEPS_PER_AUDIO_SECOND, StepCosts, capacity  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 if TYPE_CHECKING:
     from server.engines.chattts.decoder import StreamingDecoder
@@ -60,8 +58,7 @@ def measure(
 ) -> dict[str, float]:
     """Whole fixed-length utterances for ``size`` rows: step and vocoder costs, throughput
     (with ``cuda_graphs``, the step replayed from graphs captured per bucket first)."""
-    from batch_step import VocoderClock, open_rows
-
+    from bench.batch_step import VocoderClock, open_rows
     from server.engines.chattts.batch import BatchedDecoder
 
     device = torch.device(chat.device)

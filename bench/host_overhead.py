@@ -45,15 +45,12 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from bench.legacy_batch import LegacyBatchedDecoder
+from server.engines.chattts.batch import BatchedDecoder
+from server.engines.chattts.checkpoint import load_chat, write_checkpoint
+from server.engines.chattts.decoder import GenerationParams, StreamingDecoder
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from legacy_batch import LegacyBatchedDecoder  # noqa: E402
-
-from server.engines.chattts.batch import BatchedDecoder  # noqa: E402
-from server.engines.chattts.checkpoint import load_chat, write_checkpoint  # noqa: E402
-from server.engines.chattts.decoder import GenerationParams, StreamingDecoder  # noqa: E402
 
 TEXTS = ["今天天气很好，我们一起去公园散步吧。", "欢迎使用流式语音合成服务。", "谢谢你的耐心等待。"]
 REALTIME_STEP_MS = 1000 / 46.875

@@ -8,7 +8,6 @@ assembled in Python, row by row, every step. The server uses
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,13 +16,12 @@ from typing import Any
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from server.engines.chattts.decoder import GenerationParams, StreamingDecoder
+from server.engines.chattts.generation import Sampler
+from server.engines.chattts.static_cache import attend, layer_inputs, layer_output
+from server.engines.chattts.vocoding import ChunkWindows
 
-from server.engines.chattts.decoder import GenerationParams, StreamingDecoder  # noqa: E402
-from server.engines.chattts.generation import Sampler  # noqa: E402
-from server.engines.chattts.static_cache import attend, layer_inputs, layer_output  # noqa: E402
-from server.engines.chattts.vocoding import ChunkWindows  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 __all__ = ["LegacyBatchedDecoder"]
 

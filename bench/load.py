@@ -29,9 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from chattts_client import AudioFrame, StreamClient
 
 from server.config import Settings
@@ -173,7 +170,7 @@ async def run_level(
 
 @contextlib.contextmanager
 def own_server(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
-    from tests.live import run_live_server
+    from harness.live import run_live_server
 
     settings = Settings(
         engine="chattts" if args.model_dir else "espeak",

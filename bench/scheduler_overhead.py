@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,15 +27,14 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from server.engines.base import BatchRow, SynthesisRequest, VoiceSpec
+from server.metrics import Metrics
+from server.runtime.fallback import FallbackVoice
+from server.runtime.jobs import Handoff, Job
+from server.runtime.scheduler import Scheduler
+from streaming.schedule import BatchPolicy, StepCosts
 
-from server.engines.base import BatchRow, SynthesisRequest, VoiceSpec  # noqa: E402
-from server.metrics import Metrics  # noqa: E402
-from server.runtime.fallback import FallbackVoice  # noqa: E402
-from server.runtime.jobs import Handoff, Job  # noqa: E402
-from server.runtime.scheduler import Scheduler  # noqa: E402
-from streaming.schedule import BatchPolicy, StepCosts  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 RATE_HZ = 24_000
 CHUNK = np.zeros(512, np.float32)  # one GPT step of audio

@@ -16,7 +16,7 @@ engine, and as one final JSON line:
   segment join (last sample of one segment into the first
   of the next) over the median step inside segments, and the largest step within 5 ms
   of a join over the 99th percentile step inside segments (a click scores far above 1);
-  spectral flux across the join (tests/seams.py; a pause followed by an onset
+  spectral flux across the join (harness/seams.py; a pause followed by an onset
   scores high by nature, so it is reported for comparison only);
 - silence: leading and trailing silence per segment (below -45 dBFS), and the pause
   between segments;
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -38,15 +37,13 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from harness.seams import measure_seams
+from server.engines.base import SynthesisRequest, VoiceSpec, audio_only
+from server.engines.chattts.options import ChatTTSOptions
+from streaming.joins import SegmentJoiner, pause_ms_for
+from streaming.segment import Segmenter
 
-from server.engines.base import SynthesisRequest, VoiceSpec, audio_only  # noqa: E402
-from server.engines.chattts.options import ChatTTSOptions  # noqa: E402
-from streaming.joins import SegmentJoiner, pause_ms_for  # noqa: E402
-from streaming.segment import Segmenter  # noqa: E402
-from tests.seams import measure_seams  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 TEXT = (
     "今天天气很好，我们一起去公园散步吧。人工智能正在改变我们的生活方式！"

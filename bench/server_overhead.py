@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 TEXT = "你好，欢迎使用流式语音合成。"
 TICKS = os.sysconf("SC_CLK_TCK")

@@ -18,7 +18,7 @@ final JSON line:
 - vocoder work: mel frames through the Decoder per frame emitted (goal <= 1.25), and
   ChatTTS's stream's figure beside it.
 - seams: sample step and spectral flux at each chunk join over the median inside
-  chunks (tests/seams.py), ours and ChatTTS's stream.
+  chunks (harness/seams.py), ours and ChatTTS's stream.
 - SNR of our streamed audio against ChatTTS's one-shot decode of the same tokens (same
   seed, so the same tokens: pinned by tests/server/test_chattts_stream.py).
 - GPT KV cache (``gpt_cache``): our generation alone (no vocoder) with transformers'
@@ -38,7 +38,6 @@ import json
 import logging
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -48,28 +47,26 @@ from typing import Any
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from server.engines.chattts.checkpoint import (  # noqa: E402
+from harness.seams import measure_seams
+from server.engines.chattts.checkpoint import (
     load_chat,
     read_manifest,
     write_checkpoint,
 )
-from server.engines.chattts.decoder import (  # noqa: E402
+from server.engines.chattts.decoder import (
     SAMPLES_PER_FRAME,
     GenerationParams,
     StreamingDecoder,
 )
-from server.engines.chattts.options import ChatTTSOptions  # noqa: E402
-from server.engines.chattts.vocoding import (  # noqa: E402
+from server.engines.chattts.options import ChatTTSOptions
+from server.engines.chattts.vocoding import (
     OnnxVocoder,
     StreamStats,
     VocoderFeatures,
     istft,
 )
-from tests.seams import measure_seams  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
 
 TEXT = "今天天气很好，我们一起去公园散步吧。人工智能正在改变我们的生活方式。"
 STEPS_PER_SECOND = 46.875

@@ -5,7 +5,7 @@
 
 Reads right: the sentences of tests/streaming/corpus (``assistants``, the corpus the
 rules are built on, and ``other_domains``, held out), each heard as one of its expected
-forms (tests/streaming/corpus/__init__.py), by this front-end (the sentence cut as a
+forms (harness/corpus.py), by this front-end (the sentence cut as a
 WebSocket context cuts it, each segment prepared after the one before it), by
 WeTextProcessing alone (the whole sentence), and by the front-end of git ``REF`` (the
 baseline, default ``main``: its ``streaming/`` checked out into a temporary directory
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -30,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 CORPUS = {
     "prose": (
@@ -107,7 +107,6 @@ def speak_and_time(
 def child() -> int:
     """The baseline's side: its prepare_text on the job read from stdin (JSON)."""
     job = json.loads(sys.stdin.read())
-    sys.path.insert(0, job["root"])  # its streaming/ first
     from tn.chinese.normalizer import Normalizer as WeText
 
     from streaming.text import prepare_text  # the baseline's
@@ -142,6 +141,11 @@ def baseline(ref: str, job: dict[str, Any]) -> dict[str, Any] | None:
             capture_output=True,
             text=True,
             cwd=root,
+            # Its streaming/ first: PYTHONPATH comes before the installed project's.
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH")))),
+            },
         )
     if run.returncode != 0:
         print(f"baseline {ref} failed: {run.stderr[-2000:]}", file=sys.stderr)
@@ -151,7 +155,7 @@ def baseline(ref: str, job: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def scores(spoken: list[str], rows: list[Any]) -> dict[str, int]:
-    from tests.streaming.corpus import is_heard_right
+    from harness.corpus import is_heard_right
 
     return {"right": sum(is_heard_right(s, row) for s, row in zip(spoken, rows, strict=True))}
 
@@ -167,9 +171,9 @@ def main() -> int:
     if args.smoke:
         args.rounds = 1
 
+    from harness.corpus import load
     from server.textnorm import load_wetext
     from streaming.text import prepare_text
-    from tests.streaming.corpus import load
 
     started = time.perf_counter()
     normalizer = load_wetext()

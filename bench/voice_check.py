@@ -28,8 +28,6 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import redis.asyncio as aioredis
 
 from server.voices.redis_store import RedisStore

@@ -6,9 +6,9 @@ import json
 import subprocess
 import sys
 
+from harness.live import run_live_server
 from server.config import Settings
 from tests.bench.smoke import ROOT, assert_all_finite, figure
-from tests.live import run_live_server
 
 
 def test_a_short_headless_run_posts_and_reports_its_figures() -> None:

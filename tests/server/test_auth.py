@@ -16,9 +16,9 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 from websockets.typing import Subprotocol
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.auth import TokenAuth, bearer_token, websocket_token
 from server.config import Settings, build_settings, read_token_file
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 
 TOKEN = "s3cret"
 PROTECTED = Settings(engine="espeak", tokens=(TOKEN,))

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 from chattts_client import BusyError, StreamClient
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
 from server.engines.chattts.batch import BatchedDecoder, Row
 from server.engines.chattts.checkpoint import load_chat
 from server.engines.chattts.decoder import GenerationParams, StreamingDecoder
 from server.engines.chattts.options import ChatTTSOptions
 from tests.conftest import fixed_length_chattts
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.scripted_engine import ScriptedEngine
 from tests.server.test_stream import assert_complete, deltas
 

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from chattts_client import BusyError, StreamClient
 
+from harness.live import TIMEOUT_S, run_live_server
 from server.config import Settings
-from tests.live import TIMEOUT_S, run_live_server
 from tests.scripted_engine import ScriptedEngine
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from harness.seams import measure_seams
 from server.engines.base import Cancelled
 from server.engines.chattts.decoder import (
     SAMPLES_PER_STEP,
@@ -15,7 +16,6 @@ from server.engines.chattts.decoder import (
     StreamingDecoder,
 )
 from server.engines.chattts.options import ChatTTSOptions
-from tests.seams import measure_seams
 
 TEXT = "今天天气很好，我们一起去公园散步吧。"
 

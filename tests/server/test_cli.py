@@ -79,8 +79,8 @@ def test_download_weights_offline_names_the_doc_section_with_the_copy_steps() ->
 
 
 def test_healthcheck_follows_the_port_the_settings_give() -> None:
+    from harness.live import run_live_server
     from server.config import Settings
-    from tests.live import run_live_server
 
     with run_live_server(Settings(engine="espeak")) as live:
         port = live.base_url.rsplit(":", 1)[1]

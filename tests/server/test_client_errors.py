@@ -34,8 +34,8 @@ from websockets.datastructures import Headers
 from websockets.exceptions import InvalidStatus
 from websockets.http11 import Request, Response
 
+from harness.live import TIMEOUT_S, run_live_server
 from server.config import Settings
-from tests.live import TIMEOUT_S, run_live_server
 from tests.scripted_engine import ScriptedEngine
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "client" / "examples" / "speak_while_streaming.py"

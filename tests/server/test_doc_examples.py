@@ -28,9 +28,9 @@ import httpx
 import numpy as np
 import pytest
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
 from tests.conftest import fixed_length_chattts
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ["README.md", "client/README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]  # fmt: skip

@@ -13,8 +13,8 @@ import httpx
 import numpy as np
 import pytest
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 
 RATE_HZ = 24000
 TEXT = "今天天气很好，我们去公园散步吧。傍晚我们再回家做饭。"

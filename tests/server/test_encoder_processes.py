@@ -16,8 +16,8 @@ import httpx
 import numpy as np
 import pytest
 
+from harness.live import TIMEOUT_S, LiveServer, child_pids, run_live_server
 from server.config import Settings
-from tests.live import TIMEOUT_S, LiveServer, child_pids, run_live_server
 
 TEXT = "今天天气很好，我们去公园散步吧。公园里有很多花，红的黄的都有。傍晚我们再回家做饭。"
 COMPRESSED = ("mp3", "opus", "aac", "flac")

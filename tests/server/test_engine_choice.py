@@ -12,11 +12,11 @@ from pathlib import Path
 import httpx
 from chattts_client import StreamClient
 
+from harness.live import TIMEOUT_S, run_live_server
 from server.config import Settings
 from server.engines.chattts.options import ChatTTSOptions
 from server.engines.modelled import ModelledEngine
 from server.engines.select import RANDOM_WEIGHTS_MAX_NEW_TOKEN, chattts_options
-from tests.live import TIMEOUT_S, run_live_server
 from tests.scripted_engine import ScriptedEngine
 
 SERVE = [sys.executable, "-m", "server", "serve", "--port", "0"]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from chattts_client import StreamClient
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.server.test_stream import assert_complete, speak
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -282,8 +282,8 @@ async def test_server_on_the_static_cache_speaks_as_on_the_dynamic_one(
     """A live server whose engine has one static-cache slot: two streams at once (the
     worker interleaves them; a segment that finds the slot taken runs on the dynamic
     cache) give exactly the audio of a server on the dynamic cache."""
+    from harness.live import run_live_server
     from server.config import Settings
-    from tests.live import run_live_server
     from tests.server.test_stream import assert_complete, speak
 
     texts = {1: "第一个连接说话。第二句话。", 2: "另外一个连接，也在说话。"}

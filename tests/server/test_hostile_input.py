@@ -20,10 +20,10 @@ from chattts_client import AudioFrame, StreamClient
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
 from server.engines.espeak import VOICES
 from server.voices import PRESET_NAMES
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.scripted_engine import ScriptedEngine
 from tests.server.test_protocol_errors import json_events, read_until_done
 

@@ -17,11 +17,11 @@ import pytest
 from chattts_client import StreamClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
 from server.http.system_routes import WEB_DIR
 from server.textnorm import TextFrontend
 from streaming.audio import float_to_pcm16
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.scripted_engine import ScriptedEngine
 
 TEXT = "今天天气很好，我们去公园散步。"

@@ -10,9 +10,9 @@ from collections.abc import AsyncGenerator
 import numpy as np
 import pytest
 
+from harness.live import child_pids
 from server.child_process import ChildProcess
 from server.http import audio as http_audio
-from tests.live import child_pids
 
 
 def test_a_streamed_wav_header_says_unknown_length_and_filling_it_gives_exact_sizes() -> None:

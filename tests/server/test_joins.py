@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from chattts_client import ContextResult
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
 from server.engines.base import SynthesisRequest, WordMarks
 from server.engines.espeak import EspeakEngine
 from streaming.audio import pcm16_to_float
 from streaming.joins import JoinSettings, pause_ms_for
 from tests.conftest import fixed_length_chattts
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.server.test_stream import assert_complete, speak
 
 RATE = 24000

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.app import create_app
 from server.config import Settings
 from server.http.middleware import json_body_routes
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 
 pytestmark = pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed")
 

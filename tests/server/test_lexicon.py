@@ -23,9 +23,9 @@ import httpx
 import pytest
 from chattts_client import RequestError, StreamClient
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.cli import main as cli_main
 from server.config import Settings, build_settings
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,8 +17,8 @@ from chattts_client import StreamClient
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from harness.live import TIMEOUT_S, run_live_server
 from server.config import Settings
-from tests.live import TIMEOUT_S, run_live_server
 from tests.scripted_engine import ScriptedEngine
 
 

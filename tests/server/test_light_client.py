@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.live import run_live_server
 from server.config import Settings
-from tests.live import run_live_server
 
 ROOT = Path(__file__).resolve().parents[2]
 #: What the light client must never pull in.

@@ -14,9 +14,9 @@ import pytest
 from chattts_client import AudioFrame, Event, StreamClient, UnavailableError
 from websockets.exceptions import InvalidStatus
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
 from streaming.joins import pause_ms_for
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.scripted_engine import ScriptedEngine
 
 MAX_TEXT_MESSAGE_CHARS = 10

@@ -15,8 +15,8 @@ pytest.importorskip("livekit.agents")
 from chattts_client import StreamClient
 from chattts_client.livekit import TTS
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.scripted_engine import ScriptedEngine
 
 TOKENS = ["你好，", "世界。", "今天", "天气", "很好！"]

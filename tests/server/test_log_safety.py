@@ -24,9 +24,9 @@ from chattts_client import StreamClient
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosedError, InvalidStatus
 
+from harness.live import TIMEOUT_S
 from server.logs import redact
 from streaming import protocol as p
-from tests.live import TIMEOUT_S
 
 ROOT = Path(__file__).resolve().parents[2]
 FORGED = "2031-01-01 00:00:00,000 CRITICAL server.app: forged"

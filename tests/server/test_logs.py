@@ -16,7 +16,7 @@ import httpx
 import pytest
 from chattts_client import StreamClient
 
-from tests.live import TIMEOUT_S
+from harness.live import TIMEOUT_S
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,10 +14,10 @@ import numpy as np
 import openai
 import pytest
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
 from server.engines.espeak import SPEED_RANGE
 from tests.conftest import fixed_length_chattts
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.scripted_engine import ScriptedEngine
 
 THREE_SEGMENTS = (

@@ -24,8 +24,8 @@ from pipecat.frames.frames import (
 from pipecat.tests.utils import SleepFrame, run_test
 from pipecat.utils.errors import ErrorCategory
 
+from harness.live import LiveServer, run_live_server
 from server.config import Settings
-from tests.live import LiveServer, run_live_server
 from tests.scripted_engine import ScriptedEngine
 
 TEXT = "你好，世界。今天天气很好！"

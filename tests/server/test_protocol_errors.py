@@ -12,8 +12,8 @@ import pytest
 from chattts_client import AudioFrame, Event, StreamClient
 from websockets.exceptions import ConnectionClosedError
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.scripted_engine import ScriptedEngine
 
 MAX_MESSAGE_BYTES = 8 * 1024  # room for a 4,097-character voice

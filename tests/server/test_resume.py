@@ -21,8 +21,8 @@ from chattts_client import ContextResult, ResumeError, ResumePolicy, StreamClien
 from chattts_client.client import SUBPROTOCOL
 from websockets.asyncio.server import ServerConnection, serve
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.relay import CuttableLink
 from tests.scripted_engine import ScriptedEngine
 from tests.spoken import heard_once, send_like_an_llm

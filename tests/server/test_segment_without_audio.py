@@ -22,12 +22,12 @@ import numpy as np
 import pytest
 from chattts_client import ContextResult, StreamClient
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
 from server.engines.base import VoiceSpec, derived_seed
 from server.engines.chattts.options import ChatTTSOptions
 from server.engines.select import EngineFactory
 from streaming.speech import SpeechSettings
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 
 #: Each run ends where ChatTTS samples its end, or at this many GPT steps (2 s).
 MAX_STEPS = 96

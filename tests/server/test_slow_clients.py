@@ -18,9 +18,9 @@ from chattts_client import StreamClient
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosedOK
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
 from streaming import protocol as p
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.relay import CuttableLink
 from tests.scripted_engine import ScriptedEngine
 

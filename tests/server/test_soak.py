@@ -19,8 +19,8 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
+from harness.live import TIMEOUT_S
 from streaming import protocol as p
-from tests.live import TIMEOUT_S
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUESTS = 240

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from chattts_client import StreamClient
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
 from tests.conftest import CHATTTS_TEST_STEPS, fixed_length_chattts
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.scripted_engine import ScriptedEngine
 
 REFUSAL = "field 'speed' must be a number in [0.25, 4.0]"

@@ -11,9 +11,9 @@ import httpx
 import pytest
 from chattts_client import ContextResult, StreamClient
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
 from tests.conftest import fixed_length_chattts
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.scripted_engine import ScriptedEngine
 
 TEXT = "你好，欢迎使用流式语音合成。今天天气很好！我们一起去公园散步吧？好的"

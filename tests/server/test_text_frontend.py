@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.cli import main as cli_main
 from server.config import Settings
 from server.textnorm import TextFrontend
 from streaming.segment import Segmenter, SegmenterConfig
 from streaming.text import SPOKEN_CHARSET
 from tests.conftest import fixed_length_chattts
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.server.test_stream import assert_complete, speak
 from tests.streaming.test_text import check_accounting
 

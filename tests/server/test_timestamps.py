@@ -12,10 +12,10 @@ import httpx
 import pytest
 from chattts_client import ContextResult, StreamClient
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
 from streaming.joins import pause_ms_for
 from tests.conftest import fixed_length_chattts
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 
 THREE = "今天天气很好，我们去公园散步吧。公园里有很多花，红的黄的都有！Hello world, 2024年见。"
 

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 
+from harness.live import TIMEOUT_S, run_live_server
 from server.config import Settings
 from server.engines.chattts.options import ChatTTSOptions
 from server.engines.chattts.vocoding import Vocoder
-from tests.live import TIMEOUT_S, run_live_server
 
 LOGGER = "server.engines.chattts.vocoding"
 

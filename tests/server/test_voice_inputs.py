@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 from chattts_client import StreamClient
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
 from tests.conftest import fixed_length_chattts, sample_speaker
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 
 #: Words of the libraries under the server, which a caller must never read.
 INTERNALS = re.compile(

@@ -15,12 +15,12 @@ import openai
 import pytest
 from chattts_client import StreamClient
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
 from server.engines.base import VoiceSpec
 from server.voices import PRESET_NAMES, DirectoryStore, Voice, VoiceRegistry
 from streaming.errors import ClientError, Conflict, NotFound
 from tests.conftest import fixed_length_chattts
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.scripted_engine import ScriptedEngine
 
 # --- the registry --------------------------------------------------------------------

@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterator
 import httpx
 import numpy as np
 
+from harness.live import TIMEOUT_S, run_live_server
 from server.config import Settings
 from server.engines.base import SynthesisRequest
-from tests.live import TIMEOUT_S, run_live_server
 from tests.scripted_engine import ScriptedEngine
 
 STALL_S = 1.0

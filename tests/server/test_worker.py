@@ -7,11 +7,11 @@ import time
 
 import pytest
 
+from harness.live import TIMEOUT_S
 from server.engines.base import SynthesisRequest, VoiceSpec
 from server.metrics import Metrics
 from server.runtime.worker import EngineWorker, WorkerOptions
 from streaming.errors import SynthesisTimeout
-from tests.live import TIMEOUT_S
 from tests.scripted_engine import ScriptedEngine
 
 
@@ -139,8 +139,8 @@ async def test_dead_engine_thread_ends_jobs_and_fails_liveness() -> None:
     """If the engine thread dies, its jobs end at once and /health turns 503 (restart me)."""
     import httpx
 
+    from harness.live import run_live_server
     from server.config import Settings
-    from tests.live import run_live_server
 
     engine = ScriptedEngine(chunk_delay_s=0.0, ms_per_char=20)
 

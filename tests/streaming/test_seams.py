@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.seams import measure_seams
+from harness.seams import measure_seams
 
 
 def _tone(n: int) -> np.ndarray:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.live import TIMEOUT_S, LiveServer
+from harness.live import TIMEOUT_S, LiveServer
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.web.conftest import WAIT_MS
 
 pytestmark = pytest.mark.browser

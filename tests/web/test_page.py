@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from harness.live import LiveServer, run_live_server
 from server.config import Settings
-from tests.live import LiveServer, run_live_server
 from tests.web.conftest import SAMPLE_RATE_HZ, load, tts_state, wait_state
 
 pytestmark = pytest.mark.browser

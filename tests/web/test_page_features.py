@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from websockets.sync.client import connect
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.scripted_engine import ScriptedEngine
 from tests.web.conftest import SAMPLE_RATE_HZ, WAIT_MS, load, tts_state, wait_state
 

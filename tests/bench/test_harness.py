@@ -1,0 +1,91 @@
+"""Benchmarks stand on their own: they import the project and :mod:`harness` as
+installed, never ``tests`` and never a ``sys.path`` of their own, and each answers
+``--help`` run as a user runs it, from any directory."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHES = sorted(p for p in (ROOT / "bench").glob("*.py") if p.name != "__init__.py")
+#: Modules with no command line of their own: run by locust (`locust -f
+#: bench/locustfile.py`), or imported by another benchmark (host_overhead.py).
+NOT_COMMANDS = {"locustfile.py", "legacy_batch.py"}
+
+
+def _imported_modules(tree: ast.AST) -> set[str]:
+    modules: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules.add(node.module)
+    return modules
+
+
+def _touches_sys_path(tree: ast.AST) -> list[int]:
+    """Lines reading or writing ``sys.path`` (``from sys import path`` too)."""
+    lines = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr == "path"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "sys"
+    ]
+    lines += [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        and node.module == "sys"
+        and any(alias.name == "path" for alias in node.names)
+    ]
+    return lines
+
+
+@pytest.mark.parametrize("path", [*BENCHES, *sorted((ROOT / "harness").glob("*.py"))],
+                         ids=lambda p: f"{p.parent.name}/{p.name}")  # fmt: skip
+def test_no_bench_or_harness_module_imports_tests_or_touches_sys_path(path: Path) -> None:
+    """Neither a benchmark nor the harness imports ``tests`` (the harness not ``bench``
+    either) or reads or changes ``sys.path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    forbidden = ("tests", "bench") if path.parent.name == "harness" else ("tests",)
+    wrong = {m for m in _imported_modules(tree) if m.split(".")[0] in forbidden}
+    assert not wrong, f"{path.name} imports {sorted(wrong)}"
+    assert not _touches_sys_path(tree), (
+        f"{path.name} touches sys.path on lines {_touches_sys_path(tree)}"
+    )
+
+
+def test_the_guard_sees_what_it_forbids() -> None:
+    """The checks above find a ``tests`` import and a ``sys.path`` change when there is one."""
+    tree = ast.parse(
+        "import sys\nfrom sys import path\nsys.path.insert(0, '.')\n"
+        "from tests.live import run_live_server\nimport tests.seams\n"
+    )
+    assert {"tests.live", "tests.seams"} <= _imported_modules(tree)
+    assert sorted(_touches_sys_path(tree)) == [2, 3]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "path", [p for p in BENCHES if p.name not in NOT_COMMANDS], ids=lambda p: p.name
+)
+def test_every_benchmark_answers_help_from_any_directory(path: Path, tmp_path: Path) -> None:
+    """``python bench/NAME.py --help`` from a directory outside the checkout prints its
+    usage and exits 0: its imports resolve through the installed project alone."""
+    done = subprocess.run(
+        [sys.executable, str(path), "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("usage: "), done.stdout[:500]
