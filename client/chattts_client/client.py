@@ -44,7 +44,7 @@ from websockets.exceptions import ConnectionClosed
 
 from chattts_client.dial import Dialer
 from chattts_client.errors import BusyError, ProtocolError, error_from_event
-from chattts_client.inbox import Inbox
+from chattts_client.events import EventQueue
 from chattts_client.link import Link
 from chattts_client.policy import BusyBackoff, ResumePolicy
 from chattts_client.result import ContextResult
@@ -77,8 +77,9 @@ class StreamClient:
     """A connection to the service (see the module docstring); made by :meth:`connect`.
 
     Its parts: a :class:`~chattts_client.dial.Dialer` (which server new contexts go
-    to), an :class:`~chattts_client.inbox.Inbox` (what the servers said, read once) and,
-    with ``resume``, a :class:`~chattts_client.resume.Resumer` (contexts across servers).
+    to), an :class:`~chattts_client.events.EventQueue` (what the servers said, read
+    once) and, with ``resume``, a :class:`~chattts_client.resume.Resumer` (contexts
+    across servers).
     """
 
     def __init__(
@@ -99,12 +100,12 @@ class StreamClient:
             "token": token, "via": via, "open_timeout_s": open_timeout_s,
             "keepalive_s": keepalive_s,
         }  # fmt: skip
-        self._inbox = Inbox()
+        self._events = EventQueue()
         self._dialer = Dialer(
             link, urls, options, lambda new: new.listen(self._on_event, self._on_close),
             redial=resume is not None,
         )  # fmt: skip
-        self._resumer = Resumer(resume, self._inbox.put, self._dialer.usable) if resume else None
+        self._resumer = Resumer(resume, self._events.put, self._dialer.usable) if resume else None
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -163,7 +164,7 @@ class StreamClient:
 
     async def _on_event(self, link: Link, event: Event | ProtocolError) -> None:
         if self._resumer is None or isinstance(event, ProtocolError):
-            self._inbox.put(event)
+            self._events.put(event)
         else:
             await self._resumer.on_event(link, event)
 
@@ -171,12 +172,12 @@ class StreamClient:
         if self._dialer.closing:
             return
         if self._resumer is None:
-            self._inbox.end(closed)
+            self._events.end(closed)
             return
         self._dialer.forget(link)
         speaking = await self._resumer.on_close(link, closed)
         if link is self._dialer.link and not speaking and not link.draining:
-            self._inbox.put(closed)  # nothing to continue: the caller learns of it
+            self._events.put(closed)  # nothing to continue: the caller learns of it
 
     # --- sending ----------------------------------------------------------------------
 
@@ -248,7 +249,7 @@ class StreamClient:
             await self.start(context_id, voice=voice, seed=seed, speed=speed,
                              sample_rate=sample_rate, timestamps=timestamps,
                              lexicon=lexicon)  # fmt: skip
-            answer = await self._inbox.answer_to_start(context_id, timeout_s)
+            answer = await self._events.answer_to_start(context_id, timeout_s)
             if answer["type"] == "started":
                 return context_id
             refusal = error_from_event(answer)
@@ -300,7 +301,7 @@ class StreamClient:
     async def recv(self, timeout_s: float | None = None) -> Event:
         """The next server message: a dict for JSON events, an :class:`AudioFrame` for
         audio (with ``resume``, the client's own ``resumed`` events too)."""
-        return await self._inbox.recv(timeout_s)
+        return await self._events.recv(timeout_s)
 
     async def events(self, timeout_s: float | None = None) -> AsyncIterator[Event]:
         """Every server message until the connection closes (with ``resume``: until it
@@ -312,7 +313,7 @@ class StreamClient:
                 return
 
     def context_of(self, event: Event) -> str | None:
-        return self._inbox.context_of(event)
+        return self._events.context_of(event)
 
     async def collect(
         self,
@@ -329,4 +330,4 @@ class StreamClient:
         events are kept for their own ``collect``; connection-level errors and warnings
         (no context) are recorded in this result.
         """
-        return await self._inbox.collect(context_id, timeout_s, total_timeout_s)
+        return await self._events.collect(context_id, timeout_s, total_timeout_s)

@@ -368,7 +368,7 @@ async def test_many_contexts_leave_nothing_behind() -> None:
                     await client.end(ctx)
                 result = await client.collect(ctx, timeout_s=TIMEOUT_S)
                 assert result.done is not None and result.done["cancelled"] is (i % 3 == 0)
-            assert client._inbox.backlog == []
+            assert client._events.backlog == []
         async with asyncio.timeout(TIMEOUT_S):
             while state.connections or state.worker.busy:  # type: ignore[attr-defined]
                 await asyncio.sleep(0.01)

@@ -13,10 +13,10 @@ from websockets.exceptions import ConnectionClosed
 from chattts_client.result import ContextResult, record
 from chattts_client.wire import START_REFUSALS, AudioFrame, Event
 
-__all__ = ["Inbox"]
+__all__ = ["EventQueue"]
 
 
-class Inbox:
+class EventQueue:
     """The one stream of server messages a client reads (``recv``, ``events``,
     ``collect``). A reader that waits for one context keeps the others' events in
     :attr:`backlog`, which the next reader is given first, in their order."""
