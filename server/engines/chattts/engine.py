@@ -41,6 +41,7 @@ from server.engines.base import (
 from server.engines.chattts.batch import BatchedDecoder
 from server.engines.chattts.checkpoint import load_chat
 from server.engines.chattts.decoder import GenerationParams, StreamingDecoder
+from server.engines.chattts.manifest import ModelDirectory
 from server.engines.chattts.options import ChatTTSOptions
 
 logger = logging.getLogger(__name__)
@@ -114,7 +115,9 @@ class ChatTTSEngine:
     #: What speed_prompt's [speed_N] covers; beyond, the server time-stretches.
     speed_range = DEFAULT_SPEED_RANGE
 
-    def __init__(self, model_dir: str | Path, options: ChatTTSOptions | None = None) -> None:
+    def __init__(
+        self, model_dir: str | Path | ModelDirectory, options: ChatTTSOptions | None = None
+    ) -> None:
         self.options = options = options or ChatTTSOptions()
         self.device = resolve_device(options.device)
         self.max_new_token = options.max_new_token
