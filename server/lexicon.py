@@ -5,7 +5,7 @@ seconds, on the text front-end's thread, as segments are prepared (a ``stat``: a
 microseconds); SIGHUP asks for a reload at the next segment whatever the clock says. A
 file that no longer parses keeps the lexicon in use and logs why, once per change of
 the file; so does a file that cannot be read. At start-up a bad file is refused
-(``server.config.validate``), naming its line.
+(``server.config_checks.validate``), naming its line.
 """
 
 from __future__ import annotations
