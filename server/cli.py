@@ -170,7 +170,7 @@ def preview(settings: Settings, text: str, mode: str) -> int:
         cache_dir=settings.text_cache_dir,
         lexicon=lexicon_file(settings),
     )
-    segments = frontend.preview(text, settings.speech.segmenter_config(whole_text=mode == "http"))
+    segments = frontend.preview(text, settings.speech.segmenter_settings(whole_text=mode == "http"))
     body = {"mode": mode, "segments": [segment.to_json() for segment in segments]}
     print(json.dumps(body, ensure_ascii=False, indent=2))
     return 0

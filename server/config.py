@@ -4,7 +4,7 @@ Every limit the server enforces is a field here, with a default meant for produc
 Each setting is declared once, with its help, group and, for a number, its bounds
 (:func:`server.declaration.option`); the flags, the environment variables, the refusal
 of a value out of bounds and docs/settings.md are derived from the declarations. The
-ChatTTS engine's settings are its own bundle (:class:`ChatTTSOptions`), held in
+ChatTTS engine's settings are its own bundle (:class:`ChatTTSSettings`), held in
 ``Settings.chattts`` under the same flat flag and variable names. The bundles the parts
 below the composition root take are derived here too (``Settings.speech``, ...).
 
@@ -21,15 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from server.connection_guard import GuardOptions
+from server.connection_guard import GuardSettings
 from server.declaration import nested, option
-from server.engines.chattts.options import ChatTTSOptions
-from server.runtime.admission import AdmissionOptions
-from server.runtime.options import WorkerOptions
-from streaming.connection import ConnectionLimits
-from streaming.schedule import BatchPolicy
+from server.engines.chattts.settings import ChatTTSSettings
+from server.runtime.admission import AdmissionSettings
+from server.runtime.worker_settings import WorkerSettings
+from streaming.connection import ConnectionSettings
+from streaming.schedule import BatchSettings
 from streaming.speech import SpeechSettings
-from streaming.text import LexiconLimits
+from streaming.text import LexiconSettings
 
 ENGINES = ("auto", "chattts", "espeak")
 
@@ -160,7 +160,7 @@ class Settings:
         "(and warn) instead of skipping it",
         group="engine",
     )
-    chattts: ChatTTSOptions = nested(ChatTTSOptions)
+    chattts: ChatTTSSettings = nested(ChatTTSSettings)
 
     # Auth: no tokens means open (with a warning in the log). Not an option: tokens come
     # from --token-file / TTS_TOKEN_FILE and TTS_TOKENS (see build_settings).
@@ -400,14 +400,14 @@ class Settings:
     )
 
     @property
-    def lexicon_limits(self) -> LexiconLimits:
+    def lexicon_limits(self) -> LexiconSettings:
         """How large the lexicon file's entries may be (streaming.text.lexicon)."""
-        return LexiconLimits(
+        return LexiconSettings(
             self.max_lexicon_entries, self.max_lexicon_written_chars, self.max_lexicon_spoken_chars
         )
 
     @property
-    def request_lexicon_limits(self) -> LexiconLimits:
+    def request_lexicon_limits(self) -> LexiconSettings:
         """How large a request's or a context's lexicon may be."""
         return dataclasses.replace(
             self.lexicon_limits, max_entries=self.max_request_lexicon_entries
@@ -427,9 +427,9 @@ class Settings:
         )
 
     @property
-    def runtime(self) -> WorkerOptions:
+    def runtime(self) -> WorkerSettings:
         """How the engine worker runs the engine (server.runtime.worker)."""
-        return WorkerOptions(
+        return WorkerSettings(
             warm_up=self.warm_up,
             idle_release_s=self.idle_release_s,
             max_active=self.max_active_segments,
@@ -439,26 +439,26 @@ class Settings:
         )
 
     @property
-    def admission(self) -> AdmissionOptions:
+    def admission(self) -> AdmissionSettings:
         """How new streams are admitted (server.runtime.admission)."""
-        return AdmissionOptions(
+        return AdmissionSettings(
             max_streams=self.max_streams,
             when_busy=self.when_busy,
             retry_after_ms=self.busy_retry_after_ms,
         )
 
     @property
-    def batch_policy(self) -> BatchPolicy:
-        return BatchPolicy(
+    def batch_policy(self) -> BatchSettings:
+        return BatchSettings(
             max_batch=self.max_batch,
             prefills_per_step=self.prefills_per_step,
             sit_out_ahead_s=self.sit_out_ahead_s,
         )
 
     @property
-    def connection_limits(self) -> ConnectionLimits:
+    def connection_limits(self) -> ConnectionSettings:
         """What one WebSocket connection may ask for (streaming.connection)."""
-        return ConnectionLimits(
+        return ConnectionSettings(
             max_message_bytes=self.max_message_bytes,
             max_text_message_chars=self.max_text_message_chars,
             max_buffered_chars=self.max_buffered_chars,
@@ -466,10 +466,10 @@ class Settings:
         )
 
     @property
-    def connection_guard(self) -> GuardOptions:
+    def connection_guard(self) -> GuardSettings:
         """What a connection may take before its request reaches the app
         (server.connection_guard)."""
-        return GuardOptions(
+        return GuardSettings(
             header_timeout_s=self.header_timeout_s, max_preauth=self.max_preauth_connections
         )
 

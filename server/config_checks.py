@@ -35,7 +35,7 @@ def refusal(problems: list[str]) -> str:
 def validate(settings: Settings) -> None:
     """Refuse settings that cannot work, with a message naming the setting.
 
-    The ChatTTS settings check themselves when they are built (:class:`ChatTTSOptions`).
+    The ChatTTS settings check themselves when they are built (:class:`ChatTTSSettings`).
     """
     problems = choice_problems(settings) + bound_problems(settings)
     problems += _combination_problems(settings)

@@ -19,7 +19,7 @@ from typing import Any
 from server.config import Settings
 from server.config_checks import refusal, validate
 from server.declaration import GROUPS, specs
-from server.engines.chattts.options import ChatTTSOptions
+from server.engines.chattts.settings import ChatTTSSettings
 
 __all__ = ["add_arguments", "build_settings", "read_token_file", "unknown_variables"]
 
@@ -108,7 +108,7 @@ def build_settings(
     if environ.get("TTS_TOKENS"):
         tokens.extend(t.strip() for t in environ["TTS_TOKENS"].split(",") if t.strip())
     try:
-        chattts = ChatTTSOptions(
+        chattts = ChatTTSSettings(
             **{path[1]: value for path, value in values.items() if path[0] == "chattts"}
         )
     except ValueError as exc:

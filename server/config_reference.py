@@ -17,7 +17,7 @@ def reference_markdown(cls: type) -> str:
         "",
         "Every setting is a flag of `chattts-stream serve` and a `TTS_*` environment variable",
         "(flags win over the environment, which wins over the default). This page is generated",
-        "from the declarations in `server/config.py` and `server/engines/*/options.py`",
+        "from the declarations in `server/config.py` and `server/engines/chattts/settings.py`",
         "(`.venv/bin/python -m server.config > docs/settings.md`); a test keeps it current.",
         "Tokens are not settings here: `--token-file` / `TTS_TOKEN_FILE` and `TTS_TOKENS`.",
         "A `TTS_*` variable that is none of these (a misspelt one) is named in a warning at",

@@ -63,7 +63,7 @@ from streaming.punctuation import (
     STRAIGHT_QUOTES,
 )
 
-__all__ = ["DEFAULT_ABBREVIATIONS", "Segment", "Segmenter", "SegmenterConfig"]
+__all__ = ["DEFAULT_ABBREVIATIONS", "Segment", "Segmenter", "SegmenterSettings"]
 
 # Lowercased, without the final dot. Left out on purpose: words that often end a
 # sentence ("etc", "inc", "ltd", "no"); a lowercase next word still keeps them joined.
@@ -123,7 +123,7 @@ class Segment:
 
 
 @dataclass(frozen=True)
-class SegmenterConfig:
+class SegmenterSettings:
     """Segmentation policy; lengths are in characters."""
 
     max_chars: int = 80
@@ -156,8 +156,8 @@ def _is_ascii_alnum(ch: str) -> bool:
 class Segmenter:
     """Cuts a stream of text deltas into segments; see the module docstring."""
 
-    def __init__(self, config: SegmenterConfig | None = None) -> None:
-        self._config = config if config is not None else SegmenterConfig()
+    def __init__(self, config: SegmenterSettings | None = None) -> None:
+        self._config = config if config is not None else SegmenterSettings()
         self._buf = ""
         self._buf_offset = 0  # stream offset of self._buf[0]
         self._start = 0  # buffer index where the pending segment starts

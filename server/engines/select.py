@@ -14,7 +14,7 @@ from pathlib import Path
 
 from server.engines.base import Engine
 from server.engines.chattts.manifest import ModelDirectory
-from server.engines.chattts.options import ChatTTSOptions
+from server.engines.chattts.settings import ChatTTSSettings
 
 __all__ = [
     "RANDOM_WEIGHTS_MAX_NEW_TOKEN",
@@ -43,7 +43,7 @@ class EngineChoice:
     #: The ChatTTS model directory with its manifest, read once (None: espeak).
     model: ModelDirectory | None = None
     #: The ChatTTS settings with what depends on the server resolved.
-    chattts: ChatTTSOptions = field(default_factory=ChatTTSOptions)
+    chattts: ChatTTSSettings = field(default_factory=ChatTTSSettings)
     #: espeak because no model was configured (auto), not because it was asked for.
     implied: bool = False
     #: Serve the fallback voice (degraded) when ChatTTS fails to load, instead of failing.
@@ -58,7 +58,7 @@ class EngineChoice:
 def choose_engine(
     engine: str,
     model_dir: Path | None,
-    chattts: ChatTTSOptions,
+    chattts: ChatTTSSettings,
     *,
     max_active_segments: int,
     fallback_on_load_failure: bool = False,
@@ -84,8 +84,8 @@ def choose_engine(
 
 
 def _resolved(
-    options: ChatTTSOptions, max_active_segments: int, *, random_weights: bool
-) -> ChatTTSOptions:
+    options: ChatTTSSettings, max_active_segments: int, *, random_weights: bool
+) -> ChatTTSSettings:
     """The ChatTTS settings with what depends on the server resolved.
 
     A random-weight model ends a segment at a random step, so left at the default
@@ -93,7 +93,7 @@ def _resolved(
     :data:`RANDOM_WEIGHTS_MAX_NEW_TOKEN` unless the setting was changed."""
     if options.gpt_cache_slots == 0:  # 0: one slot per segment the worker may interleave
         options = dataclasses.replace(options, gpt_cache_slots=max_active_segments)
-    default = ChatTTSOptions().max_new_token
+    default = ChatTTSSettings().max_new_token
     if options.max_new_token == default and random_weights:
         options = dataclasses.replace(
             options,

@@ -208,4 +208,3 @@ class Voices:
         a seed the client did not give."""
         own = fallback and not seed_given and name is not None
         return self.spec(name, seed=None if own else seed, speed=speed, fallback=fallback)
-

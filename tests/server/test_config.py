@@ -13,7 +13,7 @@ from server.config import Settings
 from server.config_input import add_arguments, build_settings
 from server.config_reference import reference_markdown
 from server.declaration import GROUPS, SettingSpec, specs
-from server.engines.chattts.options import ChatTTSOptions
+from server.engines.chattts.settings import ChatTTSSettings
 from server.state import engine_choice
 from tests.settings import environment_names
 
@@ -37,7 +37,7 @@ def test_flags_win_over_environment_over_defaults() -> None:
 
 
 def test_chattts_flags_reach_the_engine_options() -> None:
-    """Decoder and sampling flags land in the ChatTTSOptions the engine is built with."""
+    """Decoder and sampling flags land in the ChatTTSSettings the engine is built with."""
     options = engine_choice(parse(["--decoder", "chattts", "--lookahead-frames", "4"])).chattts
     assert options.decoder == "chattts" and options.lookahead_frames == 4
 
@@ -47,7 +47,7 @@ def test_every_setting_is_declared_once_with_its_flag_and_variable() -> None:
     all_specs = list(specs(Settings))
     flags = [spec.flag for spec in all_specs]
     assert len(flags) == len(set(flags))
-    option_fields = {f.name for f in dataclasses.fields(ChatTTSOptions) if f.metadata["cli"]}
+    option_fields = {f.name for f in dataclasses.fields(ChatTTSSettings) if f.metadata["cli"]}
     assert option_fields <= {spec.name for spec in all_specs if spec.path[0] == "chattts"}
     assert all(spec.help and spec.group in GROUPS for spec in all_specs)
     assert environment_names() >= {"TTS_MAX_NEW_TOKEN", "TTS_MAX_CONTEXTS", "TTS_TOKENS"}
@@ -142,8 +142,8 @@ def test_the_engine_defaults_are_the_settings_defaults() -> None:
     from server.engines.chattts.engine import ChatTTSEngine
 
     parameter = inspect.signature(ChatTTSEngine.__init__).parameters["options"]
-    assert parameter.default is None  # None: ChatTTSOptions()
-    assert Settings().chattts == ChatTTSOptions()
+    assert parameter.default is None  # None: ChatTTSSettings()
+    assert Settings().chattts == ChatTTSSettings()
 
 
 def test_static_cache_settings_reach_the_engine() -> None:

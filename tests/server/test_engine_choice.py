@@ -15,7 +15,7 @@ from chattts_client import StreamClient
 
 from server.config import Settings
 from server.engines.chattts.manifest import MANIFEST_NAME
-from server.engines.chattts.options import ChatTTSOptions
+from server.engines.chattts.settings import ChatTTSSettings
 from server.engines.modelled import ModelledEngine
 from server.engines.select import RANDOM_WEIGHTS_MAX_NEW_TOKEN
 from server.state import engine_choice
@@ -89,13 +89,13 @@ def test_ready_and_the_log_say_the_model_has_random_weights(tiny_checkpoint: Pat
     """A generated checkpoint: /ready says random_weights, and its segments are held to a
     short max_new_token unless the setting was changed."""
     settings = Settings(
-        engine="chattts", model_dir=tiny_checkpoint, chattts=ChatTTSOptions(device="cpu")
+        engine="chattts", model_dir=tiny_checkpoint, chattts=ChatTTSSettings(device="cpu")
     )
     assert engine_choice(settings).chattts.max_new_token == RANDOM_WEIGHTS_MAX_NEW_TOKEN
     chosen = Settings(
         engine="chattts",
         model_dir=tiny_checkpoint,
-        chattts=ChatTTSOptions(device="cpu", max_new_token=96, min_new_token=96),
+        chattts=ChatTTSSettings(device="cpu", max_new_token=96, min_new_token=96),
     )
     assert engine_choice(chosen).chattts.max_new_token == 96
     with (
@@ -131,7 +131,7 @@ def test_start_up_reads_the_model_manifest_once(tiny_checkpoint: Path) -> None:
     settings = Settings(
         engine="chattts",
         model_dir=tiny_checkpoint,
-        chattts=ChatTTSOptions(device="cpu", max_new_token=96, min_new_token=96),
+        chattts=ChatTTSSettings(device="cpu", max_new_token=96, min_new_token=96),
     )
     _OPENED = []
     try:

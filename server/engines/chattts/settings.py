@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from server.declaration import bound_problems, choice_problems, option
 from streaming.chunking import ChunkSchedule
 
-__all__ = ["FRAMES_PER_STEP", "SAMPLES_PER_FRAME", "SAMPLES_PER_STEP", "ChatTTSOptions"]
+__all__ = ["FRAMES_PER_STEP", "SAMPLES_PER_FRAME", "SAMPLES_PER_STEP", "ChatTTSSettings"]
 
 #: Mel frames per GPT step and samples per mel frame (Vocos hop at 24 kHz).
 FRAMES_PER_STEP = 2
@@ -21,7 +21,7 @@ _DTYPES = ("float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
-class ChatTTSOptions:
+class ChatTTSSettings:
     """How ChatTTS is loaded, sampled, streamed and cached; see docs/streaming-decoder.md.
 
     Measured choices behind the defaults: ``lookahead_frames`` is what the seam SNR
