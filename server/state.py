@@ -2,10 +2,13 @@
 settings and handed down finished.
 
 :meth:`AppState.build` is the one place that turns :class:`~server.config.Settings`
-into running parts (the engine worker, admission, voices, the text front-end, metrics,
-the encoders); the HTTP routes (:mod:`server.http`) and the WebSocket endpoint
-(:mod:`server.ws`) take the state and never read settings into objects of their own.
-Nothing here imports a route, so the routes may import this module freely.
+into running parts: it decides the engine once (:func:`engine_choice`, the model's
+manifest read once), and builds the engine worker, admission, the voice store and
+registry, the text front-end, metrics and the ffmpeg encoders. The modules below take
+plain values or these finished objects and never import the settings; the HTTP routes
+(:mod:`server.http`) and the WebSocket endpoint (:mod:`server.ws`) take the state and
+never read settings into objects of their own. Nothing here imports a route, so the
+routes may import this module freely.
 """
 
 from __future__ import annotations
