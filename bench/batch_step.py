@@ -41,7 +41,7 @@ import torch
 from server.engines.chattts.batch import BatchedDecoder
 from server.engines.chattts.checkpoint import load_chat, write_checkpoint
 from server.engines.chattts.decoder import GenerationParams, StreamingDecoder
-from server.engines.chattts.options import ChatTTSOptions
+from server.engines.chattts.settings import ChatTTSSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -273,7 +273,7 @@ def ramp(
     decoders: dict[str, tuple[StreamingDecoder, Any]] = {}
     for precision, (gpt_q, vocoder_q) in CONFIGS.items():
         chat = load_chat(args.checkpoint, device="cpu")
-        options = ChatTTSOptions(gpt_quantization=gpt_q, vocoder_quantization=vocoder_q)
+        options = ChatTTSSettings(gpt_quantization=gpt_q, vocoder_quantization=vocoder_q)
         decoder = StreamingDecoder(chat, options)
         decoders[precision] = (decoder, chat)
         results[precision] = {}

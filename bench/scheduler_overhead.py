@@ -32,7 +32,7 @@ from server.metrics import Metrics
 from server.runtime.fallback import FallbackVoice
 from server.runtime.jobs import Handoff, Job
 from server.runtime.scheduler import Scheduler
-from streaming.schedule import BatchPolicy, StepCosts
+from streaming.schedule import BatchSettings, StepCosts
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -94,7 +94,7 @@ def measure(batch: int, rounds: int) -> tuple[float, float]:
         batcher,
         max_rows=batch,
         rate_hz=RATE_HZ,
-        policy=BatchPolicy(max_batch=batch, prefills_per_step=batch),
+        policy=BatchSettings(max_batch=batch, prefills_per_step=batch),
         costs=StepCosts(),
         metrics=metrics,
         handoff=handoff,

@@ -39,7 +39,7 @@ import numpy as np
 
 from harness.seams import measure_seams
 from server.engines.base import SynthesisRequest, VoiceSpec, audio_only
-from server.engines.chattts.options import ChatTTSOptions
+from server.engines.chattts.settings import ChatTTSSettings
 from streaming.joins import SegmentJoiner, pause_ms_for
 from streaming.segment import Segmenter
 
@@ -75,7 +75,7 @@ def _chattts(tmp: Path, steps: int) -> tuple[Synth, int, Callable[[], None]]:
 
     model_dir = write_checkpoint(tmp / "tiny", size="tiny", seed=0)
     engine = ChatTTSEngine(
-        model_dir, ChatTTSOptions(device="cpu", max_new_token=steps, min_new_token=steps)
+        model_dir, ChatTTSSettings(device="cpu", max_new_token=steps, min_new_token=steps)
     )
     voice = VoiceSpec(seed=7)
 

@@ -18,7 +18,8 @@ from websockets.typing import Subprotocol
 
 from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.auth import TokenAuth, bearer_token, websocket_token
-from server.config import Settings, build_settings, read_token_file
+from server.config import Settings
+from server.config_input import build_settings, read_token_file
 
 TOKEN = "s3cret"
 PROTECTED = Settings(engine="espeak", tokens=(TOKEN,))

@@ -25,7 +25,8 @@ from chattts_client import RequestError, StreamClient
 
 from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.cli import main as cli_main
-from server.config import Settings, build_settings
+from server.config import Settings
+from server.config_input import build_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
