@@ -25,6 +25,7 @@ from server.engines.chattts.options import ChatTTSOptions
 from server.options import GROUPS, choice_problems, nested, option, reference_markdown, specs
 from server.runtime.admission import AdmissionOptions
 from server.runtime.options import WorkerOptions
+from server.runtime.phrase_cache import PhraseCacheOptions
 from streaming.connection import ConnectionLimits
 from streaming.schedule import BatchPolicy
 from streaming.speech import SpeechSettings
@@ -151,6 +152,7 @@ class Settings:
         group="engine",
     )
     chattts: ChatTTSOptions = nested(ChatTTSOptions)
+    phrase_cache: PhraseCacheOptions = nested(PhraseCacheOptions)
 
     # Auth: no tokens means open (with a warning in the log). Not an option: tokens come
     # from --token-file / TTS_TOKEN_FILE and TTS_TOKENS (see build_settings).
@@ -530,10 +532,15 @@ def build_settings(
         chattts = ChatTTSOptions(
             **{path[1]: value for path, value in values.items() if path[0] == "chattts"}
         )
+        phrase_cache = PhraseCacheOptions(
+            **{path[1]: value for path, value in values.items() if path[0] == "phrase_cache"}
+        )
     except ValueError as exc:
         raise SystemExit(refusal(str(exc).split("; "))) from None
     top = {path[0]: value for path, value in values.items() if len(path) == 1}
-    settings = Settings(**top, chattts=chattts, tokens=tuple(dict.fromkeys(tokens)))
+    settings = Settings(
+        **top, chattts=chattts, phrase_cache=phrase_cache, tokens=tuple(dict.fromkeys(tokens))
+    )
     validate(settings)
     return settings
 

@@ -125,7 +125,9 @@ class Metrics:
             registry=r,
         )
         self.audio_seconds = Counter("tts_audio_seconds_total", "audio produced", registry=r)
-        self.segments = Counter("tts_segments_total", "segments synthesised", registry=r)
+        self.segments = Counter(
+            "tts_segments_total", "segments spoken (phrase-cache hits included)", registry=r
+        )
         self.characters = Counter("tts_characters_total", "characters spoken", registry=r)
         self.removed_characters = Counter(
             "tts_removed_characters_total",
@@ -226,13 +228,16 @@ class Metrics:
         return generate_latest(self.registry)
 
     def observe_segment(
-        self, *, engine_seconds: float, audio_seconds: float, characters: int
+        self, *, engine_seconds: float, audio_seconds: float, characters: int, cached: bool = False
     ) -> None:
-        """One segment synthesised (WebSocket or HTTP): latency, real-time factor, volume."""
+        """One segment spoken (WebSocket or HTTP): volume, and, when the engine made it
+        (not the phrase cache), its latency and real-time factor."""
         if audio_seconds <= 0:
             return
         self.segments.inc()
         self.characters.inc(characters)
         self.audio_seconds.inc(audio_seconds)
+        if cached:
+            return
         self.segment_latency.observe(engine_seconds)
         self.segment_rtf.observe(engine_seconds / audio_seconds)

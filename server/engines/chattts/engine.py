@@ -19,6 +19,8 @@ ChatTTS has; it does not say how fast each one is.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 import time
@@ -68,6 +70,27 @@ def speed_prompt(speed: float) -> str:
         raise ValueError(f"speed must be finite, not {speed!r}")
     level = min(9, max(0, math.floor(5 * speed + 0.5)))
     return f"[speed_{level}]"
+
+
+def model_identity(chat: Any, options: ChatTTSOptions, device: str) -> str:
+    """A digest of the checkpoint (the file hashes ChatTTS checked as it loaded), every
+    engine option, the device type and the library versions."""
+    from dataclasses import asdict
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        chattts_version = version("chattts")
+    except PackageNotFoundError:
+        chattts_version = "unknown"
+    described = {
+        "files": dict(sorted(chat.sha256_map.items())),
+        "options": asdict(options),
+        "device": device.split(":")[0],
+        "torch": torch.__version__,
+        "chattts": chattts_version,
+    }
+    digest = hashlib.sha256(json.dumps(described, sort_keys=True, default=repr).encode())
+    return f"chattts/{digest.hexdigest()[:32]}"
 
 
 class _StopContext:
@@ -126,6 +149,8 @@ class ChatTTSEngine:
         self._stream: StreamingDecoder | None = None
         if options.decoder == "ours":
             self._stream = StreamingDecoder(self._chat, options)
+        #: What, besides a request, decides its samples (the phrase cache's key).
+        self.identity = model_identity(self._chat, options, self.device)
 
     def warm_up(self) -> None:
         """Run one short synthesis so the first real request pays no lazy start-up cost."""
