@@ -115,7 +115,7 @@ class VolumeLimiter:
             return _EMPTY
         held = self.window - 1
         out = self._advance(np.zeros(held, np.float32), np.ones(held), virtual=held)
-        self._needs = np.ones(held)
+        self.reset()  # the silence is not the stream's: nothing of it is held
         return out
 
     def reset(self) -> None:

@@ -329,6 +329,29 @@ class ChatTTSEngine:
             speaker: str = self._loaded().sample_random_speaker()
         return speaker
 
+    def mix_speakers(self, parts: Sequence[tuple[VoiceSpec, float]]) -> str:
+        """A speaker string blended from the speakers of ``parts`` (voice, weight > 0):
+        each speaker embedding (decoded from its string, or sampled from its seed) is
+        scaled to unit length, the weighted mean taken, and scaled back to the parents'
+        weighted mean length (ChatTTS normalises an embedding before use, so the weights
+        set the direction: how much of each voice). On the engine thread."""
+        chat = self._loaded()
+        weights = np.array([weight for _, weight in parts], dtype=np.float64)
+        if not parts or not np.all(weights > 0):
+            raise ValueError("a mix needs voices with positive weights")
+        weights /= weights.sum()
+        vectors = [
+            np.asarray(chat.speaker._decode(self.speaker(voice)), np.float64) for voice, _ in parts
+        ]
+        norms = np.array([max(float(np.linalg.norm(v)), 1e-12) for v in vectors])
+        direction = sum(w * v / n for w, v, n in zip(weights, vectors, norms, strict=True))
+        length = float(np.linalg.norm(direction))
+        if length < 1e-6:
+            raise ValueError("these voices cancel out: give other weights or voices")
+        mixed = direction / length * float(weights @ norms)
+        encoded: str = chat.speaker._encode(torch.from_numpy(mixed.astype(np.float32)))
+        return encoded
+
     def voice_from_clip(self, audio: np.ndarray, sample_rate_hz: int) -> str:
         """ChatTTS's reference-voice encoding of a clip (``Chat.sample_audio_speaker``):
         the DVAE's codes of the clip at 24 kHz, as the string ``VoiceSpec.reference``
