@@ -20,7 +20,9 @@ from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.server.test_phrase_cache import metrics
 
 pytestmark = [
-    pytest.mark.skipif(REDIS is None, reason="redis-server not installed (scripts/setup.sh --test)"),
+    pytest.mark.skipif(
+        REDIS is None, reason="redis-server not installed (scripts/setup.sh --test)"
+    ),
     pytest.mark.slow,
 ]
 
@@ -67,8 +69,12 @@ def test_replicas_share_entries_and_survive_redis_going_away(
         one, two = (
             stack.enter_context(
                 run_live_server(
-                    Settings(engine="chattts", model_dir=tiny_checkpoint,
-                             voices_store=store.url, voices_dir=tmp_path / f"v{i}"),  # fmt: skip
+                    Settings(
+                        engine="chattts",
+                        model_dir=tiny_checkpoint,
+                        voices_store=store.url,
+                        voices_dir=tmp_path / f"v{i}",
+                    ),
                     engine=fixed_length_chattts(tiny_checkpoint),
                 )
             )

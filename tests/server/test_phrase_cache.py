@@ -137,7 +137,9 @@ def test_entries_are_kept_per_token(cached: LiveServer, tiny_checkpoint: Path) -
     hits, misses, _ = counts(cached)
     tts(cached, token=TOKENS[1], seed=103)
     assert counts(cached)[:2] == (hits, misses + 2)
-    for server in _server(tiny_checkpoint, phrase_cache=PhraseCacheOptions(phrase_cache_shared=True)):
+    for server in _server(
+        tiny_checkpoint, phrase_cache=PhraseCacheOptions(phrase_cache_shared=True)
+    ):
         first = tts(server, seed=104)
         hits, misses, steps = counts(server)
         other = tts(server, token=TOKENS[1], seed=104)
@@ -188,8 +190,8 @@ def test_the_cache_drops_least_recently_used_entries_beyond_its_size() -> None:
     assert (len(cache), cache.bytes) == (2, 192_000)
     cache.keep("long", _phrase(2.0))  # 192,000 bytes > 120 KB
     assert asyncio.run(cache.find("long")) is None
-    assert cache.bytes_gauge._value.get() == 192_000  # noqa: SLF001 - the exported figure
-    assert cache.evictions._value.get() == 1  # noqa: SLF001
+    assert cache.bytes_gauge._value.get() == 192_000
+    assert cache.evictions._value.get() == 1
 
 
 def test_the_key_covers_every_input_and_the_caller() -> None:
@@ -197,7 +199,9 @@ def test_the_key_covers_every_input_and_the_caller() -> None:
     and the caller's partition change the key; the same inputs give the same key."""
     base = SynthesisRequest("你好。", VoiceSpec(voice="spk", seed=1))
     key = phrase_key("engine", "", base)
-    assert key == phrase_key("engine", "", SynthesisRequest("你好。", VoiceSpec(voice="spk", seed=1)))
+    assert key == phrase_key(
+        "engine", "", SynthesisRequest("你好。", VoiceSpec(voice="spk", seed=1))
+    )
     variants = [
         phrase_key("other engine", "", base),
         phrase_key("engine", "caller", base),
