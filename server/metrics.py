@@ -18,7 +18,9 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        for declare in (self._traffic, self._streams, self._speech, self._engine, self._steps):
+        declares = (self._traffic, self._streams, self._speech, self._engine, self._steps,
+                    self._phrase_cache)  # fmt: skip
+        for declare in declares:
             declare(self.registry)
 
     def _traffic(self, r: CollectorRegistry) -> None:
@@ -174,6 +176,40 @@ class Metrics:
         )
         self.engine_ready = Gauge(
             "tts_engine_ready", "1 when the engine is loaded and warm", ["engine"], registry=r
+        )
+
+    def _phrase_cache(self, r: CollectorRegistry) -> None:
+        """The phrase cache (server.runtime.phrase_cache)."""
+        self.phrase_hits = Counter(
+            "tts_phrase_cache_hits_total",
+            "segments served from the phrase cache instead of the engine, by where the "
+            "entry was found (local: this process; shared: the fleet's Redis)",
+            ["tier"],
+            registry=r,
+        )
+        self.phrase_misses = Counter(
+            "tts_phrase_cache_misses_total",
+            "cacheable segments (fixed seed, deterministic engine) not found in the phrase "
+            "cache: synthesised, then kept",
+            registry=r,
+        )
+        self.phrase_bytes = Gauge(
+            "tts_phrase_cache_bytes", "audio held by the phrase cache in this process", registry=r
+        )
+        self.phrase_entries = Gauge(
+            "tts_phrase_cache_entries", "segments held by the phrase cache in this process",
+            registry=r,
+        )  # fmt: skip
+        self.phrase_evictions = Counter(
+            "tts_phrase_cache_evictions_total",
+            "entries dropped to stay within --phrase-cache-mb",
+            registry=r,
+        )
+        self.phrase_store_errors = Counter(
+            "tts_phrase_cache_store_errors_total",
+            "phrase-cache look-ups and writes in Redis that failed or took longer than "
+            "--phrase-cache-store-timeout-ms (the segment was synthesised, or kept locally)",
+            registry=r,
         )
 
     def _steps(self, r: CollectorRegistry) -> None:

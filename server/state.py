@@ -79,7 +79,7 @@ class AppState:
         self.encoders = Encoders()
         #: Segments spoken before, served without the engine (server.runtime.phrase_cache).
         self.phrases: PhraseCache = build_phrase_cache(
-            settings.phrase_cache, metrics.registry, settings.voices_store
+            settings.phrase_cache, metrics, settings.voices_store
         )
         #: Connections still to send a request head (uvicorn's protocol, server.lifecycle).
         self.guard = ConnectionGuard(settings.connection_guard, metrics)

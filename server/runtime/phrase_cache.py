@@ -35,9 +35,9 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from server.engines.base import SynthesisRequest, WordMarks
+from server.metrics import Metrics
 from server.options import option
 
 if TYPE_CHECKING:
@@ -158,7 +158,7 @@ class PhraseCache:
     def __init__(
         self,
         options: PhraseCacheOptions,
-        registry: CollectorRegistry,
+        metrics: Metrics,
         shared: SharedPhrases | None = None,
     ) -> None:
         self.options = options
@@ -167,32 +167,10 @@ class PhraseCache:
         self.shared = shared
         self._entries: OrderedDict[str, CachedPhrase] = OrderedDict()
         self.bytes = 0
-        self.hits = Counter(
-            "tts_phrase_cache_hits_total",
-            "segments served from the phrase cache instead of the engine, by where the "
-            "entry was found (local: this process; shared: the fleet's Redis)",
-            ["tier"],
-            registry=registry,
-        )
-        self.misses = Counter(
-            "tts_phrase_cache_misses_total",
-            "cacheable segments (fixed seed, deterministic engine) not found in the phrase "
-            "cache: synthesised, then kept",
-            registry=registry,
-        )
-        self.bytes_gauge = Gauge(
-            "tts_phrase_cache_bytes", "audio held by the phrase cache in this process",
-            registry=registry,
-        )  # fmt: skip
-        self.entries_gauge = Gauge(
-            "tts_phrase_cache_entries", "segments held by the phrase cache in this process",
-            registry=registry,
-        )  # fmt: skip
-        self.evictions = Counter(
-            "tts_phrase_cache_evictions_total",
-            "entries dropped to stay within --phrase-cache-mb",
-            registry=registry,
-        )
+        self.metrics = metrics
+        self.hits = metrics.phrase_hits
+        self.misses = metrics.phrase_misses
+        self.evictions = metrics.phrase_evictions
 
     @property
     def enabled(self) -> bool:
@@ -238,8 +216,8 @@ class PhraseCache:
             _, dropped = self._entries.popitem(last=False)
             self.bytes -= dropped.nbytes
             self.evictions.inc()
-        self.bytes_gauge.set(self.bytes)
-        self.entries_gauge.set(len(self._entries))
+        self.metrics.phrase_bytes.set(self.bytes)
+        self.metrics.phrase_entries.set(len(self._entries))
 
     async def close(self) -> None:
         if self.shared is not None:
@@ -268,7 +246,7 @@ def partition_for(token: str | None, *, tokens_on: bool, shared: bool) -> str:
 
 
 def build_phrase_cache(
-    options: PhraseCacheOptions, registry: CollectorRegistry, store_url: str | None
+    options: PhraseCacheOptions, metrics: Metrics, store_url: str | None
 ) -> PhraseCache:
     """The cache the settings ask for: in this process, and in ``store_url``'s Redis
     (the voices store) when there is one and ``phrase_cache_store`` is on."""
@@ -278,11 +256,11 @@ def build_phrase_cache(
 
         shared = SharedPhrases(
             store_url,
-            registry,
+            metrics,
             ttl_s=options.phrase_cache_ttl_s,
             timeout_s=options.phrase_cache_store_timeout_ms / 1000,
         )
-    return PhraseCache(options, registry, shared)
+    return PhraseCache(options, metrics, shared)
 
 
 def scope_for(

@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 import redis.asyncio as aioredis
-from prometheus_client import CollectorRegistry, Counter
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from server.engines.base import WordMarks
+from server.metrics import Metrics
 from server.runtime.phrase_cache import CachedPhrase
 
 __all__ = ["SharedPhrases", "decode_phrase", "encode_phrase"]
@@ -82,7 +82,7 @@ class SharedPhrases:
     def __init__(
         self,
         url: str,
-        registry: CollectorRegistry,
+        metrics: Metrics,
         *,
         ttl_s: float,
         timeout_s: float,
@@ -98,12 +98,7 @@ class SharedPhrases:
         self._resting_until = 0.0
         self._down = False
         self._writes: set[asyncio.Task[None]] = set()
-        self.errors = Counter(
-            "tts_phrase_cache_store_errors_total",
-            "phrase-cache look-ups and writes in Redis that failed or took longer than "
-            "--phrase-cache-store-timeout-ms (the segment was synthesised, or kept locally)",
-            registry=registry,
-        )
+        self.errors = metrics.phrase_store_errors
 
     @property
     def resting(self) -> bool:

@@ -12,11 +12,11 @@ import httpx
 import numpy as np
 import pytest
 from chattts_client import ContextResult, StreamClient
-from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from server.config import Settings
 from server.engines.base import SynthesisRequest, VoiceSpec, WordMarks
+from server.metrics import Metrics
 from server.runtime.phrase_cache import (
     CachedPhrase,
     PhraseCache,
@@ -177,8 +177,9 @@ def _phrase(seconds: float) -> CachedPhrase:
 def test_the_cache_drops_least_recently_used_entries_beyond_its_size() -> None:
     """LRU by bytes: beyond --phrase-cache-mb the entry used longest ago goes; a segment
     longer than --phrase-cache-entry-kb is not kept; the gauges follow."""
+    metrics = Metrics()
     cache = PhraseCache(
-        PhraseCacheOptions(phrase_cache_mb=0.25, phrase_cache_entry_kb=120), CollectorRegistry()
+        PhraseCacheOptions(phrase_cache_mb=0.25, phrase_cache_entry_kb=120), metrics
     )
     one_s = _phrase(1.0)  # 96,000 bytes
     cache.keep("a", one_s)
@@ -190,8 +191,8 @@ def test_the_cache_drops_least_recently_used_entries_beyond_its_size() -> None:
     assert (len(cache), cache.bytes) == (2, 192_000)
     cache.keep("long", _phrase(2.0))  # 192,000 bytes > 120 KB
     assert asyncio.run(cache.find("long")) is None
-    assert cache.bytes_gauge._value.get() == 192_000
-    assert cache.evictions._value.get() == 1
+    assert metrics.phrase_bytes._value.get() == 192_000  # the exported figures
+    assert metrics.phrase_evictions._value.get() == 1
 
 
 def test_the_key_covers_every_input_and_the_caller() -> None:
