@@ -114,6 +114,12 @@ class CachedPhrase:
         return sum(int(chunk.nbytes) for chunk in self.chunks)
 
 
+def _frozen(chunk: np.ndarray) -> np.ndarray:
+    copy = np.array(chunk, dtype=np.float32, copy=True)
+    copy.setflags(write=False)
+    return copy
+
+
 def phrase_key(identity: str, partition: str, request: SynthesisRequest) -> str:
     """The cache key of ``request`` spoken by the engine ``identity`` for ``partition``:
     a hash of every field of the request (its text, fallback flag and whole voice)."""
@@ -197,9 +203,11 @@ class PhraseCache:
         return None
 
     def keep(self, key: str, phrase: CachedPhrase) -> None:
-        """Keep a finished segment (too long for an entry: not kept)."""
+        """Keep a finished segment (too long for an entry: not kept); its chunks are
+        copied and made read-only, so no consumer can change an entry."""
         if phrase.nbytes > self.entry_bytes or not phrase.chunks:
             return
+        phrase = CachedPhrase(tuple(_frozen(chunk) for chunk in phrase.chunks), phrase.marks)
         self._insert(key, phrase)
         if self.shared is not None:
             self.shared.put(key, phrase)

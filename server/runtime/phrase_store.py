@@ -66,6 +66,7 @@ def decode_phrase(data: bytes) -> CachedPhrase:
     (size,) = struct.unpack(">I", data[3:7])
     header = json.loads(data[7 : 7 + size])
     samples = np.frombuffer(data[7 + size :], dtype="<f4").astype(np.float32)
+    samples.setflags(write=False)
     lengths = [int(n) for n in header["chunks"]]
     if sum(lengths) != samples.size or min(lengths, default=1) < 0:
         raise ValueError("its chunks do not add up to its samples")

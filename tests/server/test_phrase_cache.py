@@ -184,10 +184,12 @@ def test_the_cache_drops_least_recently_used_entries_beyond_its_size() -> None:
     one_s = _phrase(1.0)  # 96,000 bytes
     cache.keep("a", one_s)
     cache.keep("b", one_s)
-    assert asyncio.run(cache.find("a")) is one_s  # a is now the most recent
+    found = asyncio.run(cache.find("a"))  # a is now the most recent
+    assert found is not None and found.marks == one_s.marks
+    assert not found.chunks[0].flags.writeable  # an entry cannot be changed by a consumer
     cache.keep("c", one_s)  # 288,000 > 262,144: b goes
     assert asyncio.run(cache.find("b")) is None
-    assert asyncio.run(cache.find("a")) is one_s and asyncio.run(cache.find("c")) is one_s
+    assert asyncio.run(cache.find("a")) is not None and asyncio.run(cache.find("c")) is not None
     assert (len(cache), cache.bytes) == (2, 192_000)
     cache.keep("long", _phrase(2.0))  # 192,000 bytes > 120 KB
     assert asyncio.run(cache.find("long")) is None
