@@ -97,3 +97,37 @@ def test_replicas_share_entries_and_survive_redis_going_away(
         assert speak(one, seed=202) == fresh  # one never saw it: synthesised, the same
         errors = metrics(two)["tts_phrase_cache_store_errors_total"]
         assert errors >= 1
+
+
+def test_a_mixed_voice_made_on_one_replica_speaks_on_another(
+    store: Store, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """A mix is kept in the shared store like any voice: made through one replica, the
+    other speaks it at once, with the same audio."""
+    with ExitStack() as stack:
+        one, two = (
+            stack.enter_context(
+                run_live_server(
+                    Settings(engine="chattts", model_dir=tiny_checkpoint,
+                             voices_store=store.url, voices_dir=tmp_path / f"v{i}"),
+                    engine=fixed_length_chattts(tiny_checkpoint),
+                )
+            )
+            for i in (1, 2)
+        )  # fmt: skip
+        body = {"name": "blend", "seed": 9,
+                "mix": [{"voice": "nova", "weight": 2}, {"voice": "onyx", "weight": 1}]}  # fmt: skip
+        made = httpx.post(one.base_url + "/v1/voices", json=body, timeout=TIMEOUT_S)
+        assert made.status_code == 201, made.text
+        record = redis.Redis.from_url(store.url).hget("chattts-stream:voices:chattts", "blend")
+        assert record is not None and b"speaker" in record
+        spoken = [
+            httpx.post(
+                server.base_url + "/v1/tts",
+                json={"text": TEXT, "voice": "blend", "format": "pcm"},
+                timeout=TIMEOUT_S * 4,
+            )  # fmt: skip
+            for server in (two, one)
+        ]
+        assert [answer.status_code for answer in spoken] == [200, 200]
+        assert spoken[0].content == spoken[1].content

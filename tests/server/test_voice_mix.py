@@ -24,6 +24,11 @@ from tests.live import TIMEOUT_S, LiveServer, run_live_server
 @pytest.fixture(scope="module")
 def server(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     voices = tmp_path_factory.mktemp("voices")
+    # A voice made from a clip, as the store keeps one (its encoding needs no checking here:
+    # a mix must refuse it before any use).
+    (voices / "chattts").mkdir()
+    record = {"name": "cloned", "engine": "chattts", "reference": "codes", "transcript": "你好"}
+    (voices / "chattts" / "cloned.json").write_text(json.dumps(record), encoding="utf-8")
     settings = Settings(engine="chattts", model_dir=tiny_checkpoint, voices_dir=voices)
     with run_live_server(settings, engine=fixed_length_chattts(tiny_checkpoint)) as live:
         yield live
@@ -78,8 +83,9 @@ def test_a_mix_blends_the_parents_embeddings_and_is_spoken(server: LiveServer) -
 
 
 def test_mixes_that_cannot_be_made_are_refused(server: LiveServer) -> None:
-    """Unknown parts, a mix beside another source, and the fallback voice (espeak has no
-    speaker vectors) are refused with 400 and a message that says why; a weight of 0 is
+    """Unknown parts, a mix beside another source, a voice made from a clip (not a speaker
+    vector) and the fallback voice (espeak has none) are refused with 400 and a message
+    that says why; a weight of 0 is
     outside the schema (422); nothing is kept."""
     unknown = post(server, "/v1/voices", {"name": "m1", "mix": [{"voice": "nobody", "weight": 1}]})
     assert unknown.status_code == 400
@@ -93,8 +99,16 @@ def test_mixes_that_cannot_be_made_are_refused(server: LiveServer) -> None:
     assert espeak.status_code == 400
     error = espeak.json()["error"]
     assert error["code"] == "invalid_voice" and "cannot mix" in error["message"]
+    clip = post(server, "/v1/voices", {"name": "m5", "mix": [{"voice": "alloy", "weight": 1},
+                                                              {"voice": "cloned", "weight": 1}]})  # fmt: skip
+    assert clip.status_code == 400
+    error = clip.json()["error"]
+    assert (
+        error["code"] == "invalid_voice"
+        and "mix[1]: voice 'cloned' is made from a clip" in (error["message"])
+    )
     zero = post(server, "/v1/voices", {"name": "m4", "mix": [{"voice": "alloy", "weight": 0}]})
     assert zero.status_code == 422  # the schema's: weights are positive
     assert "weight" in zero.json()["error"]["param"]
     listed = httpx.get(server.base_url + "/v1/voices", timeout=TIMEOUT_S).json()["data"]
-    assert not {"m1", "m2", "m3", "m4"} & {v["name"] for v in listed}
+    assert not {"m1", "m2", "m3", "m4", "m5"} & {v["name"] for v in listed}
