@@ -126,7 +126,7 @@ def test_a_mixed_voice_made_on_one_replica_speaks_on_another(
                 server.base_url + "/v1/tts",
                 json={"text": TEXT, "voice": "blend", "format": "pcm"},
                 timeout=TIMEOUT_S * 4,
-            )  # fmt: skip
+            )
             for server in (two, one)
         ]
         assert [answer.status_code for answer in spoken] == [200, 200]
