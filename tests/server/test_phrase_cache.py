@@ -222,3 +222,16 @@ def test_the_key_covers_every_input_and_the_caller() -> None:
     )
     assert partition_for("t", tokens_on=True, shared=True) == ""
     assert partition_for("t", tokens_on=False, shared=False) == ""
+
+
+async def test_a_hit_keeps_the_engines_word_marks() -> None:
+    """The fallback voice (espeak-ng) says where its words start: a hit carries those
+    marks, so its timestamps are the engine's (not estimates) and equal the synthesis's."""
+    with run_live_server(Settings(engine="espeak", tokens=TOKENS)) as server:
+        first = await speak(server, context_id="c", seed=3, timestamps=True)
+        hits = counts(server)[0]
+        again = await speak(server, context_id="c", seed=3, timestamps=True)
+        assert counts(server)[0] == hits + len(first.segments)
+    assert first.timestamps and not any(t["estimated"] for t in first.timestamps)
+    assert again.timestamps == first.timestamps
+    assert again.pcm == first.pcm
