@@ -197,7 +197,6 @@ class SegmentSpeaker:
         if not start.speaks:
             return
         voice = self.voice
-        least_s = self.pipeline.settings.least_audio_s(prepared.spoken, voice.speed)
         tally = _Tally()
         retried: Retried | None = None
         without: WithoutAudio | None = None
@@ -211,30 +210,14 @@ class SegmentSpeaker:
                 if tally.abandoned or tally.job is None:
                     return  # a cancelled segment is not a synthesised one
                 job = tally.job
-                audio_s = tally.produced / self.worker.sample_rate_hz
-                settings = self.pipeline.settings
-                if job.fell_back or not settings.too_little_audio(
-                    prepared.spoken, voice.speed, audio_s
-                ):
-                    break
-                if (
-                    retried is None
-                    and not self.pipeline.segment_sent
-                    and tally.waited_s < timeout_s
-                ):
-                    retried = Retried(segment.index, voice.seed, voice.retry().seed,
-                                      round(audio_s, 3), round(least_s, 3))  # fmt: skip
-                    logger.info("%s", retried.describe())
-                    self.metrics.segments_without_audio.labels(outcome="retried").inc()
+                verdict = self._judge(segment, prepared, voice, tally, retried, timeout_s)
+                if isinstance(verdict, Retried):
+                    retried = verdict
                     self.pipeline.restart()
                     voice = voice.retry()
-                    yield retried
+                    yield verdict
                     continue
-                without = WithoutAudio(
-                    segment.index, round(audio_s, 3), round(least_s, 3), retried is not None
-                )
-                logger.warning("%s", without.describe())
-                self.metrics.segments_without_audio.labels(outcome="reported").inc()
+                without = verdict
                 break
             frames = self.pipeline.finish()
             timed = self._timed(segment, prepared, job) if self.timestamps else None
@@ -253,6 +236,38 @@ class SegmentSpeaker:
             characters=len(prepared.spoken),
             cached=tally.cached,
         )
+
+    def _judge(
+        self,
+        segment: Segment,
+        prepared: PreparedText,
+        voice: VoiceSpec,
+        tally: _Tally,
+        retried: Retried | None,
+        timeout_s: float,
+    ) -> Retried | WithoutAudio | None:
+        """What a finished try comes to: None when its audio will do, :class:`Retried`
+        when the segment is made again, :class:`WithoutAudio` when it is reported."""
+        assert tally.job is not None
+        audio_s = tally.produced / self.worker.sample_rate_hz
+        settings = self.pipeline.settings
+        if tally.job.fell_back or not settings.too_little_audio(
+            prepared.spoken, voice.speed, audio_s
+        ):
+            return None
+        least_s = settings.least_audio_s(prepared.spoken, voice.speed)
+        if retried is None and not self.pipeline.segment_sent and tally.waited_s < timeout_s:
+            again = Retried(segment.index, voice.seed, voice.retry().seed,
+                            round(audio_s, 3), round(least_s, 3))  # fmt: skip
+            logger.info("%s", again.describe())
+            self.metrics.segments_without_audio.labels(outcome="retried").inc()
+            return again
+        without = WithoutAudio(
+            segment.index, round(audio_s, 3), round(least_s, 3), retried is not None
+        )
+        logger.warning("%s", without.describe())
+        self.metrics.segments_without_audio.labels(outcome="reported").inc()
+        return without
 
     async def _attempt(
         self,
