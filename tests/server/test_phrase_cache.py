@@ -79,11 +79,13 @@ def tts(server: LiveServer, token: str = TOKENS[0], **body: object) -> httpx.Res
     return answer
 
 
-async def speak(server: LiveServer, token: str = TOKENS[0], **start: object) -> ContextResult:
+async def speak(
+    server: LiveServer, token: str = TOKENS[0], text: str = TEXT, **start: object
+) -> ContextResult:
     async with StreamClient.connect(server.ws_url, token=token) as client:
         ctx = await client.start(**start)  # type: ignore[arg-type]
-        for i in range(0, len(TEXT), 3):
-            await client.send_text(TEXT[i : i + 3], ctx)
+        for i in range(0, len(text), 3):
+            await client.send_text(text[i : i + 3], ctx)
         await client.end(ctx)
         return await client.collect(ctx, timeout_s=TIMEOUT_S * 4)
 
@@ -235,3 +237,23 @@ async def test_a_hit_keeps_the_engines_word_marks() -> None:
     assert first.timestamps and not any(t["estimated"] for t in first.timestamps)
     assert again.timestamps == first.timestamps
     assert again.pcm == first.pcm
+
+
+async def test_a_segment_made_again_is_replayed_with_its_retry(tiny_checkpoint: Path) -> None:
+    """A segment whose first try made too little audio (12 GPT steps for a long clause)
+    is retried with a derived seed; said again, both tries come from the cache: the same
+    warnings, the same audio, no engine step."""
+    factory = fixed_length_chattts(tiny_checkpoint, steps=12)
+    settings = Settings(engine="chattts", model_dir=tiny_checkpoint, tokens=TOKENS)
+    with run_live_server(settings, engine=factory) as server:
+        long = "你好。今天天气很好我们一起去公园散步吧。"
+        first = await speak(server, text=long, context_id="c", seed=106)
+        hits, _, steps = counts(server)
+        again = await speak(server, text=long, context_id="c", seed=106)
+        after = counts(server)
+    codes = [w["code"] for w in first.warnings]
+    assert "segment_retried" in codes  # the case under test happened
+    assert again.warnings == first.warnings
+    assert again.pcm == first.pcm
+    assert after[2] == steps  # no engine step: every try was a hit
+    assert after[0] - hits == len(first.segments) + codes.count("segment_retried")
