@@ -170,8 +170,6 @@ class SegmentSpeaker:
         self.waited_s = 0.0
         #: The phrase cache as this utterance may use it (None: not at all).
         self.phrases = phrases
-        #: Segments served from the phrase cache so far.
-        self.cached_segments = 0
         self._looking_up = self._dropped = False
 
     def abandon(self) -> None:
@@ -229,7 +227,6 @@ class SegmentSpeaker:
         finally:
             self.waited_s += tally.waited_s
             self.pipeline.abandon()  # drops held audio unless finished
-        self.cached_segments += tally.cached
         self.metrics.observe_segment(
             engine_seconds=tally.engine_s,
             audio_seconds=tally.produced / self.worker.sample_rate_hz,
