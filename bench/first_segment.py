@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from chattts_client import AudioFrame, StreamClient
 
 from server.config import Settings
-from server.runtime.phrase_cache import PhraseCacheOptions
+from server.runtime.phrase_cache import PhraseCacheSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -63,9 +63,9 @@ def engine_factory(engine: str, checkpoint: Path, steps: int) -> Any:
 
     def factory() -> Any:
         from server.engines.chattts.engine import ChatTTSEngine
-        from server.engines.chattts.options import ChatTTSOptions
+        from server.engines.chattts.settings import ChatTTSSettings
 
-        options = ChatTTSOptions(device="cpu", max_new_token=steps, min_new_token=steps)
+        options = ChatTTSSettings(device="cpu", max_new_token=steps, min_new_token=steps)
         return ChatTTSEngine(checkpoint, options), False, None
 
     return factory
@@ -124,7 +124,7 @@ def measure(args: argparse.Namespace, engine: str, value: int) -> dict[str, list
         first_segment_min_chars=value,
         log_level="warning",
         # Off: every opener is said again with seed 7, and this measures synthesis.
-        phrase_cache=PhraseCacheOptions(phrase_cache_mb=0),
+        phrase_cache=PhraseCacheSettings(phrase_cache_mb=0),
     )
     factory = engine_factory(engine, args.checkpoint, args.steps)
     interval_s = args.delta_interval_ms / 1000

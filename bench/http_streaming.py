@@ -52,15 +52,15 @@ def serve(engine: str, checkpoint: Path, steps: int, port: Any) -> None:
     from server.app import create_app
     from server.config import Settings
     from server.lifecycle import uvicorn_config
-    from server.runtime.phrase_cache import PhraseCacheOptions
+    from server.runtime.phrase_cache import PhraseCacheSettings
 
     factory = None
     if engine == "chattts":
         from server.engines.chattts.engine import ChatTTSEngine
-        from server.engines.chattts.options import ChatTTSOptions
+        from server.engines.chattts.settings import ChatTTSSettings
 
         def factory() -> Any:
-            options = ChatTTSOptions(device="cpu", max_new_token=steps, min_new_token=steps)
+            options = ChatTTSSettings(device="cpu", max_new_token=steps, min_new_token=steps)
             return ChatTTSEngine(checkpoint, options), False, None
 
         settings = Settings(engine="chattts", model_dir=checkpoint, log_level="warning")
@@ -68,7 +68,7 @@ def serve(engine: str, checkpoint: Path, steps: int, port: Any) -> None:
         settings = Settings(engine="espeak", log_level="warning")
     # The phrase cache off: OpenAI's route speaks the preset alloy (its own seed), so the
     # repeats would be hits; this measures synthesis.
-    settings = dataclasses.replace(settings, phrase_cache=PhraseCacheOptions(phrase_cache_mb=0))
+    settings = dataclasses.replace(settings, phrase_cache=PhraseCacheSettings(phrase_cache_mb=0))
     app = create_app(settings, engine=factory)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

@@ -36,15 +36,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from server.declaration import bound_problems, option
 from server.engines.base import SynthesisRequest, WordMarks
 from server.metrics import Metrics
-from server.options import option
 
 if TYPE_CHECKING:
     from server.runtime.phrase_store import SharedPhrases
     from server.state import AppState
 
-__all__ = ["CachedJob", "CachedPhrase", "PhraseCache", "PhraseCacheOptions", "PhraseScope"]
+__all__ = ["CachedJob", "CachedPhrase", "PhraseCache", "PhraseCacheSettings", "PhraseScope"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ _KEY_VERSION = 1
 
 
 @dataclass(frozen=True)
-class PhraseCacheOptions:
+class PhraseCacheSettings:
     """The phrase cache's settings (docs/settings.md, group cache)."""
 
     phrase_cache_mb: float = option(
@@ -62,11 +62,14 @@ class PhraseCacheOptions:
         "from it, least recently used dropped first (0: off); 64 MB holds about 11 minutes "
         "of 24 kHz audio",
         group="cache",
+        ge=0,
+        zero=" (0: off)",
     )
     phrase_cache_entry_kb: int = option(
         1536,
         "longest segment kept, in KB of float32 audio (1536 KB: 16 s at 24 kHz)",
         group="cache",
+        gt=0,
     )
     phrase_cache_shared: bool = option(
         False,
@@ -79,27 +82,21 @@ class PhraseCacheOptions:
         "also keep entries in --voices-store's Redis, shared by a fleet (needs --voices-store)",
         group="cache",
     )
-    phrase_cache_ttl_s: float = option(86400.0, "how long an entry lives in Redis", group="cache")
+    phrase_cache_ttl_s: float = option(
+        86400.0, "how long an entry lives in Redis", group="cache", ge=1
+    )
     phrase_cache_store_timeout_ms: float = option(
         50.0,
         "how long a look-up in Redis may take before it counts as a miss; after a failure "
         "Redis is left alone for a few seconds",
         group="cache",
+        gt=0,
     )
 
     def __post_init__(self) -> None:
-        problems = self.problems()
+        problems = bound_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
-
-    def problems(self) -> list[str]:
-        """Each reason these settings cannot work, naming the setting."""
-        problems = []
-        if self.phrase_cache_mb < 0:
-            problems.append("phrase_cache_mb must not be negative (0: off)")
-        positive = ("phrase_cache_entry_kb", "phrase_cache_ttl_s", "phrase_cache_store_timeout_ms")
-        problems += [f"{name} must be positive" for name in positive if getattr(self, name) <= 0]
-        return problems
 
 
 @dataclass(frozen=True)
@@ -163,7 +160,7 @@ class PhraseCache:
 
     def __init__(
         self,
-        options: PhraseCacheOptions,
+        options: PhraseCacheSettings,
         metrics: Metrics,
         shared: SharedPhrases | None = None,
     ) -> None:
@@ -254,7 +251,7 @@ def partition_for(token: str | None, *, tokens_on: bool, shared: bool) -> str:
 
 
 def build_phrase_cache(
-    options: PhraseCacheOptions, metrics: Metrics, store_url: str | None
+    options: PhraseCacheSettings, metrics: Metrics, store_url: str | None
 ) -> PhraseCache:
     """The cache the settings ask for: in this process, and in ``store_url``'s Redis
     (the voices store) when there is one and ``phrase_cache_store`` is on."""

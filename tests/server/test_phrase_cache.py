@@ -20,7 +20,7 @@ from server.metrics import Metrics
 from server.runtime.phrase_cache import (
     CachedPhrase,
     PhraseCache,
-    PhraseCacheOptions,
+    PhraseCacheSettings,
     partition_for,
     phrase_key,
 )
@@ -44,7 +44,7 @@ def cached(tiny_checkpoint: Path) -> Iterator[LiveServer]:
 
 @pytest.fixture(scope="module")
 def uncached(tiny_checkpoint: Path) -> Iterator[LiveServer]:
-    yield from _server(tiny_checkpoint, phrase_cache=PhraseCacheOptions(phrase_cache_mb=0))
+    yield from _server(tiny_checkpoint, phrase_cache=PhraseCacheSettings(phrase_cache_mb=0))
 
 
 def metrics(server: LiveServer) -> dict[str, float]:
@@ -140,7 +140,7 @@ def test_entries_are_kept_per_token(cached: LiveServer, tiny_checkpoint: Path) -
     tts(cached, token=TOKENS[1], seed=103)
     assert counts(cached)[:2] == (hits, misses + 2)
     for server in _server(
-        tiny_checkpoint, phrase_cache=PhraseCacheOptions(phrase_cache_shared=True)
+        tiny_checkpoint, phrase_cache=PhraseCacheSettings(phrase_cache_shared=True)
     ):
         first = tts(server, seed=104)
         hits, misses, steps = counts(server)
@@ -181,7 +181,7 @@ def test_the_cache_drops_least_recently_used_entries_beyond_its_size() -> None:
     longer than --phrase-cache-entry-kb is not kept; the gauges follow."""
     metrics = Metrics()
     cache = PhraseCache(
-        PhraseCacheOptions(phrase_cache_mb=0.25, phrase_cache_entry_kb=120), metrics
+        PhraseCacheSettings(phrase_cache_mb=0.25, phrase_cache_entry_kb=120), metrics
     )
     one_s = _phrase(1.0)  # 96,000 bytes
     cache.keep("a", one_s)

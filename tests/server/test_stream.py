@@ -12,7 +12,7 @@ import pytest
 from chattts_client import ContextResult, StreamClient
 
 from server.config import Settings
-from server.runtime.phrase_cache import PhraseCacheOptions
+from server.runtime.phrase_cache import PhraseCacheSettings
 from tests.conftest import fixed_length_chattts
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.scripted_engine import ScriptedEngine
@@ -78,7 +78,7 @@ def chattts_server(tiny_checkpoint: Path) -> Iterator[LiveServer]:
     settings = Settings(
         engine="chattts",
         model_dir=tiny_checkpoint,
-        phrase_cache=PhraseCacheOptions(phrase_cache_mb=0),
+        phrase_cache=PhraseCacheSettings(phrase_cache_mb=0),
     )
     with run_live_server(settings, engine=factory) as server:
         yield server
