@@ -36,13 +36,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from server.auth import websocket_token
 from server.declaration import bound_problems, option
 from server.engines.base import SynthesisRequest, WordMarks
 from server.metrics import Metrics
 
 if TYPE_CHECKING:
+    from starlette.websockets import WebSocket
+
     from server.runtime.phrase_store import SharedPhrases
     from server.state import AppState
+    from streaming.connection import ContextVoice
 
 __all__ = ["CachedJob", "CachedPhrase", "PhraseCache", "PhraseCacheSettings", "PhraseScope"]
 
@@ -303,6 +307,17 @@ def utterance_scope(
         seed_fixed=seed_given or _own_seed(state, voice, fallback=fallback),
         token=token,
         tokens_on=state.auth.enabled,
+    )
+
+
+def context_scope(state: AppState, voice: ContextVoice, websocket: WebSocket) -> PhraseScope | None:
+    """:func:`utterance_scope` for a WebSocket context, its caller the token the
+    connection presented."""
+    token = websocket_token(
+        websocket.headers, websocket.scope.get("subprotocols", []), websocket.query_params
+    )
+    return utterance_scope(
+        state, voice.voice, seed_given=voice.seed_given, fallback=voice.fallback, token=token
     )
 
 

@@ -27,9 +27,8 @@ import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from server import logs
-from server.auth import websocket_token
 from server.errors import report
-from server.runtime.phrase_cache import utterance_scope
+from server.runtime.phrase_cache import context_scope
 from server.runtime.speaker import (
     FellBack,
     Frames,
@@ -91,13 +90,7 @@ class Context:
             output_rate_hz=voice.sample_rate_hz,
             on_fallback=voice.fallback,
             timestamps=state.timestamps,
-            phrases=utterance_scope(
-                session.app_state,
-                voice.voice,
-                seed_given=voice.seed_given,
-                fallback=voice.fallback,
-                token=session.token,
-            ),
+            phrases=context_scope(session.app_state, voice, session.websocket),
         )
         self.segments: asyncio.Queue[Segment | None] = asyncio.Queue()
         # Each segment is normalised as soon as it is cut, while earlier ones speak.
@@ -324,10 +317,6 @@ class Session:
         self.metrics = state.metrics
         self.id = session_id
         self.frontend = state.frontend
-        #: The token the client presented (its phrase-cache partition).
-        self.token = websocket_token(
-            websocket.headers, websocket.scope.get("subprotocols", []), websocket.query_params
-        )
         self.log = logging.LoggerAdapter(logger, {"session": session_id})
         self.core = c.Connection(
             settings.connection_limits,
