@@ -164,13 +164,13 @@ class PhraseCache:
 
     def __init__(
         self,
-        options: PhraseCacheSettings,
+        settings: PhraseCacheSettings,
         metrics: Metrics,
         shared: SharedPhrases | None = None,
     ) -> None:
-        self.options = options
-        self.capacity_bytes = int(options.phrase_cache_mb * 1024 * 1024)
-        self.entry_bytes = options.phrase_cache_entry_kb * 1024
+        self.settings = settings
+        self.capacity_bytes = int(settings.phrase_cache_mb * 1024 * 1024)
+        self.entry_bytes = settings.phrase_cache_entry_kb * 1024
         self.shared = shared
         self._entries: OrderedDict[str, CachedPhrase] = OrderedDict()
         self.bytes = 0
@@ -255,21 +255,21 @@ def partition_for(token: str | None, *, tokens_on: bool, shared: bool) -> str:
 
 
 def build_phrase_cache(
-    options: PhraseCacheSettings, metrics: Metrics, store_url: str | None
+    settings: PhraseCacheSettings, metrics: Metrics, store_url: str | None
 ) -> PhraseCache:
     """The cache the settings ask for: in this process, and in ``store_url``'s Redis
     (the voices store) when there is one and ``phrase_cache_store`` is on."""
     shared = None
-    if store_url and options.phrase_cache_store and options.phrase_cache_mb > 0:
+    if store_url and settings.phrase_cache_store and settings.phrase_cache_mb > 0:
         from server.runtime.phrase_store import SharedPhrases
 
         shared = SharedPhrases(
             store_url,
             metrics,
-            ttl_s=options.phrase_cache_ttl_s,
-            timeout_s=options.phrase_cache_store_timeout_ms / 1000,
+            ttl_s=settings.phrase_cache_ttl_s,
+            timeout_s=settings.phrase_cache_store_timeout_ms / 1000,
         )
-    return PhraseCache(options, metrics, shared)
+    return PhraseCache(settings, metrics, shared)
 
 
 def scope_for(
@@ -291,7 +291,7 @@ def scope_for(
         from server.engines import espeak
 
         identity = f"fallback/{espeak.identity()}"
-    shared = cache.options.phrase_cache_shared
+    shared = cache.settings.phrase_cache_shared
     return PhraseScope(cache, identity, partition_for(token, tokens_on=tokens_on, shared=shared))
 
 
