@@ -8,7 +8,10 @@ import os
 import pytest
 
 from harness.fleet import (
+    HAPROXY,
     HAPROXY_CONFIG,
+    REDIS,
+    TIMEOUT_S,
     Balancer,
     Fleet,
     Replica,
@@ -21,7 +24,10 @@ from harness.fleet import (
 )
 
 __all__ = [
+    "HAPROXY",
     "HAPROXY_CONFIG",
+    "REDIS",
+    "TIMEOUT_S",
     "Balancer",
     "Fleet",
     "Replica",
