@@ -11,11 +11,20 @@ frames (sizes copied from what our server sent in a first pass), straight from a
 
 Reported: server CPU (user + system, from /proc) per 100 ms of audio sent, and time to
 first audio (text sent -> first frame received) p50/p99 for both; the server-added
-time is ours minus the bare server's at each percentile. All connections are opened
-first (they stay open together); the streams then start spread over ``--spread-s``.
+time is ours minus the bare server's at each percentile. Our server's CPU is also split
+by thread: the event loop's (the main thread) and the others' (the engine thread, the
+text front-end): what moving the engine out of the process could give the loop. All
+connections are opened first (they stay open together); the streams then start spread
+over ``--spread-s``.
+
+``--compare NAME=VALUE ...`` measures our server a second time with those settings
+("before": e.g. ``ws_direct_send=false coalesce_wakeups=false``), in the same run,
+alternating with the defaults for ``--rounds`` rounds (each figure is the median over
+the rounds), so that a change is judged on the same machine at the same moment.
 
     .venv/bin/python bench/server_overhead.py                # 1,000 streams
     .venv/bin/python bench/server_overhead.py --streams 200
+    .venv/bin/python bench/server_overhead.py --compare ws_direct_send=false --rounds 3
     .venv/bin/python bench/server_overhead.py --smoke   # does it run? (40 streams)
 
 Ends with one JSON line of the headline figures. Goal: CPU <= 1.3x the bare server's,
@@ -46,6 +55,28 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU of a process so far (from /proc/PID/stat)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def loop_cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process's main thread (its event loop's) so far."""
+    fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def settings_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``NAME=VALUE`` server settings (as their flags write them) as Settings fields."""
+    from server.config import Settings
+    from server.options import specs
+
+    by_name = {spec.name: spec for spec in specs(Settings) if len(spec.path) == 1}
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        name, _, raw = pair.partition("=")
+        name = name.strip().lstrip("-").replace("-", "_")
+        if name not in by_name:
+            raise SystemExit(f"--compare: {name!r} is not a server setting")
+        values[name] = by_name[name].parse(raw)
+    return values
 
 
 # -- the two servers (child processes) --------------------------------------------------
@@ -90,7 +121,7 @@ class InstantEngine:
         pass
 
 
-def serve_ours(port_queue: Any) -> None:
+def serve_ours(port_queue: Any, overrides: dict[str, Any] | None = None) -> None:
     import socket
 
     import uvicorn
@@ -106,7 +137,7 @@ def serve_ours(port_queue: Any) -> None:
         max_streams=100_000,
         fallback_on_synthesis_failure=False,
         log_level="warning",
-    )
+    ).replace(**(overrides or {}))
     app = create_app(settings, engine=lambda: (engine, False, None))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -249,12 +280,15 @@ def measure(
 
     assert process.pid is not None
     uvloop.run(run_streams(url, min(streams, 20), 0.1))  # warm: caches, first connections
-    before = cpu_seconds(process.pid)
+    before, loop_before = cpu_seconds(process.pid), loop_cpu_seconds(process.pid)
     ttfas, audio_bytes = uvloop.run(run_streams(url, streams, spread_s))
     cpu = cpu_seconds(process.pid) - before
+    loop_cpu = loop_cpu_seconds(process.pid) - loop_before
     audio_s = audio_bytes / 2 / 24000
     return {
         "cpu_s": cpu,
+        "loop_cpu_s": loop_cpu,
+        "other_threads_cpu_s": cpu - loop_cpu,
         "audio_s": audio_s,
         "cpu_ms_per_100ms_audio": cpu * 1000 / (audio_s / 0.1),
         "ttfa_p50_ms": percentile(ttfas, 50) * 1000,
@@ -262,33 +296,63 @@ def measure(
     }
 
 
+def against_bare(figures: dict[str, dict[str, float]], name: str) -> dict[str, float]:
+    """``name``'s CPU as a multiple of the bare server's, and its added time to first audio."""
+    ours, bare = figures[name], figures["bare"]
+    return {
+        "cpu_ratio": ours["cpu_ms_per_100ms_audio"] / bare["cpu_ms_per_100ms_audio"],
+        "p50": ours["ttfa_p50_ms"] - bare["ttfa_p50_ms"],
+        "p99": ours["ttfa_p99_ms"] - bare["ttfa_p99_ms"],
+    }
+
+
 def report(args: argparse.Namespace, figures: dict[str, dict[str, float]], messages: int) -> None:
     """Print the figures and the final JSON line."""
-    cpu_ratio = (
-        figures["ours"]["cpu_ms_per_100ms_audio"] / figures["bare"]["cpu_ms_per_100ms_audio"]
-    )
-    added = {
-        q: figures["ours"][f"ttfa_{q}_ms"] - figures["bare"][f"ttfa_{q}_ms"] for q in ("p50", "p99")
-    }
+    compared = {name: against_bare(figures, name) for name in figures if name != "bare"}
+    ratio, added = compared["ours"]["cpu_ratio"], compared["ours"]
     print(f"{args.streams} concurrent streams, {messages} messages each")
+    if args.compare:
+        print(f"before: our server with {' '.join(args.compare)}; median of {args.rounds} round(s)")
     for name, row in figures.items():
-        print(
-            f"{name:5}: {row['cpu_ms_per_100ms_audio']:.3f} ms CPU per 100 ms of audio "
-            f"({row['cpu_s']:.2f} s for {row['audio_s']:.0f} s of audio); time to first audio "
-            f"p50 {row['ttfa_p50_ms']:.1f} ms, p99 {row['ttfa_p99_ms']:.1f} ms"
+        threads = (
+            f"; event loop {row['loop_cpu_s']:.2f} s, other threads "
+            f"{row['other_threads_cpu_s']:.2f} s"
+            if "loop_cpu_s" in row
+            else ""
         )
-    print(
-        f"CPU: {cpu_ratio:.2f}x the bare server; added time to first audio p50 "
-        f"{added['p50']:.1f} ms, p99 {added['p99']:.1f} ms"
-    )
+        print(
+            f"{name:6}: {row['cpu_ms_per_100ms_audio']:.3f} ms CPU per 100 ms of audio "
+            f"({row['cpu_s']:.2f} s for {row['audio_s']:.0f} s of audio{threads}); time to "
+            f"first audio p50 {row['ttfa_p50_ms']:.1f} ms, p99 {row['ttfa_p99_ms']:.1f} ms"
+        )
+    for name, row in compared.items():
+        print(
+            f"{name}: CPU {row['cpu_ratio']:.2f}x the bare server; added time to first audio "
+            f"p50 {row['p50']:.1f} ms, p99 {row['p99']:.1f} ms"
+        )
+    if "before" in figures:
+        change = figures["ours"]["cpu_s"] / figures["before"]["cpu_s"]
+        print(f"CPU, ours / before: {change:.2f}")
     print(
         json.dumps(
             {
                 "bench": "server_overhead",
                 "smoke": args.smoke,
                 "streams": args.streams,
-                "cpu_ratio_vs_bare": round(cpu_ratio, 2),
-                "added_ttfa_ms": {q: round(v, 1) for q, v in added.items()},
+                "compare": args.compare,
+                "rounds": args.rounds,
+                "cpu_ratio_vs_bare": round(ratio, 2),
+                "added_ttfa_ms": {q: round(added[q], 1) for q in ("p50", "p99")},
+                "before": (
+                    {
+                        "cpu_ratio_vs_bare": round(compared["before"]["cpu_ratio"], 2),
+                        "added_ttfa_ms": {
+                            q: round(compared["before"][q], 1) for q in ("p50", "p99")
+                        },
+                    }
+                    if "before" in compared
+                    else None
+                ),
                 "figures": {
                     name: {k: round(v, 3) for k, v in row.items()} for name, row in figures.items()
                 },
@@ -308,23 +372,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--spread-s", type=float, default=5.0, help="the streams start spread over this"
     )
+    parser.add_argument("--compare", nargs="*", default=[], metavar="NAME=VALUE",
+                        help="also measure our server with these settings (before)")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measurements of each server, alternating; medians reported")  # fmt: skip
     parser.add_argument("--smoke", action="store_true",
                         help="40 streams over 0.5 s: checks it runs (the suite runs it)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.smoke:
         # Enough streams that the bare server's CPU spans several clock ticks (10 ms).
         args.streams, args.spread_s = 40, 0.5
-    ours, port = start(serve_ours)
-    url = f"ws://127.0.0.1:{port}/v1/stream"
-    wait_ready(port)
-    script = uvloop.run(record_script(url))
-    figures = {"ours": measure(ours, url, args.streams, args.spread_s)}
-    ours.terminate()
-    ours.join(10)
-    bare, port = start(serve_bare, script)
-    figures["bare"] = measure(bare, f"ws://127.0.0.1:{port}", args.streams, args.spread_s)
-    bare.terminate()
-    bare.join(10)
+    variants = {"ours": {}}
+    if args.compare:
+        variants["before"] = settings_overrides(args.compare)
+    script: list[Any] = []
+    rows: dict[str, list[dict[str, float]]] = {name: [] for name in [*variants, "bare"]}
+    for _ in range(args.rounds):
+        for name, overrides in variants.items():
+            server, port = start(serve_ours, overrides)
+            url = f"ws://127.0.0.1:{port}/v1/stream"
+            wait_ready(port)
+            if not script:
+                script = uvloop.run(record_script(url))
+            rows[name].append(measure(server, url, args.streams, args.spread_s))
+            server.terminate()
+            server.join(10)
+        bare, port = start(serve_bare, script)
+        rows["bare"].append(measure(bare, f"ws://127.0.0.1:{port}", args.streams, args.spread_s))
+        bare.terminate()
+        bare.join(10)
+    figures = {
+        name: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+        for name, runs in rows.items()
+    }
     report(args, figures, len(script) - 1)
     return 0
 

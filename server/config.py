@@ -274,6 +274,19 @@ class Settings:
         "near this much per round trip (0: the operating system's default, autotuned)",
         group="connections",
     )
+    coalesce_wakeups: bool = option(
+        True,
+        "the engine thread wakes a busy event loop once for audio from several rounds, "
+        "not once a round (false: a wake-up per round)",
+        group="engine",
+    )
+    ws_direct_send: bool = option(
+        True,
+        "frame WebSocket messages in the server and write each connection's messages of one "
+        "event-loop round with one system call, past the ASGI send path (false: every "
+        "message through ASGI, one write each)",
+        group="connections",
+    )
     drain_timeout_s: float = option(
         30.0,
         "on SIGTERM, refuse new work and let audio in progress finish for up to this long "
@@ -392,6 +405,7 @@ class Settings:
             policy=self.batch_policy,
             headroom=self.admission_headroom,
             stall_timeout_s=self.engine_stall_timeout_s,
+            coalesce_wakeups=self.coalesce_wakeups,
         )
 
     @property
