@@ -113,6 +113,7 @@ def serve(
     b_ms: float,
     checkpoint: str,
     overrides: dict[str, Any],
+    host_share: float,
     port: Any,
 ) -> None:
     import socket
@@ -125,7 +126,9 @@ def serve(
 
     if engine_kind == "modelled":
         mode = {"seed": "whole", "interleave": "interleave", "batched": "batched"}[design]
-        engine = ModelledEngine(step_a_s=a_ms / 1000, step_b_s=b_ms / 1000, mode=mode)
+        engine = ModelledEngine(
+            step_a_s=a_ms / 1000, step_b_s=b_ms / 1000, mode=mode, host_share=host_share
+        )
 
         def factory() -> Any:
             return engine, False, None
@@ -393,7 +396,16 @@ def start_server(
     queue = context.Queue()
     process = context.Process(
         target=serve,
-        args=(design, args.engine, args.a_ms, args.b_ms, str(args.checkpoint), overrides, queue),
+        args=(
+            design,
+            args.engine,
+            args.a_ms,
+            args.b_ms,
+            str(args.checkpoint),
+            overrides,
+            args.host_share,
+            queue,
+        ),
         daemon=True,
     )
     process.start()
@@ -416,6 +428,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--preset", choices=sorted(PRESETS), default="gpu")
     parser.add_argument("--a-ms", type=float, help="fixed cost of a step (overrides the preset)")
     parser.add_argument("--b-ms", type=float, help="cost per utterance in a step")
+    parser.add_argument(
+        "--host-share",
+        type=float,
+        default=0.0,
+        help="share of each modelled step spent holding the GIL (the host's work), the rest "
+        "asleep (the device's); the gpu preset's host share is 0.78",
+    )
     parser.add_argument("--chars", type=int, default=31, help="characters each stream speaks")
     parser.add_argument(
         "--spread-s", type=float, default=2.0, help="streams start spread over this"
@@ -517,6 +536,7 @@ def main(argv: list[str] | None = None) -> int:
                 "engine": args.engine,
                 "a_ms": args.a_ms if args.engine == "modelled" else None,
                 "b_ms": args.b_ms if args.engine == "modelled" else None,
+                "host_share": args.host_share,
                 "chars": args.chars,
                 "capacity": capacities,
                 "server_cpu_ms_per_stream": {label: cpu_per_stream(label) for label in capacities},
