@@ -27,6 +27,12 @@ the rounds), so that a change is judged on the same machine at the same moment.
     .venv/bin/python bench/server_overhead.py --compare ws_direct_send=false --rounds 3
     .venv/bin/python bench/server_overhead.py --smoke   # does it run? (40 streams)
 
+``--profile`` samples our server with py-spy (``pip install py-spy``; ``--nonblocking``,
+250 Hz, every thread) while the streams run, sorts the event loop's samples into what
+they were doing (:data:`PROFILE_CATEGORIES`: the first that matches a frame of the
+sample's stack) and reports each as microseconds of the loop's CPU per stream (its share
+of the samples times the loop's CPU per stream, from /proc).
+
 Ends with one JSON line of the headline figures. Goal: CPU <= 1.3x the bare server's,
 p99 added time to first audio <= 20 ms.
 """
@@ -38,9 +44,15 @@ import asyncio
 import json
 import multiprocessing
 import os
+import re
+import shutil
+import signal
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +61,57 @@ sys.path.insert(0, str(ROOT))
 
 TEXT = "你好，欢迎使用流式语音合成。"
 TICKS = os.sysconf("SC_CLK_TCK")
+
+
+#: What the event loop was doing in a profile sample, by the frames of its stack.
+PROFILE_CATEGORIES = [
+    ("socket writes", r"^Wire\.flush|^WebSocketsSansIOProtocol\.send |^Protocol\.send_|^Frame\.ser"),
+    ("float to PCM16", r"^float_to_pcm16"),
+    ("speech pipeline (joins, resampling, framing)", r"^SpeechPipeline\."),
+    ("JSON events", r"^encode_event|^ServerMessage\.to_json"),
+    ("sending a message (ASGI layers or the wire)", r"^Wire\.send_|^AsgiWire\.|^Session\.send_|^WebSocket\.send |sender "),
+    ("engine hand-over", r"^_hand_over|^Handoff\._hand_over|^Job\.receive|^Job\.chunks"),
+    ("text front-end hand-off", r"^TextStream\.submit|^TextFrontend\.submit|^wrap_future|^_chain_future|_copy_future_state|_call_set_state"),
+    ("connection set-up (upgrade, handshake, accept, session objects)", r"handle_websocket_upgrade|^WebSocketsSansIOProtocol\.(handle_connect|__init__)|^WebSocket\.accept|^Context\.__init__|^Session\.__init__|^HttpToolsProtocol|connection_made|^GuardedHttp"),
+    ("client messages (parse, segmenter, core)", r"^Session\._read|^WebSocketsSansIOProtocol\.data_received|^Session\._apply"),
+    ("job submission", r"^EngineWorker\.submit"),
+    ("session and context tasks (read loop, timers, speaker loop, teardown)", r"connection_lost|handle_close|^Session\.run|^run_websocket|^Context\.speak|^Context\._s|^SegmentSpeaker|^pack_audio_header"),
+    ("ASGI app entry per connection (middleware, routing)", r"Middleware|TransportTap|Router|solve_dependencies|websocket_session|get_websocket_app|RequestLog|BodyLimit|JsonBodies|FastAPI"),
+]  # fmt: skip
+LOOP_ITSELF = "the event loop itself (uvloop: polling, reading sockets, callbacks)"
+
+
+def start_profiler(pid: int, path: Path) -> subprocess.Popen[bytes]:
+    """py-spy recording every thread of ``pid`` into ``path`` (raw) until SIGINT."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists():
+        raise SystemExit("--profile needs py-spy (pip install py-spy)")
+    command = [spy, "record", "--nonblocking", "--threads", "--rate", "250", "--pid", str(pid)]
+    command += ["--output", str(path), "--format", "raw"]
+    profiler = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # attached
+    return profiler
+
+
+def _category(names: list[str]) -> str:
+    for category, pattern in PROFILE_CATEGORIES:
+        if any(re.search(pattern, name) for name in names):
+            return category
+    return LOOP_ITSELF if names and names[-1].startswith("Runner.run") else "other"
+
+
+def loop_profile(path: Path, loop_us_per_stream: float) -> dict[str, float]:
+    """The main thread's samples in ``path`` by category, as microseconds per stream."""
+    counts: Counter[str] = Counter()
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        if not frames or not frames[0].endswith("MainThread"):
+            continue
+        names = [frame.split(" (", 1)[0] + " " for frame in frames[1:]]
+        counts[_category(names)] += int(count)
+    total = sum(counts.values()) or 1
+    return {k: round(n * loop_us_per_stream / total) for k, n in counts.most_common()}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -273,17 +336,29 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def measure(
-    process: multiprocessing.Process, url: str, streams: int, spread_s: float
+    process: multiprocessing.Process,
+    url: str,
+    streams: int,
+    spread_s: float,
+    profiles: dict[str, float] | None = None,
 ) -> dict[str, float]:
-    """Server CPU over the streams (their connections' handshakes included)."""
+    """Server CPU over the streams (their connections' handshakes included); with
+    ``profiles`` (a dict to fill), where the event loop's CPU went."""
     import uvloop
 
     assert process.pid is not None
     uvloop.run(run_streams(url, min(streams, 20), 0.1))  # warm: caches, first connections
+    raw = Path(tempfile.mkstemp(suffix=".txt")[1])
+    profiler = start_profiler(process.pid, raw) if profiles is not None else None
     before, loop_before = cpu_seconds(process.pid), loop_cpu_seconds(process.pid)
     ttfas, audio_bytes = uvloop.run(run_streams(url, streams, spread_s))
     cpu = cpu_seconds(process.pid) - before
     loop_cpu = loop_cpu_seconds(process.pid) - loop_before
+    if profiler is not None and profiles is not None:
+        profiler.send_signal(signal.SIGINT)
+        profiler.wait(60)
+        profiles.update(loop_profile(raw, loop_cpu * 1e6 / streams))
+    raw.unlink(missing_ok=True)
     audio_s = audio_bytes / 2 / 24000
     return {
         "cpu_s": cpu,
@@ -376,16 +451,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="also measure our server with these settings (before)")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=1,
                         help="measurements of each server, alternating; medians reported")  # fmt: skip
+    parser.add_argument("--profile", action="store_true",
+                        help="where our server's event loop spends its CPU (py-spy)")  # fmt: skip
     parser.add_argument("--smoke", action="store_true",
                         help="40 streams over 0.5 s: checks it runs (the suite runs it)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.smoke:
         # Enough streams that the bare server's CPU spans several clock ticks (10 ms).
         args.streams, args.spread_s = 40, 0.5
-    variants = {"ours": {}}
+    variants: dict[str, dict[str, Any]] = {"ours": {}}
     if args.compare:
         variants["before"] = settings_overrides(args.compare)
     script: list[Any] = []
+    profiles: dict[str, dict[str, float]] = {}
     rows: dict[str, list[dict[str, float]]] = {name: [] for name in [*variants, "bare"]}
     for _ in range(args.rounds):
         for name, overrides in variants.items():
@@ -394,7 +472,10 @@ def main(argv: list[str] | None = None) -> int:
             wait_ready(port)
             if not script:
                 script = uvloop.run(record_script(url))
-            rows[name].append(measure(server, url, args.streams, args.spread_s))
+            profile: dict[str, float] | None = {} if args.profile else None
+            rows[name].append(measure(server, url, args.streams, args.spread_s, profile))
+            if profile is not None:
+                profiles[name] = profile  # the last round's
             server.terminate()
             server.join(10)
         bare, port = start(serve_bare, script)
@@ -406,7 +487,22 @@ def main(argv: list[str] | None = None) -> int:
         for name, runs in rows.items()
     }
     report(args, figures, len(script) - 1)
+    if profiles:
+        print_profiles(profiles, figures)
     return 0
+
+
+def print_profiles(profiles: dict[str, dict[str, float]], figures: dict[str, Any]) -> None:
+    """Where the event loop's CPU went, microseconds per stream, ours beside before."""
+    names = list(profiles)
+    print(f"event loop CPU per stream, us ({', '.join(names)}):")
+    categories = dict.fromkeys(k for profile in profiles.values() for k in profile)
+    for category in categories:
+        values = " | ".join(str(profiles[n].get(category, 0)) for n in names)
+        print(f"| {category} | {values} |")
+    totals = " | ".join(str(round(sum(profiles[n].values()))) for n in names)
+    print(f"| total | {totals} |")
+    print(json.dumps({"bench": "server_overhead_profile", "us_per_stream": profiles}))
 
 
 if __name__ == "__main__":
