@@ -129,7 +129,7 @@ def loop_cpu_seconds(pid: int) -> float:
 def settings_overrides(pairs: list[str]) -> dict[str, Any]:
     """``NAME=VALUE`` server settings (as their flags write them) as Settings fields."""
     from server.config import Settings
-    from server.options import specs
+    from server.declaration import specs
 
     by_name = {spec.name: spec for spec in specs(Settings) if len(spec.path) == 1}
     values: dict[str, Any] = {}
