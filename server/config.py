@@ -310,17 +310,10 @@ class Settings:
         zero=" (0: the OS default)",
     )
     coalesce_wakeups: bool = option(
-        True,
-        "the engine thread wakes a busy event loop once for audio from several rounds, "
-        "not once a round (false: a wake-up per round)",
-        group="engine",
+        True, "a busy event loop is woken once for several engine rounds, not each", group="engine"
     )
     ws_direct_send: bool = option(
-        True,
-        "frame WebSocket messages in the server and write each connection's messages of one "
-        "event-loop round with one system call, past the ASGI send path (false: every "
-        "message through ASGI, one write each)",
-        group="connections",
+        True, "frame and write WebSocket messages once a round (false: ASGI)", group="connections"
     )
     drain_timeout_s: float = option(
         30.0,

@@ -314,8 +314,7 @@ class Session:
         #: The connection's asyncio transport, when the server exposes it (server.transport).
         self.transport: asyncio.WriteTransport | None = websocket.scope.get(SCOPE_KEY)
         self.settings = settings = state.settings
-        #: How messages reach the socket (server.ws.wire).
-        self.wire = open_wire(websocket, direct=settings.ws_direct_send)
+        self.wire = open_wire(websocket, direct=settings.ws_direct_send)  # server.ws.wire
         self.worker = worker = state.worker
         self.metrics = state.metrics
         self.id = session_id
@@ -487,7 +486,6 @@ class Session:
         await self._send(self.wire.send_event, message)
 
     async def send_audio(self, header: bytes, pcm: bytes) -> None:
-        """One binary audio frame: its ``header`` then its ``pcm``."""
         await self._send(self.wire.send_audio, header, pcm)
 
     async def send_failure(self, exc: BaseException, context_id: str, what: str) -> None:
