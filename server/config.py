@@ -105,7 +105,8 @@ class Settings:
     )
     prefills_per_step: int = option(
         1,
-        "batching: prompts of joining segments run between two steps at most",
+        "batching: prompts of joining segments run between two steps at most; beyond the "
+        "first, only while they and the step take less than the audio a step makes",
         group="engine",
         gt=0,
     )
