@@ -53,9 +53,35 @@ _DAY_WORD = (
     r"(?:凌晨|早上|早晨|上午|中午|下午|傍晚|晚上|夜间|夜里|半夜|早|晚)?"
 )
 # A dash from a date or a time to the next ("5月1日-5月5日", "9点-11点", "晚8点-次日6点"):
-# 到, not 负.
+# 到, not 负. What follows must be a date or a time too: "今天-12°C" is 负.
 _DATE_DASH = re.compile(
-    rf"(?<=[日号月年点分秒天周])[ \t]?[-–—~～〜][ \t]?(?={_DAY_WORD}[ \t]?[0-9])"
+    rf"(?<=[日号月年点分秒天周])[ \t]?[-–—~～〜][ \t]?"
+    rf"(?={_DAY_WORD}[ \t]?[0-9]{{1,4}}[ \t]?(?:[年月日号点时分秒天周:：]|/[0-9]))"
+)
+# Dates written with slashes or dots and the year last (15/03/2024, 03/15/2025,
+# 15.03.2024): the day first when the first number cannot be a month, the month first
+# when the second cannot be; when both can, slashes are read month first (as US
+# software writes them) and dots day first (as Europe does). Dashes are not dates in
+# that order (取件码8-3-2051 is a code).
+_DAY_MONTH_YEAR = re.compile(
+    r"(?<![0-9/.\-:])([0-9]{1,2})([/.])([0-9]{1,2})\2((?:19|20)[0-9]{2})(?![0-9/\-]|\.[0-9])"
+)
+# A month and a day with a slash (3/15, 6/1) is a date, not a fraction, when a date
+# word stands before or after it, or another such date is its range's other end
+# (3/15-3/20, forward: 1/3-1/2 are fractions); a month of 10 to 12 always is
+# (_SLASH_DATE).
+_MONTH_SLASH_DAY = r"(?:0?[1-9]|1[0-2])/(?:0?[1-9]|[12][0-9]|3[01])"
+_SLASH_DATE_RANGE = re.compile(
+    rf"(?<![0-9/.:])({_MONTH_SLASH_DAY})[ \t]?([-–—~～〜至到])[ \t]?({_MONTH_SLASH_DAY})(?![0-9/.:%])"
+)
+_CUED_SLASH_DATE = re.compile(rf"(?<![0-9/.:])({_MONTH_SLASH_DAY})(?![0-9/.:%])")
+_DATE_WORD_AFTER = re.compile(
+    r"[ \t]?(?:[(（]?(?:周|星期|礼拜)[一二三四五六日天]|前|之前|以前|当天|当日|那天|起|开始|截止|到期|"
+    r"发货|上线|发布|开售|开抢|生效|零点|凌晨|上午|中午|下午|晚上|[0-9]{1,2}[:：][0-9]{2})"
+)
+_DATE_WORD_BEFORE = re.compile(
+    r"(?:截止|截至|日期|时间|有效期至|有效期|于|从|自|定于|预计|生日|截止到|截止至|还款日|到期日)"
+    r"[ \t：:是为]{0,2}$"
 )
 
 
@@ -81,6 +107,37 @@ def date_rule(spans: Spans) -> Iterator[Token]:
         yield word(match.start(), match.end(), said, RULE_DATE)
     for match in _SLASH_DATE.finditer(text):
         yield word(match.start(), match.end(), _month_day(match[1], match[2]), RULE_DATE)
+    yield from _slash_dates(spans)
+
+
+def _slash_month_day(written: str) -> str:
+    month, day = written.split("/")
+    return _month_day(month, day)
+
+
+def _slash_dates(spans: Spans) -> Iterator[Token]:
+    """Dates with the year last (15/03/2024), and a month and a day with a slash where
+    a date word or a range says it is one (3/15前, 3/15-3/20)."""
+    text = spans.text
+    for match in _DAY_MONTH_YEAR.finditer(text):
+        first, second = int(match[1]), int(match[3])
+        day_first = first > 12 or (second <= 12 and match[2] == ".")
+        day, month = (first, second) if day_first else (second, first)
+        if 1 <= month <= 12 and 1 <= day <= 31:
+            said = read_year(match[4]) + "年" + _month_day(str(month), str(day))
+            yield word(match.start(), match.end(), said, RULE_DATE)
+    for match in _SLASH_DATE_RANGE.finditer(text):
+        low, high = (tuple(int(n) for n in m.split("/")) for m in (match[1], match[3]))
+        if high <= low:
+            continue  # 1/3-1/2: fractions (a range of dates goes forward)
+        said = _slash_month_day(match[1]) + "到" + _slash_month_day(match[3])
+        yield word(match.start(), match.end(), said, RULE_DATE)
+    for match in _CUED_SLASH_DATE.finditer(text):
+        behind, at = spans.lookbehind(match.start())
+        if _DATE_WORD_AFTER.match(text, match.end()) or _DATE_WORD_BEFORE.search(
+            behind, max(0, at - 8), at
+        ):
+            yield word(match.start(), match.end(), _slash_month_day(match[1]), RULE_DATE)
 
 
 _CLOCK = r"([01]?[0-9]|2[0-4])[ \t]?[:：][ \t]?([0-5][0-9])(?:[:：]([0-5][0-9]))?"
