@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from streaming.text.context import (
     alternatives,
     code_cue_before,
+    count_cue_before,
     dial_cue_before,
     measure_after,
     unit_after,
@@ -167,6 +168,24 @@ def code_rule(spans: Spans) -> Iterator[Token]:
         yield word(match.start(group), match.end(group), said, RULE_CODE)
 
 
+# A stock code after the company's name with no brackets (贵州茅台600519, 比亚迪 002594):
+# six digits in the ranges the Shanghai and Shenzhen exchanges give (60x, 688, 000-003,
+# 300, 301), not round (600000 alone is a count more often than a code).
+_BARE_STOCK = re.compile(
+    r"(?<=[\u4e00-\u9fff])[ \t]?((?:60[0-5]|68[89]|00[0-3]|30[01])(?!000)[0-9]{3})"
+    r"(?![0-9]|\.[0-9])"
+)
+
+
+def stock_rule(spans: Spans) -> Iterator[Token]:
+    """Stock codes after a name: 六零零五幺九 (a count cue or a measure word keeps a count)."""
+    text = spans.text
+    for match in _BARE_STOCK.finditer(text):
+        if _quantity_after(text, match.end()) or count_cue_before(text, match.end()):
+            continue  # 涨了600519元? a quantity
+        yield word(match.start(1), match.end(1), read_digits(match[1]), RULE_CODE)
+
+
 # Letters glued to three or more digits ("CA1234", "RTX4090", "x264", "4090Ti"), or a
 # name in capitals, a blank, three to five digits ("RTX 4090", "GTX 1080 Ti").
 # Also after a hyphen in a name (SHA-256, i9-13900K, MIL-STD-810), not in a range (100-200).
@@ -185,6 +204,8 @@ _ROUND_NUMBERS_AFTER = frozenset({"ISO"})
 _STOCK = re.compile(r"(?<![0-9A-Za-z.])([0-9]{4,6})\.(SH|SZ|HK|BJ|SS|US|TW|KS|T|L|N|O)(?![A-Za-z])")
 _HEX = re.compile(r"(?<![0-9A-Za-z])0[xX][0-9A-Fa-f]+(?![0-9A-Za-z])")
 _YEAR_LIKE = re.compile(r"(?:19|20)[0-9][0-9]")
+# A half-year release (Windows 11 23H2, 24H2): the year's digits, H, the half.
+_HALF_YEAR = re.compile(r"(?<![0-9A-Za-z])([0-9]{2})H([12])(?![0-9A-Za-z])")
 _RESOLUTION = re.compile(r"(?<![0-9A-Za-z])([0-9]{3,4})([pPiI])(?![A-Za-z0-9])")
 # Letters that may follow a model number's digits though they are also units.
 _MODEL_SUFFIXES = frozenset({"x", "X", "K", "G", "M", "B", "T", "k"})
@@ -193,6 +214,9 @@ _MODEL_SUFFIXES = frozenset({"x", "X", "K", "G", "M", "B", "T", "k"})
 def model_rule(spans: Spans) -> Iterator[Token]:
     """Model numbers and resolutions: 四零九零, 幺零八零P; a unit keeps a quantity (3000mAh)."""
     text = spans.text
+    for match in _HALF_YEAR.finditer(text):
+        said = read_year(match[1]) + "H" + read_year(match[2])
+        yield word(match.start(), match.end(), said, RULE_MODEL)
     for match in _RESOLUTION.finditer(text):
         said = read_digits(match[1]) + match[2].upper()
         yield word(match.start(), match.end(), said, RULE_MODEL)

@@ -68,13 +68,16 @@ class PreparedText:
     """``spoken`` for the engine; ``removed`` lists every dropped non-blank character.
 
     ``pieces`` maps input spans to what is said for them (the preview shows them);
-    ``tags`` are the control tags passed to the engine inside ``spoken``.
+    ``tags`` are the control tags passed to the engine inside ``spoken``; ``codes`` the
+    digit strings read digit by digit, ``(digits, said, rule)``, for the segments after
+    it (the same number said the same way: :mod:`.repeats`).
     """
 
     spoken: str
     removed: tuple[Removal, ...]
     pieces: tuple[Piece, ...] = ()
     tags: tuple[str, ...] = ()
+    codes: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def rewrites(self) -> tuple[Piece, ...]:
