@@ -182,7 +182,8 @@ _POWER = re.compile(
 )
 _ROOT = re.compile(r"([√∛∜])([0-9]+(?:\.[0-9]+)?|[A-Za-z]|\([^()\n]{1,40}\)|\{[^{}\n]{1,40}\})")
 _FACTOR = r"[0-9]+(?:\.[0-9]+)?"
-_TIMES = r"[ \t]?[xX*×][ \t]?"
+# Blanks on both sides of the sign or on neither: "4.0 x4" is a version and a lane width.
+_TIMES = r"(?:[ \t][xX*×][ \t]|[xX*×])"
 _PRODUCT = re.compile(
     rf"(?<![A-Za-z0-9_.])({_FACTOR}(?:{_TIMES}{_FACTOR}){{1,3}})(?![0-9_.]|{_TIMES}[0-9])"
 )
