@@ -85,6 +85,8 @@ _NUMBER_SEPARATORS = frozenset(".,:/-")
 _MAX_BLANK_LOOKAHEAD = 16
 # Longest abbreviation word looked back over before a ".".
 _MAX_ABBREVIATION_CHARS = 12
+# Words that may end an English sentence but not a Chinese one: "Apple Inc. 发布了".
+_JOIN_BEFORE_CHINESE = frozenset({"etc", "inc", "ltd", "co", "corp"})
 _ACRONYM = re.compile(r"[A-Za-z](?:\.[A-Za-z])+")
 _ASCII_RUN = re.compile(r"[!-~]+")
 _URL_MARKERS = ("://", "www.", "@")
@@ -337,7 +339,8 @@ class Segmenter:
         return k, True
 
     def _joins(self, dot: int, following: str) -> bool:
-        """A word whose dot joins what follows: "No. 1" (a number), "etc. 都" (Chinese)."""
+        """A word whose dot joins what follows: "No. 1" (a number), "etc. 都", "Inc. 发布"
+        (Chinese)."""
         buf = self._buf
         j = dot
         while j > self._start and _is_ascii_letter(buf[j - 1]) and dot - j < 4:
@@ -346,7 +349,7 @@ class Segmenter:
             return False
         word = buf[j:dot].lower()
         return (word == "no" and _is_ascii_digit(following)) or (
-            word == "etc" and not following.isascii()
+            word in _JOIN_BEFORE_CHINESE and not following.isascii()
         )
 
     def _next_word_char(self, k: int, final: bool) -> str | None:
