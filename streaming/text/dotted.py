@@ -34,8 +34,10 @@ RULE_CODEC = "name.codec"
 RULE_DOTTED = "name.dotted"
 
 _ABBREVIATION = re.compile(rf"(?<![A-Za-z.])(?:{alternatives(list(ABBREVIATIONS))})")
-# "No." before a number is the ordinal or code rules' (No.1 第一, No.12345 a code).
+# "No." before a number is the ordinal rule's (No.1 第一)...
 _NUMBER_AFTER = re.compile(r"[ \t]?[0-9]")
+# ... and before a code (No.12345: the code rule reads it), "No." is said as a word.
+_CODE_AFTER = re.compile(r"[ \t]?[0-9]{3}")
 _INITIALISM = re.compile(r"(?<![A-Za-z.])(?:[A-Za-z]\.){2,}(?![A-Za-z])")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 _IP = re.compile(r"(?<![0-9.])([0-9]{1,3}(?:\.[0-9]{1,3}){3})(?::([0-9]{1,5}))?(?![0-9]|\.[0-9])")
@@ -76,7 +78,8 @@ def abbreviation_rule(spans: Spans) -> Iterator[Token]:
     for match in _ABBREVIATION.finditer(text):
         abbreviation = match.group()
         if abbreviation.lower() == "no." and _NUMBER_AFTER.match(text, match.end()):
-            continue
+            if not _CODE_AFTER.match(text, match.end()):
+                continue  # No.1: the ordinal rule's 第一
         said = ABBREVIATIONS[abbreviation][0 if chinese else 1]
         if abbreviation in SENTENCE_FINAL_ABBREVIATIONS and _at_end(text, match.end()):
             said += "."
