@@ -77,9 +77,12 @@ def abbreviation_rule(spans: Spans) -> Iterator[Token]:
     chinese = _CJK.search(text) is not None
     for match in _ABBREVIATION.finditer(text):
         abbreviation = match.group()
-        if abbreviation.lower() == "no." and _NUMBER_AFTER.match(text, match.end()):
-            if not _CODE_AFTER.match(text, match.end()):
-                continue  # No.1: the ordinal rule's 第一
+        if (
+            abbreviation.lower() == "no."
+            and _NUMBER_AFTER.match(text, match.end())
+            and not _CODE_AFTER.match(text, match.end())
+        ):
+            continue  # No.1: the ordinal rule's 第一
         said = ABBREVIATIONS[abbreviation][0 if chinese else 1]
         if abbreviation in SENTENCE_FINAL_ABBREVIATIONS and _at_end(text, match.end()):
             said += "."
