@@ -29,6 +29,7 @@ from streaming.text.tables import (
     CODE_CUES_AFTER,
     GENERATIONS,
     LABELS,
+    MAGNITUDE_CUES,
     NAMED_DAYS,
     ROOM_WORDS,
     SERVICE_NUMBERS,
@@ -70,6 +71,22 @@ def read_code(code: str) -> str:
         elif (ch in _CLOSE and out) or ch not in _OPEN:
             out.append(" ")
     return re.sub(r" {2,}", " ", "".join(out)).strip()
+
+
+# A gate, a seat or a counter: a letter and a number of one or two digits, perhaps a
+# range of them (登机口C12-C15 C十二到C十五, as B12登机口 is B十二).
+_GATE_RANGE = re.compile(r"([A-Za-z])([0-9]{1,2})(?:-([A-Za-z])([0-9]{1,2}))?")
+
+
+def _read_cued_code(code: str) -> str:
+    """A code after its cue word: digit by digit, but a gate's number as a number."""
+    gate = _GATE_RANGE.fullmatch(code)
+    if gate is None:
+        return read_code(code)
+    said = gate[1].upper() + read_cardinal(gate[2])
+    if gate[3]:
+        said += "到" + gate[3].upper() + read_cardinal(gate[4])
+    return said
 
 
 def phone_rule(spans: Spans) -> Iterator[Token]:
@@ -155,7 +172,7 @@ def code_rule(spans: Spans) -> Iterator[Token]:
             continue  # 手机2台, 订单300个, 拨打了300次: a quantity
         if start and text[start - 1] in "#＃":
             start -= 1  # "#20240521": the sign says "number", the code says it
-        yield word(start, end, read_code(code), RULE_CODE)
+        yield word(start, end, _read_cued_code(code), RULE_CODE)
     for match in _CODE_AFTER.finditer(text):
         group = 1 if match[1] is not None else 2
         counted = measure_after(text, match.end())
@@ -184,6 +201,43 @@ def stock_rule(spans: Spans) -> Iterator[Token]:
         if _quantity_after(text, match.end()) or count_cue_before(text, match.end()):
             continue  # 涨了600519元? a quantity
         yield word(match.start(1), match.end(1), read_digits(match[1]), RULE_CODE)
+
+
+# Service numbers by shape: 95xxx(x) (nationwide companies), 96xxx (local services), 12xxx
+# (government hotlines); read as digits after a name (顺丰95338) or before a hotline
+# word in the clause (95338是顺丰的电话), not after a count cue (用户数为95338).
+_SERVICE_SHAPE = re.compile(
+    r"(?<![0-9.,:A-Za-z¥$€£+\-])(95[0-9]{3,4}|96[0-9]{3}|12[0-9]{3})(?<!00)"
+    r"(?![0-9,:%A-Za-z]|\.[0-9])"
+)
+# Any number of 3 to 6 digits before a hotline word, a few words between (12356心理援助热线).
+_BEFORE_HOTLINE = re.compile(r"(?<![0-9.,:A-Za-z¥$€£+\-])([0-9]{3,6})(?![0-9,:%A-Za-z]|\.[0-9])")
+_HOTLINE_AFTER = re.compile(
+    r"[ \t]?[\u4e00-\u9fff]{0,8}?(?:热线|专线|服务电话|监督电话|客服电话|电话|查号台|客服号|服务号)"
+)
+_HOTLINE_IN_CLAUSE = re.compile(r"[^，。；！？,;!?\n]{0,12}?(?:热线|专线|电话|客服)")
+# Words before a number that make it a value, not a name's number (数量是95338, 营收95610).
+_NOT_A_NAME = re.compile(rf"(?:[是的了在和与或及到至约超]|{alternatives(MAGNITUDE_CUES)})[ \t]?$")
+
+
+def hotline_rule(spans: Spans) -> Iterator[Token]:
+    """Numbers to call known by their shape or by the hotline word after them."""
+    text = spans.text
+    for match in _BEFORE_HOTLINE.finditer(text):
+        if _HOTLINE_AFTER.match(text, match.end()) and not _quantity_after(text, match.end()):
+            yield word(match.start(), match.end(), read_digits(match[1]), RULE_CODE)
+    for match in _SERVICE_SHAPE.finditer(text):
+        start, end = match.start(), match.end()
+        if _quantity_after(text, end) or count_cue_before(text, end):
+            continue
+        k = start - (text[start - 1 : start] in (" ", "\t"))
+        named = (
+            k > 0
+            and "\u4e00" <= text[k - 1] <= "\u9fff"
+            and not _NOT_A_NAME.search(text, max(0, k - 4), k)
+        )
+        if named or _HOTLINE_IN_CLAUSE.match(text, end):
+            yield word(start, end, read_digits(match[1]), RULE_CODE)
 
 
 # Letters glued to three or more digits ("CA1234", "RTX4090", "x264", "4090Ti"), or a

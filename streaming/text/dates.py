@@ -174,6 +174,10 @@ def _clock(hour: str, minute: str, second: str | None, meridiem: str | None) -> 
     return said
 
 
+# A 分 written after a clock time (not "14:30分15秒", a time of its own shape).
+_MINUTE_WORD = re.compile(r"[ \t]?分(?![ \t]?[0-9])")
+
+
 def _minutes(minutes: str) -> str:
     if len(minutes) == 2 and minutes[0] == "0":
         return "零" + read_cardinal(minutes[1])
@@ -190,7 +194,12 @@ def time_rule(spans: Spans) -> Iterator[Token]:
         if _is_score(*spans.lookbehind(match.start())) or (match[1] == "24" and match[2] != "00"):
             continue
         said = _clock(match[1], match[2], match[3], match[4])
-        yield word(match.start(), match.end(), said, RULE_TIME)
+        end = match.end()
+        minute_word = _MINUTE_WORD.match(text, end)
+        if minute_word is not None:
+            end = minute_word.end()  # "3:05分" 三点零五分, "10:00 分" 十点零分: one 分
+            said += "" if said.endswith("分") else "零分"
+        yield word(match.start(), end, said, RULE_TIME)
     for match in _MERIDIEM_DASH.finditer(text):
         yield word(match.start(), match.end(), "到", RULE_TIME)
     for match in _BARE_MERIDIEM.finditer(text):

@@ -169,9 +169,9 @@ _LIST_NUMBER = re.compile(
     re.MULTILINE,
 )
 # A letter as an item's or an option's mark before Chinese ("A. 同意 B. 不同意",
-# "A）选项一"): the letter and a pause, never a stop after it.
+# "A）选项一"; a dot needs a blank after it): the letter and a pause, never a stop.
 _LIST_LETTER = re.compile(
-    r"(?:^|(?<=[：:。；;！？!?，,\s]))[ \t]*([A-H])([.．)）、])(?=[ \t]*[\u4e00-\u9fff])",
+    r"(?:^|(?<=[：:。；;！？!?，,\s]))[ \t]*([A-H])([.．](?=[ \t]+)|[)）、])(?=[ \t]*[\u4e00-\u9fff])",
     re.MULTILINE,
 )
 _CIRCLED = re.compile(r"(?:^|(?<=[：:。；;！？!?，,\s]))[ \t]*([①②③④⑤⑥⑦⑧⑨⑩])", re.MULTILINE)

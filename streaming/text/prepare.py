@@ -17,6 +17,7 @@ from streaming.punctuation import (
 from streaming.text.align import normalized_spans
 from streaming.text.codes import (
     code_rule,
+    hotline_rule,
     key_rule,
     label_rule,
     model_rule,
@@ -77,6 +78,7 @@ _SPAN_RULES: tuple[SpanRule, ...] = (
     phone_rule,
     code_rule,
     stock_rule,
+    hotline_rule,
     name_rule,
     label_rule,
     amount_rule,
