@@ -84,14 +84,17 @@ def speak_and_time(
 ) -> dict[str, Any]:
     """Each sentence spoken (segment by segment) and each segment's cold cost, in ms.
 
-    ``stream``: the front-end takes the previous segment (``before``): this branch's."""
+    ``stream``: the front-end takes the previous segment (``before``) and the codes the
+    segments before read (``codes``), as a context's stream does: this branch's."""
     spoken = []
     for sentence in job["sentences"]:
-        said, before = "", ""
+        said, before, codes = "", "", ()
         for segment in segments_of(sentence):
-            extra = {"before": before} if stream else {}
-            said += prepare(segment, normalizer=normalizer, **extra).spoken
+            extra = {"before": before, "codes": codes} if stream else {}
+            prepared = prepare(segment, normalizer=normalizer, **extra)
+            said += prepared.spoken
             before = segment
+            codes = (*codes, *getattr(prepared, "codes", ()))
         spoken.append(said)
     timings: dict[str, list[float]] = {}
     for name, segments in job["segments"].items():

@@ -141,7 +141,7 @@ def _url(text: str, match: re.Match[str]) -> Iterator[Token]:
         yield word(match.start("port") - 1, match.end("port"), port, RULE_URL)
     rest_start = match.start("rest")
     path = _SHORT_PATH.match(text, rest_start, rest_end)
-    if path is not None and path.end() in (rest_end, text.find("?", rest_start, rest_end)):
+    if path is not None and (path.end() == rest_end or text[path.end()] in "?#"):
         said = " 斜杠 ".join(path.group().strip("/").split("/")).translate(_PATH_DIGITS)
         yield word(rest_start, path.end(), " 斜杠 " + said, RULE_URL)
         rest_start = path.end()

@@ -21,7 +21,7 @@ from streaming.text.symbols import SYMBOL_READINGS
 REASON_UNSPEAKABLE = "unspeakable"  # no reading for it (a symbol, a rare script)
 REASON_EMOJI = "emoji"
 REASON_MARKUP = "markup"  # markdown syntax, removed on purpose
-REASON_URL = "url"  # the scheme, path and query of a URL (its host is read)
+REASON_URL = "url"  # a URL's scheme, a long path, its query (its host, port, short path are read)
 REASON_TAG = "tag"  # a control tag while control tags are not allowed
 REASON_PUNCTUATION = "punctuation"  # a mark in a run of marks, or before any word
 REASON_NUMBER = "number"  # digits, when no normaliser is configured
