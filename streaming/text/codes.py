@@ -198,8 +198,12 @@ def stock_rule(spans: Spans) -> Iterator[Token]:
     """Stock codes after a name: 六零零五幺九 (a count cue or a measure word keeps a count)."""
     text = spans.text
     for match in _BARE_STOCK.finditer(text):
-        if _quantity_after(text, match.end()) or count_cue_before(text, match.end()):
-            continue  # 涨了600519元? a quantity
+        if (
+            _quantity_after(text, match.end())
+            or count_cue_before(text, match.end())
+            or _NOT_A_NAME.search(text, max(0, match.start() - 4), match.start())
+        ):
+            continue  # 涨了600519元, 销量600519: a quantity
         yield word(match.start(1), match.end(1), read_digits(match[1]), RULE_CODE)
 
 
@@ -217,7 +221,7 @@ _HOTLINE_AFTER = re.compile(
 )
 _HOTLINE_IN_CLAUSE = re.compile(r"[^，。；！？,;!?\n]{0,12}?(?:热线|专线|电话|客服)")
 # Words before a number that make it a value, not a name's number (数量是95338, 营收95610).
-_NOT_A_NAME = re.compile(rf"(?:[是的了在和与或及到至约超]|{alternatives(MAGNITUDE_CUES)})[ \t]?$")
+_NOT_A_NAME = re.compile(rf"(?:[是的了在和与或及到至约超第]|{alternatives(MAGNITUDE_CUES)})[ \t]?$")
 
 
 def hotline_rule(spans: Spans) -> Iterator[Token]:
