@@ -322,7 +322,12 @@ class Segmenter:
         if not nxt.isspace():
             if nxt.isascii():
                 return k, False  # glued: 3.14, v1.2, example.com, ?q=1, e.g.,
-            return k, not (single_dot and (self._is_abbreviation(i) or self._joins(i, nxt)))
+            return k, not (
+                single_dot
+                and (
+                    self._is_abbreviation(i) or self._joins(i, nxt) or self._is_list_number(i, nxt)
+                )
+            )  # "1.不要外传": a list item glued to its text
         if set(marks) != {"."}:
             return k, True
         following = self._next_word_char(k, final)

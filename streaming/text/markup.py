@@ -174,6 +174,7 @@ _LIST_LETTER = re.compile(
     r"(?:^|(?<=[：:。；;！？!?，,\s]))[ \t]*([A-H])([.．](?=[ \t]+)|[)）、])(?=[ \t]*[\u4e00-\u9fff])",
     re.MULTILINE,
 )
+_MARKS_BEFORE_ITEM = frozenset("：:。；;！？!?，,、\n")
 _CIRCLED = re.compile(r"(?:^|(?<=[：:。；;！？!?，,\s]))[ \t]*([①②③④⑤⑥⑦⑧⑨⑩])", re.MULTILINE)
 _CIRCLED_NUMBERS = {ch: str(k) for k, ch in enumerate("①②③④⑤⑥⑦⑧⑨⑩", start=1)}
 
@@ -184,6 +185,8 @@ def list_rule(spans: Spans) -> Iterator[Token]:
         if match["num"] is not None:
             if match["mark"] in ".．" and _inline_english(text, match.start("num"), match.end()):
                 continue
+            if match["mark"] != "、":  # "每周 2、周 4" is no list: no pause before it
+                yield from _pause_before(text, match.start("num"))
             yield _list_number(spans, match.start("num"), match["num"])
             pause = Kind.ENUMERATION if match["mark"] == "、" else Kind.COMMA
             yield Token(match.start("mark"), match.end("mark"), pause)
@@ -198,6 +201,16 @@ def list_rule(spans: Spans) -> Iterator[Token]:
     for match in _CIRCLED.finditer(text):
         number = _CIRCLED_NUMBERS[match[1]]
         yield word(match.start(1), match.end(1), read_cardinal(number) + "，", RULE_LIST)
+
+
+def _pause_before(text: str, start: int) -> Iterator[Token]:
+    """The blanks before an inline item's number, after a word, as a pause ("1.快 2.稳":
+    一，快，二，稳; 快二 would be another word)."""
+    k = start
+    while k > 0 and text[k - 1] in " \t":
+        k -= 1
+    if k < start and k > 0 and text[k - 1] not in _MARKS_BEFORE_ITEM:
+        yield Token(k, start, Kind.COMMA)
 
 
 def _list_number(spans: Spans, start: int, number: str) -> Token:

@@ -146,3 +146,20 @@ def test_a_repeated_number_that_counts_stays_a_count() -> None:
     spoken = prepare("工号1024的员工，本月加班1024分钟，1024请到前台").spoken
     assert spoken.count("幺零二四") == 2
     assert "一千零二十四分钟" in spoken
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("1.打开设置 2.点击关于", "一，打开设置，二，点击关于"),
+        ("共3点：1.快 2.稳 3.准", "共三点，一，快，二，稳，三，准"),
+        ("注意：\n1.不要外传\n2.及时修改", "注意， 一，不要外传 二，及时修改"),
+    ],
+)
+def test_list_items_glued_to_their_text(text: str, said: str) -> None:
+    """A list number glued to Chinese ("1.不要外传") is an item, not a sentence end, and an
+    inline item after a word is parted from it by a pause (设置，二, not 设置二)."""
+    assert prepare(text).spoken == said
+    segmenter = Segmenter(SegmenterConfig(max_chars=80, first_min_chars=80))
+    segments = [s.text for s in [*segmenter.push(text), *segmenter.flush()]]
+    assert not [s for s in segments if s.rstrip().endswith(".")], segments
