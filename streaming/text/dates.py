@@ -34,6 +34,20 @@ _ISO_DATE = re.compile(
     r"(?<![0-9.\-/])((?:1[0-9]|20)[0-9][0-9])([-/.])(0?[1-9]|1[0-2])\2(0?[1-9]|[12][0-9]|3[01])(?![0-9\-/]|\.[0-9])"
     r"(?:[ \t]?[日号])?"
 )
+# A range of dates written with dots, slashes or dashes (2024.01.01-2024.12.31,
+# 2024/3/1~3/5): 到 between them, the second year said only if written.
+_ISO_DATE_RANGE = re.compile(
+    r"(?<![0-9.\-/])((?:1[0-9]|20)[0-9][0-9])([-/.])(0?[1-9]|1[0-2])\2(0?[1-9]|[12][0-9]|3[01])"
+    r"[ \t]?(?P<to>[-–—~～〜至到])[ \t]?"
+    r"(?:((?:1[0-9]|20)[0-9][0-9])\2)?(0?[1-9]|1[0-2])\2(0?[1-9]|[12][0-9]|3[01])"
+    r"(?![0-9\-/]|\.[0-9])"
+)
+# A month and a day with a dash, zero-padded or before a time (03-15, 3-15 14:22), as
+# logs and bank messages write them: a date, not a range.
+_MONTH_DASH_DAY = re.compile(
+    r"(?<![0-9.\-/])(0[1-9]|1[0-2]|[1-9])-(0[1-9]|[12][0-9]|3[01]|[1-9])(?![0-9\-/]|\.[0-9])"
+    r"(?=(?P<time>[ \t]+[0-2]?[0-9][:：][0-5][0-9])?)"
+)
 _YEAR_MONTH = re.compile(
     r"(?<![0-9.\-/])((?:19|20)[0-9][0-9])[-/.](0?[1-9]|1[0-2])(?![0-9\-/]|\.[0-9])"
 )
@@ -90,6 +104,15 @@ def date_rule(spans: Spans) -> Iterator[Token]:
     text = spans.text
     for match in _DATE_DASH.finditer(text):
         yield word(match.start(), match.end(), "到", RULE_DATE)
+    for match in _ISO_DATE_RANGE.finditer(text):
+        to = match["to"] if match["to"] in "至到" else "到"
+        said = read_year(match[1]) + "年" + _month_day(match[3], match[4]) + to
+        if match[6]:
+            said += read_year(match[6]) + "年"
+        yield word(match.start(), match.end(), said + _month_day(match[7], match[8]), RULE_DATE)
+    for match in _MONTH_DASH_DAY.finditer(text):
+        if match[1].startswith("0") or match["time"]:
+            yield word(match.start(), match.end(), _month_day(match[1], match[2]), RULE_DATE)
     for match in _ISO_DATE.finditer(text):
         said = read_year(match[1]) + "年" + _month_day(match[3], match[4])
         yield word(match.start(), match.end(), said, RULE_DATE)

@@ -164,7 +164,7 @@ RULE_LIST = "list"
 # the number and a pause ("一，打开"), never as a sentence end ("一。") nor as 两.
 _LIST_NUMBER = re.compile(
     r"(?:^|(?<=[：:。；;！？!?，,\s]))[ \t]*"
-    r"(?:(?P<num>[0-9]{1,2})(?P<mark>[.．)）、])(?=[ \t]*[^0-9\s.．)）、])"
+    r"(?:(?P<num>[0-9]{1,2})(?P<mark>[.．)）、])(?=[ \t]*[^0-9\s.．)）、。，,；;！!？?：:】」』》])"
     r"|(?P<open>[(（])(?P<pnum>[0-9]{1,2})(?P<close>[)）])(?=[ \t]*[^0-9\s)）]))",
     re.MULTILINE,
 )

@@ -192,7 +192,7 @@ _FACTORS = re.compile(_FACTOR)
 _LENGTH_AFTER = re.compile(
     r"[ \t]?(?:mm|cm|m|km|in|inch|ft|毫米|厘米|公分|分米|米|英寸|寸|尺)(?![A-Za-z])"
 )
-_COMPARISON = re.compile(r"(?<=[0-9A-Za-z])[ \t]?(<=|>=|<|>)[ \t]?(?=-?[0-9])")
+_COMPARISON = re.compile(r"(?<=[0-9A-Za-z\u4e00-\u9fff])[ \t]?(<=|>=|<|>)[ \t]?(?=-?[0-9])")
 
 
 # Scientific notation as engineers say it: 1e-4 一e负四, 3.2E8 三点二E八.

@@ -180,8 +180,8 @@ def number_rule(spans: Spans) -> Iterator[Token]:
         counts = _counts(text, end)
         rule = RULE_COUNT if counts else RULE_NUMBER
         said = _SIGNS.get(sign, "") + read_number(number, count=counts and not sign)
-        if more:
-            said += "多"
+        if more:  # 10+ 十多; a version's or a decimal's (Python 3.10+, 4.5+) 以上
+            said += "以上" if "." in number or latin_before(text, match.start()) else "多"
         yield word(match.start(), match.end(), said, rule)
 
 
@@ -194,6 +194,22 @@ def _is_code_like(number: str, text: str, end: int) -> bool:
     if len(number) >= 12:
         return True
     return len(number) >= 8 and not number.endswith("000") and not _counts(text, end)
+
+
+# A tilde between two quantities each with its unit (20℃~25℃, 5kg～10kg): 到.
+_UNIT_TILDE = re.compile(r"(?<=[℃°%‰²³A-Za-zμΩ])[ \t]?[~～〜][ \t]?(?=[-−+]?[0-9])")
+# Blood pressure, systolic over diastolic (120/80mmHg): two values, a pause between.
+_PRESSURE = re.compile(r"(?<![0-9./])([0-9]{2,3})/([0-9]{2,3})(?=[ \t]?(?:mmHg|kPa|毫米汞柱))")
+
+
+def pair_rule(spans: Spans) -> Iterator[Token]:
+    """20℃~25℃ 二十摄氏度到二十五摄氏度; 120/80mmHg 一百二十，八十毫米汞柱."""
+    text = spans.text
+    for match in _UNIT_TILDE.finditer(text):
+        yield word(match.start(), match.end(), "到", RULE_RANGE)
+    for match in _PRESSURE.finditer(text):
+        said = read_cardinal(match[1]) + "，"
+        yield word(match.start(), match.end(2) - len(match[2]), said, RULE_NUMBER)
 
 
 _WORD_HYPHEN_DIGIT = re.compile(
@@ -214,6 +230,7 @@ __all__ = [
     "hyphen_rule",
     "number_rule",
     "ordinal_rule",
+    "pair_rule",
     "per_rule",
     "range_rule",
     "read_cardinal",

@@ -163,3 +163,16 @@ def test_list_items_glued_to_their_text(text: str, said: str) -> None:
     segmenter = Segmenter(SegmenterConfig(max_chars=80, first_min_chars=80))
     segments = [s.text for s in [*segmenter.push(text), *segmenter.flush()]]
     assert not [s for s in segments if s.rstrip().endswith(".")], segments
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("血压120/80mmHg", "血压一百二十，八十毫米汞柱"),
+        ("空气质量良（AQI 78）。", "空气质量良，A Q I 七十八。"),
+    ],
+)
+def test_pauses_only_where_the_text_has_one(text: str, said: str) -> None:
+    """Two values written with a slash are parted by a pause (一百二十八十 would be one
+    number); a number in brackets is no list item, so no pause comes before it."""
+    assert prepare(text).spoken == said
