@@ -43,7 +43,7 @@ RULE_MODEL = "digits.model"
 
 _OPEN, _CLOSE = "(（", ")）"
 _PHONE = re.compile(
-    r"(?<![0-9+A-Za-z])(?:"
+    r"(?<![0-9+A-Za-z])(?<![0-9][ -])(?:"
     r"(?:(?:\+|00)86[ -]?)?1[3-9][0-9](?:[ -]?[0-9]{4}){2}"  # mobile, 3-4-4
     r"|(?:(?:\+|00)86[ -]?)?(?:[(（]0[0-9]{2,3}[)）]|0[0-9]{2,3})[ -]?[0-9]{3,4}[ -]?[0-9]{4}"  # land line
     r"(?:[ ]?(?:转|ext\.?|EXT\.?|Ext\.?)[ ]?[0-9]{1,5})?"  # and its extension
@@ -89,7 +89,13 @@ def _read_cued_code(code: str) -> str:
     return said
 
 
+# A bank card number in groups of four (6222 0212 3456 7890): digit by digit.
+_CARD = re.compile(r"(?<![0-9A-Za-z])[0-9]{4}(?:[ -][0-9]{4}){3}(?:[ -][0-9]{1,4})?(?![0-9])")
+
+
 def phone_rule(spans: Spans) -> Iterator[Token]:
+    for match in _CARD.finditer(spans.text):
+        yield word(match.start(), match.end(), read_code(match.group()), RULE_CODE)
     for match in _PHONE.finditer(spans.text):
         if _quantity_after(spans.text, match.end()):
             continue  # "400 000 0000元"? a quantity, however long

@@ -183,6 +183,15 @@ _DURATION = re.compile(
     r"(?<![0-9.])([0-9]+)[ \t]?(?:h|hr|小时)[ \t]?([0-9]+)[ \t]?(min|m|分钟?)"
     r"(?:[ \t]?([0-9]+)[ \t]?(?:s|秒))?(?![A-Za-z])"
 )
+# A length of time written as a clock after a word that says so (视频时长1:23:45,
+# 倒计时00:59:59, 成绩2:05:30, 用时3:45): hours, minutes and seconds, not o'clock.
+_CLOCK_DURATION = re.compile(
+    r"(?<![0-9:.])(?:([0-9]{1,2})[:：])?([0-5]?[0-9])[:：]([0-5][0-9])(?![0-9:])"
+)
+_DURATION_CUE = re.compile(
+    r"(?:时长|倒计时|用时|耗时|历时|成绩|跑出|游出|完赛|净时间|片长|剩余|还剩|长度|总长)"
+    r"[ \t是为：:了]{0,3}$"
+)
 _SCORE_CUE = re.compile(rf"(?:{alternatives(SCORE_CUES)})[\s是为了：:]{{0,3}}$")
 
 
@@ -208,8 +217,28 @@ def _minutes(minutes: str) -> str:
     return read_cardinal(minutes)
 
 
+def _clock_durations(spans: Spans) -> Iterator[Token]:
+    text = spans.text
+    for match in _CLOCK_DURATION.finditer(text):
+        behind, at = spans.lookbehind(match.start())
+        if not _DURATION_CUE.search(behind, max(0, at - 6), at):
+            continue
+        hours, minutes, seconds = match[1], match[2], match[3]
+        said = read_cardinal(hours, count=True) + "小时" if hours and int(hours) else ""
+        # After a larger unit 05 is 零五 (两小时零五分), and a gap one 零 (一小时零五秒).
+        if int(minutes):
+            said += (_minutes(minutes) if said else read_cardinal(minutes, count=True)) + "分"
+        elif said and int(seconds):
+            said += "零"
+        if int(seconds) or not said:
+            late = said and not said.endswith("零")
+            said += (_minutes(seconds) if late else read_cardinal(seconds, count=True)) + "秒"
+        yield word(match.start(), match.end(), said, RULE_TIME)
+
+
 def time_rule(spans: Spans) -> Iterator[Token]:
     text = spans.text
+    yield from _clock_durations(spans)
     for match in _TIME_RANGE.finditer(text):
         low = _clock(match[1], match[2], match[3], match[4] or match[9])
         high = _clock(match[6], match[7], match[8], match[9])

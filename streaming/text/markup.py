@@ -174,6 +174,9 @@ _LIST_LETTER = re.compile(
     r"(?:^|(?<=[：:。；;！？!?，,\s]))[ \t]*([A-H])([.．](?=[ \t]+)|[)）、])(?=[ \t]*[\u4e00-\u9fff])",
     re.MULTILINE,
 )
+# Chinese text or English text, counted as the engine's language guess counts it.
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+_LATIN_WORD = re.compile(r"\b[A-Za-z]+\b")
 _MARKS_BEFORE_ITEM = frozenset("：:。；;！？!?，,、\n")
 _CIRCLED = re.compile(r"(?:^|(?<=[：:。；;！？!?，,\s]))[ \t]*([①②③④⑤⑥⑦⑧⑨⑩])", re.MULTILINE)
 _CIRCLED_NUMBERS = {ch: str(k) for k, ch in enumerate("①②③④⑤⑥⑦⑧⑨⑩", start=1)}
@@ -194,7 +197,10 @@ def list_rule(spans: Spans) -> Iterator[Token]:
             yield dropped(match.start("open"), match.end("open"), REASON_MARKUP)
             yield _list_number(spans, match.start("pnum"), match["pnum"])
             yield Token(match.start("close"), match.end("close"), Kind.COMMA)
+    chinese = len(_CJK.findall(text)) > len(_LATIN_WORD.findall(text))
     for match in _LIST_LETTER.finditer(text):
+        if match[2] in ".．" and not chinese:
+            continue  # "Plan A. 世": English text's stop, said as one (and stays one)
         yield word(match.start(1), match.end(1), match[1], RULE_LIST)
         pause = Kind.ENUMERATION if match[2] == "、" else Kind.COMMA
         yield Token(match.start(2), match.end(2), pause)
