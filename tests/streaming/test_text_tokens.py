@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from streaming.segment import Segmenter, SegmenterConfig
+from streaming.segment import Segmenter, SegmenterSettings
 from streaming.text import PreparedText, prepare_text
 from tests.streaming.test_text import check_accounting
 
@@ -46,7 +46,7 @@ CONTEXTS = [
 
 
 def _cuts(text: str) -> list[int]:
-    segmenter = Segmenter(SegmenterConfig(max_chars=80, first_min_chars=3))
+    segmenter = Segmenter(SegmenterSettings(max_chars=80, first_min_chars=3))
     segments = [*segmenter.push(text), *segmenter.flush()]
     return [segment.end for segment in segments[:-1]]
 
@@ -121,7 +121,7 @@ def test_a_letter_marking_an_option_is_followed_by_a_comma(text: str, said: str)
 )
 def test_a_company_suffix_before_chinese_ends_no_sentence(text: str, segments: list[str]) -> None:
     """Inc. Ltd. Co. before Chinese are no sentence end (before English they may be)."""
-    segmenter = Segmenter(SegmenterConfig(max_chars=80, first_min_chars=80))
+    segmenter = Segmenter(SegmenterSettings(max_chars=80, first_min_chars=80))
     assert [s.text for s in [*segmenter.push(text), *segmenter.flush()]] == segments
 
 
@@ -160,7 +160,7 @@ def test_list_items_glued_to_their_text(text: str, said: str) -> None:
     """A list number glued to Chinese ("1.不要外传") is an item, not a sentence end, and an
     inline item after a word is parted from it by a pause (设置，二, not 设置二)."""
     assert prepare(text).spoken == said
-    segmenter = Segmenter(SegmenterConfig(max_chars=80, first_min_chars=80))
+    segmenter = Segmenter(SegmenterSettings(max_chars=80, first_min_chars=80))
     segments = [s.text for s in [*segmenter.push(text), *segmenter.flush()]]
     assert not [s for s in segments if s.rstrip().endswith(".")], segments
 
