@@ -36,6 +36,8 @@ TOKENS = [
     "IEEE 802.11ax", "Wi-Fi 6E", "USB 3.2", "PCIe 4.0", "GPT-4o", "Qwen2.5-72B", "23H2",
     "+86 138 1234 5678", "400-820-8820", "(021) 6888 8888", "2024.3.15", "15/03/2024",
     "14:30:15", "9:00-18:00", "1,234.56元", "¥1,299", "-3.2%", "-10~5℃", "3:2", "1:1000",
+    "HTTP/2", "USB 3.2 Gen 2", "PCIe 4.0 x4", "M3 Max", "1080p", "2560x1440", "G1234", "CA1831",
+    "2024.01.01-2024.12.31", "03-15 14:22", "6222 0212 3456 7890", "A.I.", "Ph.D.",
 ]  # fmt: skip
 # Where they stand: first, last, before and after Chinese, in English, between blanks,
 # after a clause mark, at a line's end.
