@@ -96,6 +96,9 @@ def range_rule(spans: Spans) -> Iterator[Token]:
         )
         if unit is not None:
             after, before, end = unit
+            per = _per_unit(text, end)
+            if per is not None:
+                after, end = after + per[0], per[1]  # 10-15mg/kg 十到十五毫克每千克
             said = before + said + after
         yield word(match.start(), end, said, RULE_RANGE)
 
@@ -141,14 +144,23 @@ def unit_rule(spans: Spans) -> Iterator[Token]:
         said = _SIGNS.get(match[1], "") + read_number(
             _plain(match[2]), count=counts and not match[1]
         )
-        per = _PER_UNIT.match(text, end)
-        if per is not None and (
-            per_unit := _unit(text, per.end(1) if per[1] else per.start() + 1, per=not per[1])
-        ):
-            count = read_number(per[1], count=True) if per[1] else ""
-            after += "每" + count + per_unit[1] + per_unit[0]  # mg/kg 毫克每千克, L/100km
-            end = per_unit[2]
+        per = _per_unit(text, end)
+        if per is not None:
+            after, end = after + per[0], per[1]
         yield word(match.start(), end, before + said + after, RULE_UNIT)
+
+
+def _per_unit(text: str, end: int) -> tuple[str, int] | None:
+    """("每" and the unit, end) of a "/" and a unit after a unit: mg/kg 每千克, L/100km
+    每一百公里."""
+    per = _PER_UNIT.match(text, end)
+    if per is None:
+        return None
+    per_unit = _unit(text, per.end(1) if per[1] else per.start() + 1, per=not per[1])
+    if per_unit is None:
+        return None
+    count = read_number(per[1], count=True) if per[1] else ""
+    return "每" + count + per_unit[1] + per_unit[0], per_unit[2]
 
 
 def fraction_rule(spans: Spans) -> Iterator[Token]:
