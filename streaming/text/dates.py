@@ -217,8 +217,16 @@ def _minutes(minutes: str) -> str:
     return read_cardinal(minutes)
 
 
+# A race time with its hundredths after 秒 (9秒83, 23秒61): the hundredths digit by digit,
+# as announcers say them (九秒八三).
+_RACE_TIME = re.compile(r"(?<![0-9.])([0-9]{1,2})[ \t]?秒[ \t]?([0-9]{2})(?![0-9]|[ \t]?[秒分])")
+
+
 def _clock_durations(spans: Spans) -> Iterator[Token]:
     text = spans.text
+    for match in _RACE_TIME.finditer(text):
+        said = read_cardinal(match[1], count=True) + "秒" + read_year(match[2])
+        yield word(match.start(), match.end(), said, RULE_TIME)
     for match in _CLOCK_DURATION.finditer(text):
         behind, at = spans.lookbehind(match.start())
         if not _DURATION_CUE.search(behind, max(0, at - 6), at):
