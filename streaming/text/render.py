@@ -116,13 +116,15 @@ _NUMERALS = frozenset("零幺一二两三四五六七八九十百千万亿点")
 
 
 def _numbers_apart(before: Token, after: Token) -> bool:
-    """Whether a blank parts two numbers read out ("Llama 3.1 405B", "DDR5 6000MHz",
-    "Windows 11 23H2"): said together they would be one number (三点一四百零五, 五六千),
-    and ChatTTS does not hear a blank between ideographs, so it is said as a short pause."""
+    """Whether a blank parts two numbers read out ("Llama 3.1 405B", "DDR5 6000MHz"), or a
+    code read digit by digit and a number written in Chinese ("验证码 826491 五分钟"): said
+    together they would be one number (三点一四百零五, 五六千, 八二六四九幺五), and ChatTTS
+    does not hear a blank between ideographs, so it is said as a short pause."""
     return (
         before.kind is Kind.WORD
         and after.kind is Kind.WORD
-        and bool(before.rule and after.rule)
+        and bool(after.rule or before.rule.startswith("digits"))
+        and bool(before.rule)
         and before.text[-1:] in _NUMERALS
         and after.text[:1] in _NUMERALS
     )

@@ -1,7 +1,7 @@
 """The same digit string said the same way each time it comes back.
 
-A cue word makes a number a code once (验证码是3307); the same number written again
-without its cue (请输入3307) is still that code, and a listener who heard 三三零七
+A cue word makes a number a code once (验证码是3307), a year once (2024年); the same
+number written again without its cue (请输入3307, 2024也是龙年) is still that code, and a listener who heard 三三零七
 must not hear 三千三百零七 next. The digit strings read digit by digit in a segment,
 and in the segments of its stream before it, are remembered; a bare number later
 (one no rule read as anything but a number: no measure word, no unit) that is the
@@ -14,13 +14,14 @@ import re
 from collections.abc import Iterable, Mapping
 
 from streaming.text.codes import RULE_CODE, RULE_LABEL, RULE_MODEL, RULE_PHONE
+from streaming.text.dates import RULE_YEAR
 from streaming.text.quantities import RULE_NUMBER
 from streaming.text.tokens import Token, word
 
 #: A digit string remembered: (digits, said, rule).
 Code = tuple[str, str, str]
 
-_READ_AS_DIGITS = frozenset({RULE_CODE, RULE_PHONE, RULE_LABEL, RULE_MODEL})
+_READ_AS_DIGITS = frozenset({RULE_CODE, RULE_PHONE, RULE_LABEL, RULE_MODEL, RULE_YEAR})
 # Three digits or more: "12" is read the same either way.
 _DIGITS = re.compile(r"[0-9]{3,}")
 

@@ -81,6 +81,7 @@ def test_no_pause_inside_a_token(token: str, context: str) -> None:
         ("内存是DDR5 6000MHz", "D D R五、六千兆赫兹"),
         ("Windows 11 23H2已推送", "Windows 十一、二三H二已推送"),
         ("版本 2.0 3.0 都支持", "二点零、三点零"),
+        ("验证码 826491 五分钟内有效", "八二六四九幺、五分钟"),
     ],
 )
 def test_two_numbers_side_by_side_are_kept_apart(text: str, said: str) -> None:
@@ -178,3 +179,9 @@ def test_pauses_only_where_the_text_has_one(text: str, said: str) -> None:
     """Two values written with a slash are parted by a pause (一百二十八十 would be one
     number); a number in brackets is no list item, so no pause comes before it."""
     assert prepare(text).spoken == said
+
+
+def test_a_year_said_again_is_said_as_a_year() -> None:
+    """A year (2024年) written again bare is still said digit by digit."""
+    spoken = prepare("2024年是关键的一年，2024也是龙年").spoken
+    assert spoken.count("二零二四") == 2
