@@ -185,3 +185,28 @@ def test_a_year_said_again_is_said_as_a_year() -> None:
     """A year (2024年) written again bare is still said digit by digit."""
     spoken = prepare("2024年是关键的一年，2024也是龙年").spoken
     assert spoken.count("二零二四") == 2
+
+
+LONG_TOKENS = [
+    "http://localhost:8080/api/v1", "https://www.example.com:8443/login?next=/home",
+    "support@example.com", "github.com/2noise/ChatTTS", "192.168.1.10:8080",
+    "6222 0212 3456 7890", "2024.01.01-2024.12.31", "Llama 3.1 405B", "+86 138 1234 5678",
+    "Windows 11 23H2", "PCIe 4.0 x4",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("token", LONG_TOKENS)
+def test_a_length_cut_goes_around_a_token(token: str) -> None:
+    """In a text with no mark to cut at, the length cut never falls inside a token,
+    wherever it stands near the limit and however the text is streamed."""
+    filler = "这是一段很长的说明文字" * 10
+    for at in range(40, 90):
+        text = filler[:at] + token + "，然后继续说明后面的内容。" + filler
+        for chunk in (1, 3, len(text)):
+            segmenter = Segmenter(SegmenterSettings(max_chars=80, first_min_chars=3))
+            segments = []
+            for i in range(0, len(text), chunk):
+                segments += segmenter.push(text[i : i + chunk])
+            segments += segmenter.flush()
+            cuts = [s.end for s in segments[:-1]]
+            assert not [c for c in cuts if at < c < at + len(token)], (token, at, chunk)
