@@ -59,9 +59,11 @@ _CHILD = "--child"
 
 
 def segments_of(text: str) -> list[str]:
-    from streaming.segment import Segmenter, SegmenterSettings
+    import streaming.segment as segment  # the baseline's, in its subprocess
 
-    segmenter = Segmenter(SegmenterSettings(max_chars=MAX_CHARS, first_min_chars=FIRST_MIN_CHARS))
+    # A baseline from before the settings were renamed calls them SegmenterConfig.
+    settings = getattr(segment, "SegmenterSettings", None) or segment.SegmenterConfig  # type: ignore[attr-defined]
+    segmenter = segment.Segmenter(settings(max_chars=MAX_CHARS, first_min_chars=FIRST_MIN_CHARS))
     return [s.text for s in [*segmenter.push(text), *segmenter.flush()]]
 
 

@@ -143,6 +143,8 @@ def _slash_dates(spans: Spans) -> Iterator[Token]:
     """Dates with the year last (15/03/2024), and a month and a day with a slash where
     a date word or a range says it is one (3/15前, 3/15-3/20)."""
     text = spans.text
+    if "/" not in text and "." not in text:
+        return
     for match in _DAY_MONTH_YEAR.finditer(text):
         first, second = int(match[1]), int(match[3])
         day_first = first > 12 or (second <= 12 and match[2] == ".")
@@ -224,6 +226,8 @@ _RACE_TIME = re.compile(r"(?<![0-9.])([0-9]{1,2})[ \t]?秒[ \t]?([0-9]{2})(?![0-
 
 def _clock_durations(spans: Spans) -> Iterator[Token]:
     text = spans.text
+    if "秒" not in text and ":" not in text:  # full-width colons are folded to ":"
+        return
     for match in _RACE_TIME.finditer(text):
         said = read_cardinal(match[1], count=True) + "秒" + read_year(match[2])
         yield word(match.start(), match.end(), said, RULE_TIME)
