@@ -98,7 +98,7 @@ _IPV4 = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}")
 # A path said as it is dictated (斜杠 api 斜杠 v一) when it is short: up to three words;
 # a longer one, a query and a fragment are removed (and reported).
 _SHORT_PATH = re.compile(r"(?:/[A-Za-z0-9_-]{1,24}){1,3}/?")
-_PATH_DIGITS = str.maketrans("0123456789", "零一二三四五六七八九")
+_PLAIN_DIGITS = str.maketrans("0123456789", "零一二三四五六七八九")
 _EMAIL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
 _ADDRESS_DIGITS = dict(zip("0123456789", "零幺二三四五六七八九", strict=True))
 
@@ -122,14 +122,14 @@ def read_address(address: str) -> str:
 
 def _read_host(host: str) -> str:
     if _IPV4.fullmatch(host):  # as an address is said alone: 一二七点零点零点一
-        return "点".join(part.translate(_PATH_DIGITS) for part in host.split("."))
+        return "点".join(part.translate(_PLAIN_DIGITS) for part in host.split("."))
     return read_address(host)
 
 
 def _url(text: str, match: re.Match[str]) -> Iterator[Token]:
     """A URL: its scheme removed, its host and port read, a short path read, the rest
     removed."""
-    rest_start = rest_end = match.end("rest")
+    rest_end = match.end("rest")
     while rest_end > match.start("rest") and text[rest_end - 1] in ".,;:!?)]}'\"":
         rest_end -= 1  # a sentence mark after the URL is not part of it
     if match.end("prefix") > match.start("prefix"):
@@ -142,7 +142,7 @@ def _url(text: str, match: re.Match[str]) -> Iterator[Token]:
     rest_start = match.start("rest")
     path = _SHORT_PATH.match(text, rest_start, rest_end)
     if path is not None and (path.end() == rest_end or text[path.end()] in "?#"):
-        said = " 斜杠 ".join(path.group().strip("/").split("/")).translate(_PATH_DIGITS)
+        said = " 斜杠 ".join(path.group().strip("/").split("/")).translate(_PLAIN_DIGITS)
         yield word(rest_start, path.end(), " 斜杠 " + said, RULE_URL)
         rest_start = path.end()
     if rest_end > rest_start:
