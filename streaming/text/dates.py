@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from streaming.text.context import alternatives, measure_after, unit_after
+from streaming.text.context import alternatives, code_cue_before, measure_after, unit_after
 from streaming.text.readings import read_cardinal, read_number, read_year
 from streaming.text.spans import Spans
 from streaming.text.tables import MATCH_CUES, NUMBERED_NOUNS, SCORE_AFTER, SCORE_CUES
@@ -111,6 +111,12 @@ def date_rule(spans: Spans) -> Iterator[Token]:
             said += read_year(match[6]) + "年"
         yield word(match.start(), match.end(), said + _month_day(match[7], match[8]), RULE_DATE)
     for match in _MONTH_DASH_DAY.finditer(text):
+        if (
+            text[match.start() - 1 : match.start()] == "第"
+            or measure_after(text, match.end())
+            or code_cue_before(*spans.lookbehind(match.start()))
+        ):
+            continue  # 第01-05集, 型号01-05: numbers of things, codes
         if match[1].startswith("0") or match["time"]:
             yield word(match.start(), match.end(), _month_day(match[1], match[2]), RULE_DATE)
     for match in _ISO_DATE.finditer(text):

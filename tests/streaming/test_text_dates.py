@@ -33,6 +33,8 @@ def said(text: str) -> str:
         ("于03-15消费", "于三月十五日消费"),
         ("3-15 14:22", "三月十五日十四点二十二分"),
         ("3-5天", "三到五天"),
+        ("第01-05集", "第一到五集"),
+        ("型号01-05", "型号零幺 零五"),
     ],
 )
 def test_dates_with_the_year_last_or_in_ranges(text: str, spoken: str) -> None:
