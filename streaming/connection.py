@@ -77,6 +77,8 @@ class ContextVoice:
     fallback: bool = False
     #: The client's own seed (False: the voice's, or one picked for it).
     seed_given: bool = True
+    #: Loudness factor (streaming.limiter).
+    volume: float = 1.0
 
 
 class ContextState:
@@ -347,14 +349,9 @@ class Connection:
         seed = self._seed(message)
         lexicon = self._lexicon(message)
         fallback = self._admit(message.context_id)  # last: nothing refused after it
-        voice = ContextVoice(
-            message.voice,
-            seed,
-            message.speed,
-            message.sample_rate or self.engine_rate_hz,
-            fallback,
-            message.seed is not None,
-        )
+        rate = message.sample_rate or self.engine_rate_hz
+        voice = ContextVoice(message.voice, seed, message.speed, rate, fallback,
+                             message.seed is not None, message.volume)  # fmt: skip
         context = ContextState(
             message.context_id,
             self._next_stream,
@@ -372,6 +369,7 @@ class Connection:
             voice=voice.voice,
             seed=voice.seed,
             speed=voice.speed,
+            volume=voice.volume,
         )
         events: list[Event] = [Opened(context), Reply(started)]
         if fallback:
