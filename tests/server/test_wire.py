@@ -16,13 +16,13 @@ from websockets.asyncio.client import connect
 from websockets.frames import Frame, Opcode
 from websockets.streams import StreamReader
 
+from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
 from server.runtime.jobs import Handoff, Job
 from server.ws.wire import encode_event, frame_header
 from streaming import protocol as p
 from streaming.text import Removal
 from tests.conftest import fixed_length_chattts
-from tests.live import TIMEOUT_S, LiveServer, run_live_server
 
 TEXT = "你好🙂，欢迎使用流式语音合成。今天天气很好！"
 
