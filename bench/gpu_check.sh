@@ -4,10 +4,10 @@
 #     bash bench/gpu_wheels.sh                                   # here, once (.whl/)
 #     run(command="bash bench/gpu_check.sh", carry=[".whl"], timeout_s=600)
 #
-# 1. the CUDA tests (tests/server/test_gpt_static_cuda.py: CUDA graph capture and replay
+# 1. the CUDA tests (tests/server/engines/chattts/test_gpt_static_cuda.py: CUDA graph capture and replay
 #    against the eager static cache, float32 and bfloat16; a seeded stream against the
 #    dynamic cache; interleaved graphed slots; the engine's warm-up capture;
-#    tests/server/test_batch_cuda.py: the batched step's graphs per bucket against the
+#    tests/server/engines/chattts/test_batch_cuda.py: the batched step's graphs per bucket against the
 #    uncaptured step, rows against their solo tokens, one synchronisation per step);
 # 2. the streaming-decoder benchmark (bench/gpu_stream_decoder.sh), even if 1 failed;
 # 3. continuous batching at real dims (bench/gpu_batch.py): ms per step, real-time
@@ -36,7 +36,7 @@ log=/dev/null
 [[ -n "${OUT:-}" ]] && log="$OUT/gpu_cuda_tests.log"
 set +e
 timeout "${TESTS_S:-300}" "$PY" -m pytest -c bench/pytest-gpu.ini --rootdir . -p no:cacheprovider -q \
-  tests/server/test_gpt_static_cuda.py tests/server/test_batch_cuda.py 2>&1 | tee "$log"
+  tests/server/engines/chattts/test_gpt_static_cuda.py tests/server/engines/chattts/test_batch_cuda.py 2>&1 | tee "$log"
 tests_status=${PIPESTATUS[0]}
 set -e
 echo "CUDA tests: exit status $tests_status"

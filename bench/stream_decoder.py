@@ -20,7 +20,7 @@ final JSON line:
 - seams: sample step and spectral flux at each chunk join over the median inside
   chunks (harness/seams.py), ours and ChatTTS's stream.
 - SNR of our streamed audio against ChatTTS's one-shot decode of the same tokens (same
-  seed, so the same tokens: pinned by tests/server/test_chattts_stream.py).
+  seed, so the same tokens: pinned by tests/server/engines/chattts/test_chattts_stream.py).
 - GPT KV cache (``gpt_cache``): our generation alone (no vocoder) with transformers'
   dynamic cache (as ChatTTS), our static cache, and on CUDA the static cache replayed
   as CUDA graphs: milliseconds per GPT step, the ratio to the dynamic cache, and

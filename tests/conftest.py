@@ -3,6 +3,7 @@ suites which do not use them (tests/streaming/) never import torch or ChatTTS.""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,26 @@ def _voices_in_a_temporary_home(tmp_path_factory: pytest.TempPathFactory) -> Ite
     in the user's ~/.local/share (a test that checks persistence passes its own)."""
     patch = pytest.MonkeyPatch()
     patch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
+    yield
+    patch.undo()
+
+
+@pytest.fixture(autouse=True)
+def _servers_only_in_live_tests(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that starts a server in this process (harness.live) carries the ``live``
+    marker, so that ``pytest -m "not live"`` starts none: unmarked, it fails at once."""
+    live = sys.modules.get("harness.live")  # not imported: no server can be started
+    if live is None or request.node.get_closest_marker("live") is not None:
+        yield
+        return
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(
+            f"{request.node.nodeid} starts a live server: mark it @pytest.mark.live"
+        )
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(live, "create_app", refuse)
     yield
     patch.undo()
 

@@ -1,5 +1,5 @@
 """What a listener of a resumed context heard, checked against what was sent (the client
-resumption tests: tests/server/test_resume.py, tests/fleet/test_resume.py)."""
+resumption tests: tests/client/test_resume.py, tests/fleet/test_resume.py)."""
 
 from __future__ import annotations
 

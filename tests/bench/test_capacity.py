@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.bench.smoke import figure, run_bench
+
+pytestmark = pytest.mark.live
 
 
 def test_smoke_run_reports_each_design_with_the_gpu_preset() -> None:

@@ -7,7 +7,7 @@ import pytest
 from tests.bench.smoke import ONE_THREAD, figure, run_bench
 from tests.fleet.fleet import requires_fleet
 
-pytestmark = [requires_fleet, pytest.mark.slow]
+pytestmark = [requires_fleet, pytest.mark.slow, pytest.mark.live]
 
 
 def test_smoke_run_reports_both_capacities_and_the_gap_a_crash_adds() -> None:

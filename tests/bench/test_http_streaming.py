@@ -8,6 +8,8 @@ import pytest
 
 from tests.bench.smoke import ONE_THREAD, assert_all_finite, figure, run_bench
 
+pytestmark = pytest.mark.live
+
 ROUTES = ("tts_buffered", "tts_streamed", "speech_pcm", "speech_mp3")
 
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.bench.smoke import ONE_THREAD, assert_all_finite, figure, run_bench
+
+pytestmark = pytest.mark.live
 
 
 def test_smoke_run_streams_and_posts_without_errors() -> None:

@@ -6,9 +6,13 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from harness.live import run_live_server
 from server.config import Settings
 from tests.bench.smoke import ROOT, assert_all_finite, figure
+
+pytestmark = pytest.mark.live
 
 
 def test_a_short_headless_run_posts_and_reports_its_figures() -> None:

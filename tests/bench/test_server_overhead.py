@@ -6,6 +6,8 @@ import pytest
 
 from tests.bench.smoke import ONE_THREAD, assert_all_finite, figure, run_bench
 
+pytestmark = pytest.mark.live
+
 
 @pytest.mark.slow
 def test_smoke_run_measures_ours_and_the_bare_server_on_the_same_audio() -> None:

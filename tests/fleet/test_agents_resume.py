@@ -12,7 +12,7 @@ import pytest
 from tests.fleet.fleet import Fleet, requires_fleet, run_fleet
 from tests.fleet.test_resume import REPLY, active_streams, metric
 
-pytestmark = [requires_fleet, pytest.mark.slow]
+pytestmark = [requires_fleet, pytest.mark.slow, pytest.mark.live]
 
 TIMEOUT_S = 60.0
 #: The LLM's reply as it streams: about 3 s of 3-character tokens.

@@ -13,7 +13,7 @@ from chattts_client import BusyError, ContextResult, StreamClient
 
 from tests.fleet.fleet import Fleet, http_get, requires_fleet, run_fleet
 
-pytestmark = [requires_fleet, pytest.mark.slow]
+pytestmark = [requires_fleet, pytest.mark.slow, pytest.mark.live]
 
 TIMEOUT_S = 60.0
 #: An LLM's reply as it streams: a few characters at a time.

@@ -18,7 +18,7 @@ from tests.fleet.test_balancer import gauge
 from tests.fleet.test_resume import REPLY, active_streams
 from tests.web.conftest import WAIT_MS, browser, page, tts_state, wait_state  # noqa: F401
 
-pytestmark = [requires_fleet, pytest.mark.slow, pytest.mark.browser]
+pytestmark = [requires_fleet, pytest.mark.slow, pytest.mark.browser, pytest.mark.live]
 
 TEXT = REPLY * 2  # about 4 s of deltas at the pace set below, 10 s of audio at speed 2
 

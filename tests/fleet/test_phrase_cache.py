@@ -17,13 +17,14 @@ from harness.fleet import REDIS, Store
 from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
 from tests.conftest import fixed_length_chattts
-from tests.server.test_phrase_cache import metrics
+from tests.server.runtime.test_phrase_cache import metrics
 
 pytestmark = [
     pytest.mark.skipif(
         REDIS is None, reason="redis-server not installed (scripts/setup.sh --test)"
     ),
     pytest.mark.slow,
+    pytest.mark.live,
 ]
 
 TEXT = "好的，请稍等。马上就好。"

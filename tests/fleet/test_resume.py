@@ -18,7 +18,7 @@ from chattts_client import ContextResult, ResumeError, ResumePolicy, StreamClien
 from tests.fleet.fleet import Fleet, http_get, requires_fleet, run_fleet
 from tests.spoken import heard_once, send_like_an_llm
 
-pytestmark = [requires_fleet, pytest.mark.slow]
+pytestmark = [requires_fleet, pytest.mark.slow, pytest.mark.live]
 
 TIMEOUT_S = 60.0
 #: An assistant's reply: about 1.3 s of deltas, so some are always in progress.

@@ -72,6 +72,7 @@ async def answers_on(http: httpx.AsyncClient, replica: Replica, voice: str) -> d
     return dict(zip(("/v1/audio/speech", "/v1/tts", "start"), codes, strict=True))
 
 
+@pytest.mark.live
 async def test_each_write_is_read_on_every_replica_at_once_under_load(tmp_path: Path) -> None:
     """Voices written through the balancer by concurrent clients while CPU hogs and long
     texts load the host and the replicas: each is spoken by /v1/audio/speech, /v1/tts and
@@ -118,6 +119,7 @@ async def test_each_write_is_read_on_every_replica_at_once_under_load(tmp_path: 
         assert misses == [], f"{len(misses)} of {uses} uses missed: {misses[:10]}"
 
 
+@pytest.mark.live
 async def test_the_speech_path_reads_the_store_not_a_copy_no_change_reached(
     tmp_path: Path,
 ) -> None:
@@ -151,6 +153,7 @@ def stored_records(fleet: Fleet) -> dict[str, str]:
         return store.hgetall("chattts-stream:voices:espeak")
 
 
+@pytest.mark.live
 async def test_a_voice_is_seen_everywhere_at_once_and_survives_restarts(tmp_path: Path) -> None:
     """A voice created through the balancer opens a context on every replica at once
     (ten voices, each tried on each replica right after its POST returned); it outlives
@@ -183,6 +186,7 @@ async def test_a_voice_is_seen_everywhere_at_once_and_survives_restarts(tmp_path
                 assert answer.get("code") == "voice_not_found", (replica.index, answer)
 
 
+@pytest.mark.live
 async def test_while_the_store_is_away_errors_are_clear_and_it_recovers(tmp_path: Path) -> None:
     """With Redis stopped: writes and listings are 503 voices_unavailable, a known voice
     still speaks (the voices last seen), an unknown name is voices_unavailable, not
@@ -220,6 +224,7 @@ async def test_while_the_store_is_away_errors_are_clear_and_it_recovers(tmp_path
         assert answer["seed"] == 8
 
 
+@pytest.mark.live
 async def test_a_frozen_store_delays_speech_no_longer_than_the_check_timeout(
     tmp_path: Path,
 ) -> None:
@@ -253,6 +258,7 @@ async def test_a_frozen_store_delays_speech_no_longer_than_the_check_timeout(
         assert answer["seed"] == 9
 
 
+@pytest.mark.live
 def test_a_replica_sigkilled_mid_write_leaves_the_store_whole(tmp_path: Path) -> None:
     """Voices created on one replica from four threads until it is SIGKILLed: every voice
     it acknowledged is in the store, every record there is a whole voice, and the replica

@@ -44,6 +44,7 @@ def bearer(token: str) -> dict[str, str]:
 # --- HTTP -----------------------------------------------------------------------------
 
 
+@pytest.mark.live
 @pytest.mark.parametrize(
     ("headers", "status"),
     [
@@ -71,12 +72,14 @@ def test_tts_needs_the_bearer_token(
         assert response.headers["content-type"] == "audio/wav"
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("path", ["/health", "/ready", "/metrics"])
 def test_probes_and_metrics_are_open_by_default(http: httpx.Client, path: str) -> None:
     """/health, /ready and /metrics need no token unless protect_metrics is set."""
     assert http.get(path).status_code == 200
 
 
+@pytest.mark.live
 def test_protect_metrics_puts_metrics_behind_the_token() -> None:
     """With protect_metrics, /metrics is 401 without the token and 200 with it;
     /health and /ready stay open for the orchestrator."""
@@ -97,6 +100,7 @@ def test_protect_metrics_puts_metrics_behind_the_token() -> None:
 # --- WebSocket ------------------------------------------------------------------------
 
 
+@pytest.mark.live
 @pytest.mark.parametrize(
     ("token", "via"),
     [
@@ -125,6 +129,7 @@ async def test_websocket_without_the_token_is_refused_with_401(
     assert json.loads(response.body or b"{}")["error"]["code"] == "unauthorized"
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("via", ["header", "subprotocol", "query"])
 async def test_websocket_with_the_token_is_accepted(server: LiveServer, via: str) -> None:
     """The right token via header, `token.<secret>` subprotocol or ?token= opens a session
@@ -140,6 +145,7 @@ async def test_websocket_with_the_token_is_accepted(server: LiveServer, via: str
     assert result.samples > 0
 
 
+@pytest.mark.live
 async def test_token_subprotocol_is_never_echoed(server: LiveServer) -> None:
     """With ["tts.v1", "token.<secret>"] the server selects tts.v1 and never names the token."""
     offered = [Subprotocol("tts.v1"), Subprotocol(f"token.{TOKEN}")]
@@ -156,6 +162,7 @@ def open_server() -> Iterator[LiveServer]:
         yield live
 
 
+@pytest.mark.live
 async def test_without_tokens_everything_is_open(open_server: LiveServer) -> None:
     """With no tokens configured, WebSocket, /v1/tts and /metrics need no token (any is fine)."""
     async with StreamClient.connect(open_server.ws_url, open_timeout_s=TIMEOUT_S) as client:
@@ -265,6 +272,7 @@ def test_settings_repr_does_not_show_tokens() -> None:
     assert TOKEN not in repr(PROTECTED)
 
 
+@pytest.mark.live
 async def test_refused_upgrade_logs_no_error(server: LiveServer) -> None:
     """A refused WebSocket upgrade leaves no ERROR in uvicorn's log (upstream sansio quirk)."""
     records: list[logging.LogRecord] = []

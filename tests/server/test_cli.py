@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from server import __version__
 from server.config_input import build_settings
 
@@ -78,6 +80,7 @@ def test_download_weights_offline_names_the_doc_section_with_the_copy_steps() ->
     assert all(f"`{name}`" in steps for name in ASSET_FILES), ASSET_FILES
 
 
+@pytest.mark.live
 def test_healthcheck_follows_the_port_the_settings_give() -> None:
     from harness.live import run_live_server
     from server.config import Settings
@@ -154,6 +157,7 @@ def test_preview_help_lists_only_what_preview_uses() -> None:
     assert len(whole) == 1 and len(cut["segments"]) > 1
 
 
+@pytest.mark.live
 def test_a_misspelt_variable_is_named_at_start_with_the_closest_setting(tmp_path: Path) -> None:
     """serve with TTS_MAX_STREAM (for TTS_MAX_STREAMS) and TTS_SECRET_THING set: one
     warning each, naming the variable and, where one is close, the setting meant; no

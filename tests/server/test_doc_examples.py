@@ -153,7 +153,7 @@ NOT_RUN = {
     ("docs/operations.md", "bench/load.py"): _CLUSTER + "; " + _BENCH + " (tests/bench/test_load.py)",
     ("docs/troubleshooting.md", "download-weights"): _WEIGHTS,
     ("docs/troubleshooting.md", "serve --model-dir"): _REAL_MODEL,
-    ("docs/scaling.md", '"type":"resumed"'): "an event the Python client makes; tests/server/test_resume.py checks its fields",
+    ("docs/scaling.md", '"type":"resumed"'): "an event the Python client makes; tests/client/test_resume.py checks its fields",
     ("docs/streaming-decoder.md", '"bench": "stream_decoder"'): "a benchmark's output; tests/bench/test_stream_decoder.py runs it",
     ("docs/text.md", '"rule": "lexicon"'): "rewrites as the preview prints them; tests/server/test_lexicon.py checks their fields",
 }
@@ -280,6 +280,7 @@ def example_source(doc: str, marker: str) -> str:
     return "\n" * found.line + found.text
 
 
+@pytest.mark.live
 def test_the_quickstart_writes_speech_to_a_wav_file(espeak: LiveServer, workdir: Path) -> None:
     """README's curl to /v1/tts writes hello.wav: 24 kHz mono speech of the sentence."""
     run = shell(command("README.md", "-o hello.wav"), workdir, espeak)
@@ -288,6 +289,7 @@ def test_the_quickstart_writes_speech_to_a_wav_file(espeak: LiveServer, workdir:
     assert (channels, rate) == (1, 24000) and seconds > 1.0
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("doc", ["README.md", "client/README.md"])
 def test_the_python_client_examples_print_what_was_heard(
     doc: str,
@@ -304,6 +306,7 @@ def test_the_python_client_examples_print_what_was_heard(
     assert heard and "你好，欢迎使用流式语音合成。".startswith(heard), heard
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("doc", ["README.md", "client/README.md", "docs/protocol.md"])
 def test_the_example_client_writes_a_playable_reply(
     doc: str, espeak: LiveServer, workdir: Path
@@ -320,6 +323,7 @@ def test_the_example_client_writes_a_playable_reply(
         assert wav.getnframes() == int(sent.group(2)) > 24000
 
 
+@pytest.mark.live
 def test_the_openai_example_writes_the_audio(
     espeak: LiveServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -334,6 +338,7 @@ def test_the_openai_example_writes_the_audio(
     assert np.abs(np.frombuffer(pcm, "<i2")).max() > 1000  # speech, not silence
 
 
+@pytest.mark.live
 def test_the_tts_body_example_is_spoken(espeak: LiveServer) -> None:
     """The body docs/http-api.md gives for POST /v1/tts is accepted as written: a WAV."""
     body = json.loads(block("docs/http-api.md", '"sample_rate": 24000').text)
@@ -343,6 +348,7 @@ def test_the_tts_body_example_is_spoken(espeak: LiveServer) -> None:
         assert wav.getframerate() == body["sample_rate"] and wav.getnframes() > 0
 
 
+@pytest.mark.live
 def test_the_error_example_is_what_the_server_sends(espeak: LiveServer) -> None:
     """docs/http-api.md's error body has the fields, type, param and code the server
     sends for an unknown voice."""
@@ -357,6 +363,7 @@ def test_the_error_example_is_what_the_server_sends(espeak: LiveServer) -> None:
     assert "'nobody'" in sent["message"]
 
 
+@pytest.mark.live
 def test_the_ready_example_has_the_fields_the_server_sends(espeak: LiveServer) -> None:
     """docs/protocol.md's `ready` message has exactly the fields (and limits) a server's has."""
     from chattts_client import StreamClient
@@ -373,6 +380,7 @@ def test_the_ready_example_has_the_fields_the_server_sends(espeak: LiveServer) -
     }
 
 
+@pytest.mark.live
 def test_the_preview_examples_show_the_segments(workdir: Path) -> None:
     """docs/text.md's `chattts-stream preview` commands (the second with the documented
     lexicon file) and its curl (with a token, as written) print the segments as spoken:
@@ -415,6 +423,7 @@ def speech_clip(espeak: LiveServer, seconds: float) -> bytes:
     return out.getvalue()
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("clip_s", [10, 25])
 def test_the_voice_examples_run_as_written(
     clip_s: int, espeak: LiveServer, tiny_checkpoint: Path, speaker: str, workdir: Path
@@ -441,6 +450,7 @@ def test_the_voice_examples_run_as_written(
 # --- the voice agents' examples ---------------------------------------------------------
 
 
+@pytest.mark.live
 def test_the_pipecat_example_speaks_both_turns_with_the_current_api(
     espeak: LiveServer,
     tmp_path: Path,
@@ -459,6 +469,7 @@ def test_the_pipecat_example_speaks_both_turns_with_the_current_api(
         assert wav.getnframes() / 24000 > 2.0
 
 
+@pytest.mark.live
 def test_the_livekit_example_prints_an_aligned_transcript(
     espeak: LiveServer,
     tmp_path: Path,

@@ -25,7 +25,9 @@ from server.config import Settings
 from server.engines.espeak import VOICES
 from server.voices import PRESET_NAMES
 from tests.scripted_engine import ScriptedEngine
-from tests.server.test_protocol_errors import json_events, read_until_done
+from tests.server.ws.test_protocol_errors import json_events, read_until_done
+
+pytestmark = pytest.mark.live
 
 IDLE_FLUSH_MS = 60_000  # nothing is spoken before `end` unless a sentence ends
 

@@ -72,6 +72,7 @@ def wait_for(check: Any, what: str) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.live
 def test_file_entries_apply_and_reload_when_the_file_changes(
     server: LiveServer, lexicon_file: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -95,6 +96,7 @@ def test_file_entries_apply_and_reload_when_the_file_changes(
         assert "the previous one (2 entries) stays in use" in caplog.text
 
 
+@pytest.mark.live
 def test_request_entries_win_over_the_file(server: LiveServer) -> None:
     """/v1/tts speaks with the request's entries (over the file's); /v1/audio/speech takes
     them as an extension field (an entry for an emoji: nothing removed any more)."""
@@ -118,6 +120,7 @@ def test_request_entries_win_over_the_file(server: LiveServer) -> None:
     assert len(with_entry.content) > len(plain.content)  # 笑脸 is said
 
 
+@pytest.mark.live
 @pytest.mark.parametrize(
     ("lexicon", "says"),
     [
@@ -144,6 +147,7 @@ def test_bad_request_entries_are_refused(server: LiveServer, lexicon: Any, says:
             assert error["param"] in ("lexicon", None) or "lexicon" in str(error["param"])
 
 
+@pytest.mark.live
 async def test_context_entries_over_the_websocket(server: LiveServer) -> None:
     """A context's ``start`` brings its own entries (the Python client's ``lexicon``); a
     bad one is refused with invalid_lexicon and the connection goes on."""
@@ -162,6 +166,7 @@ async def test_context_entries_over_the_websocket(server: LiveServer) -> None:
     assert [s["spoken"] for s in result.segments] == ["航长说人工智能很强。"]
 
 
+@pytest.mark.live
 def test_preview_names_the_rule_behind_each_rewrite(server: LiveServer) -> None:
     """Every rewrite in the preview says which rule made it."""
     with httpx.Client(base_url=server.base_url, timeout=TIMEOUT_S) as http:
@@ -200,6 +205,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@pytest.mark.live
 def test_sighup_reloads_the_file(tmp_path: Path) -> None:
     """A server started from the command line reloads its lexicon on SIGHUP, with the
     modification-time check off (--lexicon-check-s 0)."""
@@ -243,6 +249,7 @@ def doc_block(after: str, language: str = "") -> str:
     return block.group(1)
 
 
+@pytest.mark.live
 def test_the_documented_file_and_preview(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -21,6 +21,8 @@ from harness.live import TIMEOUT_S, run_live_server
 from server.config import Settings
 from tests.scripted_engine import ScriptedEngine
 
+pytestmark = pytest.mark.live
+
 
 async def test_shutdown_drains_audio_in_progress() -> None:
     """On SIGTERM the server refuses new work but finishes the stream in progress, then exits."""

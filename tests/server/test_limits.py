@@ -19,6 +19,8 @@ from server.config import Settings
 from streaming.joins import pause_ms_for
 from tests.scripted_engine import ScriptedEngine
 
+pytestmark = pytest.mark.live
+
 MAX_TEXT_MESSAGE_CHARS = 10
 MAX_BUFFERED_CHARS = 20
 MAX_CONTEXTS = 2

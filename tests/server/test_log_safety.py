@@ -170,6 +170,7 @@ def run(request: pytest.FixtureRequest) -> Iterator[Run]:
     yield result
 
 
+@pytest.mark.live
 def test_no_token_is_written_to_the_log_however_it_was_sent(run: Run) -> None:
     """No token, accepted or refused, sent in a header, a subprotocol or the query, over
     HTTP or WebSocket, appears in any log line at INFO or DEBUG."""
@@ -184,6 +185,7 @@ def test_no_token_is_written_to_the_log_however_it_was_sent(run: Run) -> None:
     assert leaked == {}
 
 
+@pytest.mark.live
 def test_client_values_cannot_forge_a_text_log_line(run: Run) -> None:
     """A newline in a request path or a context_id is escaped: every line of the text log
     is a record the server wrote (or an indented continuation of one)."""
@@ -196,6 +198,7 @@ def test_client_values_cannot_forge_a_text_log_line(run: Run) -> None:
     assert [line for line in lines if "\\n" + FORGED + "-context" in line]
 
 
+@pytest.mark.live
 def test_an_invalid_utf8_frame_is_one_info_line_without_traceback(run: Run) -> None:
     """A text frame that is not UTF-8 closes its connection with 1007 and is logged once,
     at INFO, without a traceback; no ERROR line at all."""

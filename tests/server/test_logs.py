@@ -18,6 +18,8 @@ from chattts_client import StreamClient
 
 from harness.live import TIMEOUT_S
 
+pytestmark = pytest.mark.live
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -22,6 +22,8 @@ from websockets.asyncio.client import connect
 from harness.live import TIMEOUT_S
 from streaming import protocol as p
 
+pytestmark = pytest.mark.live
+
 ROOT = Path(__file__).resolve().parents[2]
 REQUESTS = 240
 CONCURRENCY = 12

@@ -19,6 +19,8 @@ from server.config import Settings
 from tests.conftest import CHATTTS_TEST_STEPS, fixed_length_chattts
 from tests.scripted_engine import ScriptedEngine
 
+pytestmark = pytest.mark.live
+
 REFUSAL = "field 'speed' must be a number in [0.25, 4.0]"
 #: The scripted engine's tone for this seed: 200 + seed % 300 Hz (the OpenAI route
 #: speaks the preset alloy, whose seed is 1000: 300 Hz).

@@ -20,7 +20,7 @@ from server.textnorm import TextFrontend
 from streaming.segment import Segmenter, SegmenterSettings
 from streaming.text import SPOKEN_CHARSET
 from tests.conftest import fixed_length_chattts
-from tests.server.test_stream import assert_complete, speak
+from tests.server.ws.test_stream import assert_complete, speak
 from tests.streaming.test_text import check_accounting
 
 
@@ -416,6 +416,7 @@ def espeak_server() -> Iterator[LiveServer]:
         yield live
 
 
+@pytest.mark.live
 def test_preview_endpoint(espeak_server: LiveServer) -> None:
     """POST /v1/preview returns each segment as it would be spoken, with removals."""
     with httpx.Client(base_url=espeak_server.base_url, timeout=TIMEOUT_S) as http:
@@ -478,6 +479,7 @@ def test_preview_cli_reads_money_whole(capsys: pytest.CaptureFixture[str]) -> No
 # -- end to end: the real ChatTTS code path ------------------------------------------
 
 
+@pytest.mark.live
 @pytest.mark.slow
 async def test_numbers_dates_and_acronyms_spoken_in_full_chattts(tiny_checkpoint: Path) -> None:
     """Over the WebSocket on ChatTTS, numbers, a date and an acronym are spoken in full."""
@@ -496,6 +498,7 @@ async def test_numbers_dates_and_acronyms_spoken_in_full_chattts(tiny_checkpoint
     assert [s["text"] for s in result.segments][2] == "NASA在2024年10月1日发布[uv_break]了新闻。"
 
 
+@pytest.mark.live
 async def test_code_block_is_reported_not_read(espeak_server: LiveServer) -> None:
     """A fenced code block streamed in small deltas is reported as code and makes no audio."""
     from chattts_client import StreamClient

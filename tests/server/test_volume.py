@@ -16,6 +16,8 @@ from server.config import Settings
 from tests.scripted_engine import ScriptedEngine
 from tests.server.test_speed import SEED, TEXT, samples, ws_answer
 
+pytestmark = pytest.mark.live
+
 REFUSAL = "field 'volume' must be a number in [0, 4]"
 FULL_SCALE = 32767 / 32768
 

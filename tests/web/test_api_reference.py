@@ -13,7 +13,7 @@ from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
 from tests.web.conftest import WAIT_MS
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.live]
 
 HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 

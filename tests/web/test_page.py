@@ -12,7 +12,7 @@ from harness.live import LiveServer, run_live_server
 from server.config import Settings
 from tests.web.conftest import SAMPLE_RATE_HZ, load, tts_state, wait_state
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.live]
 
 
 @pytest.fixture(scope="module")

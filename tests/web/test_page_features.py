@@ -23,7 +23,7 @@ from server.config import Settings
 from tests.scripted_engine import ScriptedEngine
 from tests.web.conftest import SAMPLE_RATE_HZ, WAIT_MS, load, tts_state, wait_state
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.live]
 
 TOKEN = "s3cret-token"
 #: The worklet fades the first samples of a (re)start in over this many samples.

@@ -27,7 +27,7 @@ of a few fixed-shape functions, which ``cuda_graphs`` captures once per bucket
 
 Same output: a prefill is the single-utterance arithmetic exactly and a step differs
 from a batch of one only in how a GEMM over several rows rounds, so a seeded utterance
-gives the same tokens alone or with others (tests/server/test_batch_step.py). The
+gives the same tokens alone or with others (tests/server/engines/chattts/test_batch_step.py). The
 sampler's ``"fast"`` mode (serving's) keeps ChatTTS's tokens but for rounding ties;
 ``sampling="parity"`` is ChatTTS's warpers op for op (see the sampling module).
 

@@ -4,7 +4,7 @@
 building, embeddings, speaker embedding, logits processors (``gen_logits``: top-P,
 top-K, repetition penalty), temperature, EOS masking below ``min_new_token`` and
 per-step re-seeded sampling from the GPT's own generator (:class:`Sampler`). Same seed
--> same tokens as ChatTTS (pinned by tests/server/test_chattts_stream.py), but it yields
+-> same tokens as ChatTTS (pinned by tests/server/engines/chattts/test_chattts_stream.py), but it yields
 each step's token and hidden state as soon as it is sampled, and polls ``should_stop``
 before every step. Its prompt, input-embedding and head pieces are what the batched
 decoder (:mod:`server.engines.chattts.batch`) builds on.

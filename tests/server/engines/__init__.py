@@ -1,0 +1,1 @@
+"""Engines (server/engines/): choice, the fallback voice."""

@@ -1,0 +1,1 @@
+"""ChatTTS (server/engines/chattts/) on the tiny random-weight checkpoint."""

@@ -1,0 +1,1 @@
+"""HTTP routes, audio encoders and the OpenAI API (server/http/)."""

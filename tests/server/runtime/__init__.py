@@ -1,0 +1,1 @@
+"""The engine worker, scheduler, watchdog and speaker (server/runtime/)."""

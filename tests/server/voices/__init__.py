@@ -1,0 +1,1 @@
+"""Named voices and their stores (server/voices/)."""

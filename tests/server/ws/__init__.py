@@ -1,0 +1,1 @@
+"""The WebSocket stream (server/ws/): sessions, contexts, protocol errors."""
