@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from streaming import encodings
 from streaming import protocol as p
 from streaming.errors import ClientError, LimitExceeded, TTSError, Unavailable
 from streaming.segment import Segment, Segmenter
@@ -77,6 +78,10 @@ class ContextVoice:
     fallback: bool = False
     #: The client's own seed (False: the voice's, or one picked for it).
     seed_given: bool = True
+    #: How its audio frames are encoded (streaming.encodings).
+    encoding: str = encodings.DEFAULT_ENCODING
+    #: Every frame exactly this long (None: the server's frames, shorter first).
+    frame_ms: int | None = None
 
 
 class ContextState:
@@ -346,14 +351,21 @@ class Connection:
             )
         seed = self._seed(message)
         lexicon = self._lexicon(message)
+        encoding = message.encoding or encodings.DEFAULT_ENCODING
+        rate_hz = encodings.check_rate(
+            encoding, message.sample_rate, self.engine_rate_hz, context_id=message.context_id
+        )
+        _check_frame(message, rate_hz)
         fallback = self._admit(message.context_id)  # last: nothing refused after it
         voice = ContextVoice(
             message.voice,
             seed,
             message.speed,
-            message.sample_rate or self.engine_rate_hz,
+            rate_hz,
             fallback,
             message.seed is not None,
+            encoding,
+            message.frame_ms,
         )
         context = ContextState(
             message.context_id,
@@ -372,6 +384,8 @@ class Connection:
             voice=voice.voice,
             seed=voice.seed,
             speed=voice.speed,
+            encoding=voice.encoding,
+            frame_ms=voice.frame_ms,
         )
         events: list[Event] = [Opened(context), Reply(started)]
         if fallback:
@@ -466,3 +480,14 @@ class Connection:
         context.cancelled = context.closing = True
         context.queued_chars = 0
         return [IdleTimer(context.id, None), Cancelled(context.id)]
+
+
+def _check_frame(message: p.Start, rate_hz: int) -> None:
+    """A frame duration must be a whole number of samples at the context's rate."""
+    if message.frame_ms is not None and message.frame_ms * rate_hz % 1000:
+        raise ClientError(
+            f"field 'frame_ms': {message.frame_ms} ms at {rate_hz} Hz is not a whole number "
+            "of samples; choose one that is (at 22050 and 44100 Hz: a multiple of 20 ms)",
+            code="invalid_field",
+            context_id=message.context_id,
+        )

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from streaming.encodings import DEFAULT_ENCODING, ENCODINGS
 from streaming.errors import ClientError, TTSError, public_message
 from streaming.text import Removal
 
@@ -28,7 +29,7 @@ SUBPROTOCOL = "tts.v1"
 #: second subprotocol. The server never echoes it back.
 TOKEN_SUBPROTOCOL_PREFIX = "token."
 DEFAULT_CONTEXT_ID = "default"
-ENCODING = "pcm_s16le"
+ENCODING = DEFAULT_ENCODING
 
 #: Binary audio frame header: stream number, segment index, sequence number (per
 #: stream, counting every frame of that stream), all little-endian uint32.
@@ -43,6 +44,10 @@ MAX_SPEED = 4.0
 MAX_CONTEXT_ID_CHARS = 64
 MAX_VOICE_CHARS = 4096
 MAX_SEED = 2**31 - 1
+#: The frame durations a context may ask for (``start.frame_ms``): below 10 ms the
+#: per-frame cost (a header, a send) outweighs the audio; a second is already long.
+MIN_FRAME_MS = 10
+MAX_FRAME_MS = 1000
 #: A UTF-16 surrogate alone (JSON "\ud800"): not a character, cannot be encoded as UTF-8.
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -61,6 +66,10 @@ class Start:
     timestamps: bool = False
     #: Pronunciation lexicon entries (written, spoken) for this context (docs/text.md).
     lexicon: tuple[tuple[str, str], ...] | None = None
+    #: The bytes of its audio frames: pcm_s16le (None: the default), pcm_mulaw, pcm_alaw.
+    encoding: str | None = None
+    #: Every audio frame exactly this long (None: the server's frames, shorter first).
+    frame_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +137,8 @@ def parse_client_message(raw: str | bytes) -> ClientMessage:
             sample_rate=_optional_sample_rate(obj, context_id),
             timestamps=_optional_bool(obj, "timestamps", context_id),
             lexicon=_optional_lexicon(obj, context_id),
+            encoding=_optional_encoding(obj, context_id),
+            frame_ms=_optional_frame_ms(obj, context_id),
         )
     return cls(context_id)  # type: ignore[call-arg]
 
@@ -284,6 +295,36 @@ def _optional_sample_rate(obj: dict[str, Any], context_id: str) -> int | None:
     return int(value)
 
 
+def _optional_encoding(obj: dict[str, Any], context_id: str) -> str | None:
+    value = obj.get("encoding")
+    if value is None:
+        return None
+    if value not in ENCODINGS:
+        raise ClientError(
+            f"field 'encoding' must be one of {', '.join(ENCODINGS)}",
+            code="invalid_field",
+            context_id=context_id,
+        )
+    return str(value)
+
+
+def _optional_frame_ms(obj: dict[str, Any], context_id: str) -> int | None:
+    value = obj.get("frame_ms")
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not (MIN_FRAME_MS <= value <= MAX_FRAME_MS)
+    ):
+        raise ClientError(
+            f"field 'frame_ms' must be an integer in [{MIN_FRAME_MS}, {MAX_FRAME_MS}]",
+            code="invalid_field",
+            context_id=context_id,
+        )
+    return value
+
+
 def serialize_client_message(message: ClientMessage) -> str:
     """The JSON text frame for a client message (used by the Python client and tests)."""
     kind = next(name for name, cls in _CLIENT_TYPES.items() if isinstance(message, cls))
@@ -319,6 +360,8 @@ class Ready(ServerMessage):
     encoding: str = ENCODING
     channels: int = 1
     audio_header_bytes: int = AUDIO_HEADER_BYTES
+    #: What ``start.encoding`` may ask for.
+    encodings: list[str] = field(default_factory=lambda: list(ENCODINGS))
     type: str = field(init=False, default="ready")
 
 
@@ -330,6 +373,9 @@ class Started(ServerMessage):
     voice: str | None
     seed: int
     speed: float
+    encoding: str = ENCODING
+    #: The context's own frame duration (None: the server's frames).
+    frame_ms: int | None = None
     type: str = field(init=False, default="started")
 
 

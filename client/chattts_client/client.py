@@ -251,8 +251,14 @@ class StreamClient:
         sample_rate: int | None = None,
         timestamps: bool = False,
         lexicon: Mapping[str, str] | None = None,
+        encoding: str | None = None,
+        frame_ms: int | None = None,
     ) -> str:
         """Open a context (do not wait for ``started``); returns its id.
+
+        ``encoding``: its frames' bytes, ``pcm_s16le`` (the default), ``pcm_mulaw`` or
+        ``pcm_alaw`` (G.711 at 8 kHz: ``sample_rate`` 8000 or left out); ``frame_ms``:
+        every frame exactly that long (20 for telephony), else the server's frames.
 
         ``lexicon``: pronunciation entries for this context, written form to spoken form
         (``{"行长": "航长"}``), applied before the server's own rules and its lexicon file.
@@ -260,7 +266,8 @@ class StreamClient:
         context_id = context_id or uuid.uuid4().hex[:8]
         params = {"voice": voice, "seed": seed, "speed": speed, "sample_rate": sample_rate,
                   "timestamps": timestamps or None,
-                  "lexicon": dict(lexicon) if lexicon else None}  # fmt: skip
+                  "lexicon": dict(lexicon) if lexicon else None,
+                  "encoding": encoding, "frame_ms": frame_ms}  # fmt: skip
         if self._resumer is not None:
             await self._resumer.start(await self._usable_link(), context_id, params)
         else:
@@ -277,6 +284,8 @@ class StreamClient:
         sample_rate: int | None = None,
         timestamps: bool = False,
         lexicon: Mapping[str, str] | None = None,
+        encoding: str | None = None,
+        frame_ms: int | None = None,
         attempts: int = 5,
         busy_within_s: float = 10.0,
         timeout_s: float = 30.0,
@@ -310,6 +319,8 @@ class StreamClient:
                 sample_rate=sample_rate,
                 timestamps=timestamps,
                 lexicon=lexicon,
+                encoding=encoding,
+                frame_ms=frame_ms,
             )
             answer = await self._answer_to_start(context_id, timeout_s)
             if answer["type"] == "started":

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import numpy as np
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -30,6 +30,8 @@ from server.http import audio as http_audio
 from server.http.schemas import (
     ERROR_RESPONSES,
     LEXICON_FIELD_HELP,
+    SAMPLE_RATE_HELP,
+    SampleRate,
     audio_responses,
 )
 from server.http.speech import (
@@ -41,12 +43,12 @@ from server.http.speech import (
 )
 from server.lexicon import request_lexicon
 from server.state import AppState
+from streaming import encodings
 from streaming import protocol as p
 from streaming.audio import float32_json_array
 from streaming.errors import ClientError
 
-SampleRate = Literal[8000, 16000, 22050, 24000, 44100, 48000]  # = p.SUPPORTED_SAMPLE_RATES_HZ
-AudioFormat = Literal["wav", "pcm", "json", "mp3", "ogg", "opus", "aac", "flac"]
+AudioFormat = Literal["wav", "pcm", "json", "mp3", "ogg", "opus", "aac", "flac", "ulaw", "alaw"]
 
 
 class TTSRequest(BaseModel):
@@ -71,10 +73,11 @@ class TTSRequest(BaseModel):
     format: AudioFormat | None = Field(
         None,
         description="wav (default; json when Accept asks for application/json), pcm (s16le), "
-        "json, mp3, ogg and opus (Opus in Ogg), aac (ADTS), flac",
+        "json, mp3, ogg and opus (Opus in Ogg), aac (ADTS), flac, ulaw and alaw (raw G.711 "
+        "µ-law and A-law at 8 kHz, no header: telephony)",
     )
     sample_rate: SampleRate | None = Field(
-        None, description="output rate in Hz; default the engine's"
+        None, description=SAMPLE_RATE_HELP.format(default="the engine's")
     )
     stream: StrictBool = Field(
         False, description="answer after the first audio and send the rest as it is made"
@@ -133,7 +136,7 @@ class PreviewResponse(BaseModel):
     segments: list[dict[str, Any]]
 
 
-_TTS_FORMATS = ("wav", "pcm", "mp3", "ogg", "opus", "aac", "flac")
+_TTS_FORMATS = ("wav", "pcm", "mp3", "ogg", "opus", "aac", "flac", "ulaw", "alaw")
 
 
 def speech_routes(state: AppState) -> APIRouter:
@@ -178,7 +181,7 @@ async def synthesize_http(state: AppState, body: TTSRequest, request: Request) -
         raise ClientError("format json cannot be streamed: use wav, pcm, mp3, ...",
                           code="invalid_field")  # fmt: skip
     http_audio.require_ffmpeg(fmt if fmt != "json" else "pcm")
-    rate = body.sample_rate or state.worker.sample_rate_hz
+    rate = encodings.check_rate(fmt, body.sample_rate, state.worker.sample_rate_hz)
     speech = await start_speech(
         state,
         body.text,
@@ -190,7 +193,7 @@ async def synthesize_http(state: AppState, body: TTSRequest, request: Request) -
         lexicon=lexicon,
     )
     headers = speech.headers()
-    if fmt == "pcm":
+    if fmt in ("pcm", "ulaw", "alaw"):
         headers["X-TTS-Sample-Rate"] = str(rate)
     if body.stream:
         encoded = http_audio.encode(speech.frames(), fmt, rate, encoders=state.encoders)

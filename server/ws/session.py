@@ -40,8 +40,8 @@ from server.runtime.speaker import (
 from server.state import AppState
 from server.transport import SCOPE_KEY, drain_then_abort, unblock_writes
 from streaming import connection as c
+from streaming import encodings
 from streaming import protocol as p
-from streaming.audio import float_to_pcm16
 from streaming.errors import CLOSE_GOING_AWAY
 from streaming.schedule import playback_deadline
 from streaming.segment import Segment
@@ -77,6 +77,7 @@ class Context:
                 session.worker.sample_rate_hz,
                 voice.sample_rate_hz,
                 tempo=tempo,
+                frame_ms=voice.frame_ms,
             ),
             session.voices.for_stream(
                 voice.voice,
@@ -89,6 +90,7 @@ class Context:
             on_fallback=voice.fallback,
             timestamps=state.timestamps,
         )
+        self._encode = encodings.encoder(voice.encoding)
         self.segments: asyncio.Queue[Segment | None] = asyncio.Queue()
         # Each segment is normalised as soon as it is cut, while earlier ones speak.
         self._prepared: dict[int, asyncio.Future[PreparedText]] = {}
@@ -289,7 +291,7 @@ class Context:
             if self.cancelled or not frame.size:
                 continue
             header = p.pack_audio_header(self.state.stream, segment_index, self.sequence)
-            await self.session.send_bytes(header + float_to_pcm16(frame))
+            await self.session.send_bytes(header + self._encode(frame))
             self.sequence += 1
             self.samples_sent += int(frame.size)
             if self.playback_started_at is None:

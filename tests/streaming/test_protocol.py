@@ -220,12 +220,13 @@ SERVER_MESSAGES: list[tuple[p.ServerMessage, str, set[str]]] = [
             "encoding",
             "channels",
             "audio_header_bytes",
+            "encodings",
         },
     ),
     (
         p.Started(context_id="a", stream=1, sample_rate=24000, voice=None, seed=42, speed=1.0),
         "started",
-        {"context_id", "stream", "sample_rate", "voice", "seed", "speed"},
+        {"context_id", "stream", "sample_rate", "voice", "seed", "speed", "encoding", "frame_ms"},
     ),
     (
         p.SegmentEvent(
