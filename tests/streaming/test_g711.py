@@ -217,9 +217,7 @@ def speak_segments(pipeline: SpeechPipeline, texts: list[str]) -> list[np.ndarra
 def test_a_context_frame_duration_makes_every_frame_exactly_that_long(whole_text: bool) -> None:
     """frame_ms 20 at 8 kHz: every frame is 160 samples, from the first to the last;
     each segment's last frame is filled with silence, so the next starts on a frame."""
-    pipeline = SpeechPipeline(
-        SpeechSettings(), ENGINE_HZ, 8000, whole_text=whole_text, frame_ms=20
-    )
+    pipeline = SpeechPipeline(SpeechSettings(), ENGINE_HZ, 8000, whole_text=whole_text, frame_ms=20)
     frames = speak_segments(pipeline, ["你好。", "今天天气很好，", "再见！"])
     assert frames and {frame.size for frame in frames} == {160}
     assert pipeline.samples == 160 * len(frames)
