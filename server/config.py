@@ -45,6 +45,16 @@ class Settings:
         "or * for any (none: same-origin only)",
         group="server",
     )
+    wyoming_port: int = option(
+        0,
+        "also serve Home Assistant's Wyoming protocol (TTS) on this TCP port (0: off; 10200 "
+        "is the convention). The protocol has no authentication: bind it to loopback or a "
+        "private network and firewall it (docs/home-assistant.md)",
+        group="server",
+    )
+    wyoming_host: str = option(
+        "127.0.0.1", "interface the Wyoming port binds (with --wyoming-port)", group="server"
+    )
     log_level: str = option(
         "info",
         "the server log's threshold",
@@ -654,6 +664,8 @@ def _combination_problems(settings: Settings) -> list[str]:
         problems.append("voices_store must be a redis://, rediss:// or unix:// URL")
     if not 0 <= settings.port <= 65535:
         problems.append("port must be in 0..65535")
+    if not 0 <= settings.wyoming_port <= 65535:
+        problems.append("wyoming_port must be in 0..65535 (0: off)")
     if settings.lexicon is not None:
         problems += lexicon_problems(settings)
     return problems

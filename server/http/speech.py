@@ -131,6 +131,8 @@ class TextSpeech:
     _ended: float | None = None
     #: The request's own lexicon entries (over the server's file).
     lexicon: Lexicon | None = None
+    #: The metrics' route label: http, or wyoming (server.wyoming speaks through here).
+    route: str = "http"
 
     def _budget_s(self) -> float:
         """What is left of the time limit: it counts the time spent preparing and waiting
@@ -219,7 +221,7 @@ class TextSpeech:
     def _count(self, frame: np.ndarray) -> np.ndarray:
         if self.first_audio_s is None:
             self.first_audio_s = time.perf_counter() - self.started
-            self.state.metrics.ttfa.labels(route="http").observe(self.first_audio_s)
+            self.state.metrics.ttfa.labels(route=self.route).observe(self.first_audio_s)
         self.samples += int(frame.size)
         return frame
 
@@ -250,7 +252,8 @@ class TextSpeech:
             )
         if not self.fallback:
             self.state.admission.finish()
-        self.state.metrics.http_latency.observe(self._ended - self.started)
+        if self.route == "http":
+            self.state.metrics.http_latency.observe(self._ended - self.started)
 
     def headers(self) -> dict[str, str]:
         """What the response says of the text and the engine (known before the audio)."""
@@ -298,6 +301,7 @@ async def start_speech(
     speed: float = 1.0,
     request: Request | None = None,
     lexicon: Lexicon | None = None,
+    route: str = "http",
 ) -> TextSpeech:
     """Admit and prepare a text (errors here are the request's HTTP status).
 
@@ -308,8 +312,8 @@ async def start_speech(
     await state.voices.confirm(voice)  # the store's truth of the name, read after write
     engine_speed, tempo = state.voices.speed_split(speed)
     spec = state.voices.for_stream(voice, seed=seed, speed=engine_speed)
-    fallback = state.admission.start("http")
-    speech = TextSpeech(state, text, spec, output_rate_hz, fallback, tempo)
+    fallback = state.admission.start(route)
+    speech = TextSpeech(state, text, spec, output_rate_hz, fallback, tempo, route=route)
     speech.voice_name = voice
     speech.lexicon = lexicon
     if request is not None:
