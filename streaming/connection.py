@@ -351,22 +351,7 @@ class Connection:
             )
         seed = self._seed(message)
         lexicon = self._lexicon(message)
-        encoding = message.encoding or encodings.DEFAULT_ENCODING
-        rate_hz = encodings.check_rate(
-            encoding, message.sample_rate, self.engine_rate_hz, context_id=message.context_id
-        )
-        _check_frame(message, rate_hz)
-        fallback = self._admit(message.context_id)  # last: nothing refused after it
-        voice = ContextVoice(
-            message.voice,
-            seed,
-            message.speed,
-            rate_hz,
-            fallback,
-            message.seed is not None,
-            encoding,
-            message.frame_ms,
-        )
+        voice = self._voice(message, seed)  # admitted last: nothing is refused after it
         context = ContextState(
             message.context_id,
             self._next_stream,
@@ -388,7 +373,7 @@ class Connection:
             frame_ms=voice.frame_ms,
         )
         events: list[Event] = [Opened(context), Reply(started)]
-        if fallback:
+        if voice.fallback:
             warning = p.WarningEvent(
                 context_id=context.id,
                 code="busy_fallback_voice",
@@ -396,6 +381,19 @@ class Connection:
             )
             events.append(Reply(warning))
         return events
+
+    def _voice(self, message: p.Start, seed: int) -> ContextVoice:
+        """How the context sounds and what its frames are, then its admission."""
+        encoding = message.encoding or encodings.DEFAULT_ENCODING
+        rate_hz = encodings.check_rate(
+            encoding, message.sample_rate, self.engine_rate_hz, context_id=message.context_id
+        )
+        _check_frame(message, rate_hz)
+        fallback = self._admit(message.context_id)
+        return ContextVoice(
+            message.voice, seed, message.speed, rate_hz, fallback, message.seed is not None,
+            encoding, message.frame_ms,
+        )  # fmt: skip
 
     def _lexicon(self, message: p.Start) -> Lexicon | None:
         """The context's lexicon, checked against the limits (``invalid_lexicon``)."""

@@ -10,6 +10,7 @@ Pure and synchronous.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -21,9 +22,13 @@ __all__ = [
     "DEFAULT_ENCODING",
     "ENCODINGS",
     "FORMAT_LAWS",
+    "MAX_FRAME_MS",
+    "MIN_FRAME_MS",
     "bytes_per_sample",
     "check_rate",
     "encoder",
+    "encoding_field",
+    "frame_ms_field",
     "law_of",
 ]
 
@@ -39,6 +44,10 @@ _LAWS = {
     "g711_ulaw": "ulaw",
     "g711_alaw": "alaw",
 }
+#: The frame durations a WebSocket context may ask for (``start.frame_ms``): below 10 ms
+#: the cost of each frame (a header, a send) outweighs its audio; a second is long already.
+MIN_FRAME_MS = 10
+MAX_FRAME_MS = 1000
 #: The HTTP formats that are G.711.
 FORMAT_LAWS = {name: law for name, law in _LAWS.items() if not name.startswith("pcm_")}
 
@@ -79,3 +88,35 @@ def check_rate(
         context_id=context_id,
         param="sample_rate",
     )
+
+
+def encoding_field(obj: dict[str, Any], context_id: str) -> str | None:
+    """``start.encoding``: one of :data:`ENCODINGS`, or None when not given."""
+    value = obj.get("encoding")
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in ENCODINGS:
+        raise ClientError(
+            f"field 'encoding' must be one of {', '.join(ENCODINGS)}",
+            code="invalid_field",
+            context_id=context_id,
+        )
+    return value
+
+
+def frame_ms_field(obj: dict[str, Any], context_id: str) -> int | None:
+    """``start.frame_ms``: an integer in [MIN_FRAME_MS, MAX_FRAME_MS], or None."""
+    value = obj.get("frame_ms")
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not (MIN_FRAME_MS <= value <= MAX_FRAME_MS)
+    ):
+        raise ClientError(
+            f"field 'frame_ms' must be an integer in [{MIN_FRAME_MS}, {MAX_FRAME_MS}]",
+            code="invalid_field",
+            context_id=context_id,
+        )
+    return value

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from streaming.encodings import DEFAULT_ENCODING, ENCODINGS
+from streaming.encodings import DEFAULT_ENCODING, ENCODINGS, encoding_field, frame_ms_field
 from streaming.errors import ClientError, TTSError, public_message
 from streaming.text import Removal
 
@@ -44,10 +44,6 @@ MAX_SPEED = 4.0
 MAX_CONTEXT_ID_CHARS = 64
 MAX_VOICE_CHARS = 4096
 MAX_SEED = 2**31 - 1
-#: The frame durations a context may ask for (``start.frame_ms``): below 10 ms the
-#: per-frame cost (a header, a send) outweighs the audio; a second is already long.
-MIN_FRAME_MS = 10
-MAX_FRAME_MS = 1000
 #: A UTF-16 surrogate alone (JSON "\ud800"): not a character, cannot be encoded as UTF-8.
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -137,8 +133,8 @@ def parse_client_message(raw: str | bytes) -> ClientMessage:
             sample_rate=_optional_sample_rate(obj, context_id),
             timestamps=_optional_bool(obj, "timestamps", context_id),
             lexicon=_optional_lexicon(obj, context_id),
-            encoding=_optional_encoding(obj, context_id),
-            frame_ms=_optional_frame_ms(obj, context_id),
+            encoding=encoding_field(obj, context_id),
+            frame_ms=frame_ms_field(obj, context_id),
         )
     return cls(context_id)  # type: ignore[call-arg]
 
@@ -293,36 +289,6 @@ def _optional_sample_rate(obj: dict[str, Any], context_id: str) -> int | None:
             context_id=context_id,
         )
     return int(value)
-
-
-def _optional_encoding(obj: dict[str, Any], context_id: str) -> str | None:
-    value = obj.get("encoding")
-    if value is None:
-        return None
-    if value not in ENCODINGS:
-        raise ClientError(
-            f"field 'encoding' must be one of {', '.join(ENCODINGS)}",
-            code="invalid_field",
-            context_id=context_id,
-        )
-    return str(value)
-
-
-def _optional_frame_ms(obj: dict[str, Any], context_id: str) -> int | None:
-    value = obj.get("frame_ms")
-    if value is None:
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or not (MIN_FRAME_MS <= value <= MAX_FRAME_MS)
-    ):
-        raise ClientError(
-            f"field 'frame_ms' must be an integer in [{MIN_FRAME_MS}, {MAX_FRAME_MS}]",
-            code="invalid_field",
-            context_id=context_id,
-        )
-    return value
 
 
 def serialize_client_message(message: ClientMessage) -> str:
