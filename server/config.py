@@ -167,11 +167,14 @@ class Settings:
     tokens: tuple[str, ...] = field(default=(), repr=False)
 
     # Limits
-    max_connections: int = option(64, "WebSocket connections per server", group="connections")
+    max_connections: int = option(
+        64, "WebSocket (and Wyoming) connections per server", group="connections"
+    )
     ws_idle_timeout_s: float = option(
         120.0,
         "a WebSocket session with no open context is closed (1001, reason idle) after this "
-        "long without a message from its client, giving its connection slot back (0: never)",
+        "long without a message from its client, giving its connection slot back, and so "
+        "is a Wyoming connection that sends no event for this long (0: never)",
         group="connections",
     )
     ws_ping_interval_s: float = option(

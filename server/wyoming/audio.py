@@ -14,11 +14,10 @@ import time
 
 import numpy as np
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
-from wyoming.error import Error
 from wyoming.event import Event
 
 from server.metrics import Metrics
-from server.wyoming.framing import write_event
+from server.wyoming.framing import write_error, write_event
 from streaming.audio import float_to_pcm16
 
 __all__ = ["AudioWriter"]
@@ -79,7 +78,7 @@ class AudioWriter:
         await self._write(AudioStop().event())
 
     async def error(self, code: str, message: str) -> None:
-        await self._write(Error(text=message, code=code).event())
+        await write_error(self.writer, code, message, self.stall_s)
 
     async def _start(self) -> None:
         if not self._started:

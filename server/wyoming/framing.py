@@ -14,11 +14,12 @@ import asyncio
 import json
 from typing import Any
 
+from wyoming.error import Error
 from wyoming.event import Event, async_write_event
 
 from streaming.errors import ClientError, LimitExceeded
 
-__all__ = ["read_event", "write_event"]
+__all__ = ["read_event", "write_error", "write_event"]
 
 
 async def read_event(reader: asyncio.StreamReader, max_bytes: int) -> Event | None:
@@ -91,3 +92,10 @@ async def write_event(event: Event, writer: asyncio.StreamWriter, stall_s: float
     except TimeoutError:
         writer.transport.abort()
         raise OSError(f"the client read nothing for {stall_s:g} s") from None
+
+
+async def write_error(
+    writer: asyncio.StreamWriter, code: str, message: str, stall_s: float
+) -> None:
+    """An ``error`` event: ``code`` as on every route, ``message`` (its ``text``) says why."""
+    await write_event(Error(text=message, code=code).event(), writer, stall_s)

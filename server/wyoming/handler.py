@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from typing import Any
 
 from wyoming.event import Event
@@ -76,8 +75,7 @@ class WyomingConnection:
         settings = self.state.settings
         try:
             while True:
-                idle_s = settings.ws_idle_timeout_s if self.stream is None else 0
-                async with asyncio.timeout(idle_s or None):
+                async with asyncio.timeout(settings.ws_idle_timeout_s or None):
                     event = await read_event(self.reader, settings.max_message_bytes)
                 if event is None:
                     break
@@ -86,7 +84,7 @@ class WyomingConnection:
                     break
                 self.busy = self.stream is not None
         except TimeoutError:
-            self.log.info("closing: no request for %g s", settings.ws_idle_timeout_s)
+            self.log.info("closing: no event for %g s", settings.ws_idle_timeout_s)
             self.state.metrics.connections_closed.labels(reason="idle_session").inc()
         except ClientError as exc:  # a malformed event or one over the limit
             await self._refuse(exc, "event")
@@ -131,8 +129,7 @@ class WyomingConnection:
     async def _synthesize(self, request: Synthesize) -> bool:
         """A whole text, spoken as /v1/tts speaks it."""
         state = self.state
-        out = self._writer()
-        out.first_text_at = time.perf_counter()
+        out = self._writer()  # its first audio is timed by the speech (route wyoming)
         summary: dict[str, Any] = {}
         outcome = "refused"
         try:

@@ -17,7 +17,7 @@ import logging
 from server import logs
 from server.errors import report
 from server.state import AppState
-from server.wyoming.audio import AudioWriter
+from server.wyoming.framing import write_error
 from server.wyoming.handler import WyomingConnection
 from streaming.errors import Unavailable
 
@@ -92,9 +92,8 @@ class WyomingServer:
             limit=limit,
         )
         code, message = report(refusal, metrics=self.state.metrics, log=logger, where="wyoming")
-        out = AudioWriter(writer, 0, stall_s=1.0, metrics=self.state.metrics)
         with contextlib.suppress(OSError):
-            await out.error(code, message)
+            await write_error(writer, code, message, self.state.settings.http_stall_timeout_s)
 
     async def close(self, grace_s: float) -> None:
         """Stop listening; close the connections between requests now, give those with a

@@ -264,3 +264,23 @@ def test_the_wyoming_port_is_off_by_default_and_binds_loopback() -> None:
     """No --wyoming-port: no listener; its host defaults to 127.0.0.1 (no authentication)."""
     settings = Settings()
     assert settings.wyoming_port == 0 and settings.wyoming_host == "127.0.0.1"
+
+
+async def test_connections_are_limited_and_an_idle_one_is_closed() -> None:
+    """With --max-connections 1, a second connection gets too_many_connections and is
+    closed; the first, sending nothing for --ws-idle-timeout-s, is closed too."""
+    port = free_port()
+    settings = Settings(
+        engine="espeak", wyoming_port=port, max_connections=1, ws_idle_timeout_s=1.0
+    )
+    with run_live_server(settings) as live:
+        async with AsyncTcpClient("127.0.0.1", port) as first:
+            await first.write_event(Describe().event())
+            assert (await read_answer(first, "info")).types == ["info"]
+            async with AsyncTcpClient("127.0.0.1", port) as second:
+                turned_away = await read_answer(second, "never")
+            idle = await read_answer(first, "never")
+        metrics = httpx.get(f"{live.base_url}/metrics", timeout=TIMEOUT_S).text
+    assert turned_away.closed and [e.code for e in turned_away.errors] == ["too_many_connections"]
+    assert idle.closed and idle.types == []
+    assert 'tts_connections_closed_total{reason="idle_session"} 1.0' in metrics
