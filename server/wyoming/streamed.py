@@ -96,6 +96,7 @@ class StreamedSpeech:
         )  # fmt: skip
         state.metrics.active_streams.inc()
         self._task = asyncio.get_running_loop().create_task(self._speak_all(speaker))
+        self._task.add_done_callback(lambda _: self._room.set())  # no push waits on it then
 
     async def push(self, text: str) -> None:
         """One text chunk; waits while the unspoken text would pass the limit."""
@@ -110,6 +111,8 @@ class StreamedSpeech:
         while self._queued_chars and self._buffered + len(text) > limits.max_buffered_chars:
             self._room.clear()
             await self._room.wait()
+            if self._task is not None and self._task.done():
+                raise OSError("the stream's audio could not be sent")  # the client is gone
         if self._buffered + len(text) > limits.max_buffered_chars:
             raise LimitExceeded(
                 f"{self._buffered + len(text)} unspoken characters exceed the limit of "

@@ -284,3 +284,31 @@ async def test_connections_are_limited_and_an_idle_one_is_closed() -> None:
     assert turned_away.closed and [e.code for e in turned_away.errors] == ["too_many_connections"]
     assert idle.closed and idle.types == []
     assert 'tts_connections_closed_total{reason="idle_session"} 1.0' in metrics
+
+
+async def test_a_stream_over_the_buffer_limit_waits_and_loses_nothing() -> None:
+    """With --max-buffered-chars 20, a stream of 60 characters sent at once is read as
+    segments are spoken (the client waits, as TCP makes it): every segment is spoken, in
+    order; a chunk over --max-text-message-chars is refused with text_too_long."""
+    engine = ScriptedEngine(chunk_delay_s=0.005, ms_per_char=60)
+    port = free_port()
+    settings = Settings(
+        engine="espeak", wyoming_port=port, max_buffered_chars=20, max_text_message_chars=12
+    )
+    sentences = [f"第{n}句话说完了。" for n in "一二三四五六七八九十"]
+    with run_live_server(settings, engine=lambda: (engine, False, None)):
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(SynthesizeStart().event())
+            for sentence in sentences:
+                await client.write_event(SynthesizeChunk(text=sentence).event())
+            await client.write_event(SynthesizeStop().event())
+            answer = await read_answer(client, "synthesize-stopped")
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(SynthesizeStart().event())
+            await client.write_event(
+                SynthesizeChunk(text="这一块文字超过了十二个字的上限。").event()
+            )
+            refused = await read_answer(client, "never")
+    assert not answer.errors and answer.types[-1] == "synthesize-stopped"
+    assert [request.text for request in engine.requests] == sentences
+    assert refused.closed and [e.code for e in refused.errors] == ["text_too_long"]
