@@ -51,10 +51,13 @@ class WyomingServer:
         )
         wyoming = cls(state, server)
         holder.append(wyoming)
-        logger.info(
-            "Wyoming protocol (TTS) on %s:%d; it has no authentication",
+        loopback = settings.wyoming_host in ("127.0.0.1", "::1", "localhost")
+        logger.log(
+            logging.INFO if loopback else logging.WARNING,
+            "Wyoming protocol (TTS) on %s:%d; it has no authentication%s",
             settings.wyoming_host,
             wyoming.port,
+            "" if loopback else ": anyone who can reach this port can use it (firewall it)",
         )
         return wyoming
 

@@ -99,6 +99,7 @@ def test_an_odd_number_of_pcm_bytes_is_refused() -> None:
 
 
 def test_an_unknown_law_is_refused() -> None:
+    """A law that is not µ or A is an error naming the two."""
     with pytest.raises(ValueError, match="ulaw, alaw"):
         g711.encode(b"\x00\x00", "mulaw")
 
@@ -118,6 +119,7 @@ def test_each_g711_name_encodes_floats_with_its_law(name: str, law: str) -> None
 
 
 def test_pcm_s16le_encodes_as_16_bit_pcm() -> None:
+    """The default encoding is the 16-bit PCM every frame had before."""
     samples = np.linspace(-1, 1, 101, dtype=np.float32)
     assert encodings.encoder("pcm_s16le")(samples) == float_to_pcm16(samples)
     assert encodings.bytes_per_sample("pcm_s16le") == 2
@@ -135,6 +137,7 @@ def test_pcm_s16le_encodes_as_16_bit_pcm() -> None:
 def test_the_rate_is_the_one_asked_for_or_the_formats_default(
     name: str, asked: int | None, expected: int
 ) -> None:
+    """G.711 defaults to 8 kHz, the rest to the route's default rate."""
     assert encodings.check_rate(name, asked, 24000) == expected
 
 
@@ -277,6 +280,7 @@ def refusal(events: list[c.Event]) -> ClientError:
 
 
 def test_ready_lists_the_encodings() -> None:
+    """ready tells a client which start.encoding values it may ask for."""
     ready = p.Ready(session_id="s", engine="chattts", sample_rate=ENGINE_HZ, limits={})
     assert json.loads(ready.to_json())["encodings"] == ["pcm_s16le", "pcm_mulaw", "pcm_alaw"]
 
@@ -288,6 +292,7 @@ def test_started_echoes_the_encoding_and_frame_duration() -> None:
 
 
 def test_the_default_encoding_is_16_bit_pcm_at_the_engine_rate() -> None:
+    """A start without encoding or frame_ms is what it was: pcm_s16le, the engine's rate."""
     answer = started(start())
     assert (answer.encoding, answer.frame_ms, answer.sample_rate) == ("pcm_s16le", None, 24000)
 
