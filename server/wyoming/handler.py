@@ -34,7 +34,6 @@ from wyoming.tts import (
     SynthesizeStart,
     SynthesizeStop,
     SynthesizeStopped,
-    SynthesizeVoice,
 )
 
 from server import logs
@@ -42,7 +41,7 @@ from server.errors import report
 from server.http.speech import check_can_speak, check_text_length, start_speech
 from server.state import AppState
 from server.wyoming.audio import AudioWriter
-from server.wyoming.framing import read_event, write_event
+from server.wyoming.framing import read_event, write_error, write_event
 from server.wyoming.info import LANGUAGES, describe
 from server.wyoming.streamed import StreamedSpeech
 from streaming.errors import ClientError
@@ -86,10 +85,10 @@ class WyomingConnection:
         except TimeoutError:
             self.log.info("closing: no event for %g s", settings.ws_idle_timeout_s)
             self.state.metrics.connections_closed.labels(reason="idle_session").inc()
-        except ClientError as exc:  # a malformed event or one over the limit
-            await self._refuse(exc, "event")
         except (OSError, asyncio.IncompleteReadError):
             pass  # the client is gone
+        except Exception as exc:  # a malformed event, one over the limit; or a bug
+            await self._refuse(exc, "event")
         finally:
             if self.stream is not None:
                 await self.stream.close()
@@ -101,11 +100,13 @@ class WyomingConnection:
         if Describe.is_type(kind):
             return await self._describe()
         if Synthesize.is_type(kind):
-            return self.stream is not None or await self._synthesize(Synthesize.from_event(event))
+            if self.stream is not None:
+                return True  # Home Assistant's copy of the streamed text
+            return await self._synthesize(_text(event), _voice(event))
         if SynthesizeStart.is_type(kind):
-            return await self._start(SynthesizeStart.from_event(event).voice)
+            return await self._start(_voice(event))
         if SynthesizeChunk.is_type(kind):
-            return await self._chunk(SynthesizeChunk.from_event(event).text)
+            return await self._chunk(_text(event))
         if SynthesizeStop.is_type(kind):
             return await self._stop()
         return True
@@ -126,17 +127,16 @@ class WyomingConnection:
             metrics=self.state.metrics,
         )
 
-    async def _synthesize(self, request: Synthesize) -> bool:
+    async def _synthesize(self, text: str, voice: str | None) -> bool:
         """A whole text, spoken as /v1/tts speaks it."""
         state = self.state
-        out = self._writer()  # its first audio is timed by the speech (route wyoming)
         summary: dict[str, Any] = {}
         outcome = "refused"
         try:
-            check_text_length(state, request.text)
+            check_text_length(state, text)
             check_can_speak(state)
-            voice = _voice_name(request.voice)
-            speech = await start_speech(state, request.text, voice, out.rate_hz, route="wyoming")
+            out = self._writer()  # its first audio is timed by the speech (route wyoming)
+            speech = await start_speech(state, text, voice, out.rate_hz, route="wyoming")
             speech.summary = summary
             outcome = "failed"
             frames = speech.frames()
@@ -150,12 +150,12 @@ class WyomingConnection:
             outcome = "disconnected"
             return False
         except Exception as exc:
-            return await self._refuse(exc, "synthesize", out)
+            return await self._refuse(exc, "synthesize")
         finally:
             logs.summary("wyoming", f"synthesize {outcome}", **{**summary, "outcome": outcome})
             state.metrics.wyoming_requests.labels(kind="synthesize", outcome=outcome).inc()
 
-    async def _start(self, voice: SynthesizeVoice | None) -> bool:
+    async def _start(self, voice: str | None) -> bool:
         if self.stream is not None:
             error = ClientError(
                 "synthesize-start while a stream is open: send synthesize-stop first",
@@ -163,10 +163,10 @@ class WyomingConnection:
             )
             return await self._refuse(error, "synthesize-start")
         try:
-            name = _voice_name(voice)
-        except ClientError as exc:
+            check_can_speak(self.state)  # the engine's rate is known from here on
+            stream = StreamedSpeech(self.state, voice, self._writer(), self.log)
+        except Exception as exc:
             return await self._refuse(exc, "synthesize-start")
-        stream = StreamedSpeech(self.state, name, self._writer(), self.log)
         self.stream = stream
         try:
             await stream.open()
@@ -205,31 +205,50 @@ class WyomingConnection:
         self.stream = None
         return True
 
-    async def _refuse(self, exc: BaseException, where: str, out: AudioWriter | None = None) -> bool:
+    async def _refuse(self, exc: BaseException, where: str) -> bool:
         """Report ``exc`` (counted, logged) and send its ``error`` event; the connection
         then closes (returns False)."""
         code, message = report(
             exc, metrics=self.state.metrics, log=self.log, where=f"[{self.id}] {where}"
         )
         with contextlib.suppress(OSError):
-            await (out or self._writer()).error(code, message)
+            stall_s = self.state.settings.http_stall_timeout_s
+            await write_error(self.writer, code, message, stall_s)
         return False
 
     async def _write(self, event: Event) -> None:
         await write_event(event, self.writer, self.state.settings.http_stall_timeout_s)
 
 
-def _voice_name(voice: SynthesizeVoice | None) -> str | None:
-    """The voice a request names: by name; a language alone (zh, en) means the default
-    voice, which speaks both; another language is refused."""
+def _text(event: Event) -> str:
+    """A ``synthesize``'s or ``synthesize-chunk``'s ``text`` (a string, or bad_message)."""
+    text = event.data.get("text")
+    if not isinstance(text, str):
+        raise ClientError(f"{event.type} needs a text (a string)", code="bad_message")
+    return text
+
+
+def _voice(event: Event) -> str | None:
+    """The voice an event names (``voice.name``); a language alone (zh, en) means the
+    default voice, which speaks both; another language is refused (voice_not_found)."""
+    voice = event.data.get("voice")
     if voice is None:
         return None
-    if voice.name:
-        return voice.name
-    if voice.language and voice.language.split("-")[0].lower() not in LANGUAGES:
+    name = voice.get("name") if isinstance(voice, dict) else None
+    language = voice.get("language") if isinstance(voice, dict) else None
+    if (
+        not isinstance(voice, dict)
+        or not isinstance(name, str | None)
+        or not isinstance(language, str | None)
+    ):
         raise ClientError(
-            f"no voice for language {voice.language[:32]!r}: the voices speak "
-            f"{', '.join(LANGUAGES)}",
+            "voice must be an object with a name or a language (strings)", code="bad_message"
+        )
+    if name:
+        return name
+    if language and language.split("-")[0].split("_")[0].lower() not in LANGUAGES:
+        raise ClientError(
+            f"no voice for language {language[:32]!r}: the voices speak {', '.join(LANGUAGES)}",
             code="voice_not_found",
         )
     return None

@@ -312,3 +312,34 @@ async def test_a_stream_over_the_buffer_limit_waits_and_loses_nothing() -> None:
     assert not answer.errors and answer.types[-1] == "synthesize-stopped"
     assert [request.text for request in engine.requests] == sentences
     assert refused.closed and [e.code for e in refused.errors] == ["text_too_long"]
+
+
+@pytest.mark.parametrize(
+    ("event", "code"),
+    [
+        (Event("synthesize", {"voice": {"name": "alloy"}}), "bad_message"),
+        (Event("synthesize", {"text": 5}), "bad_message"),
+        (Event("synthesize", {"text": TEXT, "voice": "alloy"}), "bad_message"),
+        (Event("synthesize-start", {"voice": {"language": "fr"}}), "voice_not_found"),
+        (Event("synthesize-chunk", {"text": "你好。"}), "bad_message"),
+    ],
+    ids=["no text", "text not a string", "voice not an object", "french", "chunk first"],
+)
+async def test_a_malformed_request_is_an_error_event(
+    served: Served, event: Event, code: str
+) -> None:
+    """Each gets its error event (no traceback, no hang), then the end of the connection."""
+    async with served.client() as client:
+        await client.write_event(event)
+        answer = await read_answer(client, "never")
+    assert answer.closed and [e.code for e in answer.errors] == [code]
+
+
+async def test_a_language_alone_picks_the_default_voice(served: Served) -> None:
+    """voice {language: zh} (Home Assistant without a voice chosen): spoken, not refused."""
+    async with served.client() as client:
+        await client.write_event(
+            Synthesize(text="好的。", voice=SynthesizeVoice(language="zh")).event()
+        )
+        answer = await read_answer(client, "audio-stop")
+    assert not answer.errors and answer.audio
