@@ -343,3 +343,33 @@ async def test_a_language_alone_picks_the_default_voice(served: Served) -> None:
         )
         answer = await read_answer(client, "audio-stop")
     assert not answer.errors and answer.audio
+
+
+async def test_at_capacity_with_when_busy_fallback_a_stream_is_spoken_by_the_fallback_voice(
+    tiny_checkpoint: Path,
+) -> None:
+    """--when-busy fallback: a stream beyond --max-streams is spoken by espeak (counted as
+    degraded on the wyoming route), at the rate its audio-start announced."""
+    port = free_port()
+    settings = Settings(
+        engine="chattts", model_dir=tiny_checkpoint, wyoming_port=port, max_streams=1,
+        when_busy="fallback",
+    )  # fmt: skip
+    with run_live_server(settings, engine=fixed_length_chattts(tiny_checkpoint)) as live:
+        async with (
+            AsyncTcpClient("127.0.0.1", port) as holder,
+            AsyncTcpClient("127.0.0.1", port) as other,
+        ):
+            await holder.write_event(SynthesizeStart().event())
+            await holder.write_event(SynthesizeChunk(text="你好。").event())
+            await read_answer(holder, "audio-chunk")
+            await other.write_event(SynthesizeStart().event())
+            await other.write_event(SynthesizeChunk(text="好的，马上就来。").event())
+            await other.write_event(SynthesizeStop().event())
+            degraded = await read_answer(other, "synthesize-stopped")
+            await holder.write_event(SynthesizeStop().event())
+            await read_answer(holder, "synthesize-stopped")
+        metrics = httpx.get(f"{live.base_url}/metrics", timeout=TIMEOUT_S).text
+    assert not degraded.errors and degraded.start is not None and degraded.start.rate == 24000
+    assert len(degraded.audio) > 24000  # over half a second of 16-bit audio at 24 kHz
+    assert 'tts_contexts_degraded_total{route="wyoming"} 1.0' in metrics
