@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Collection
 from typing import Any
 
 from wyoming.error import Error
@@ -22,11 +23,15 @@ from streaming.errors import ClientError, LimitExceeded
 __all__ = ["read_event", "write_error", "write_event"]
 
 
-async def read_event(reader: asyncio.StreamReader, max_bytes: int) -> Event | None:
+async def read_event(
+    reader: asyncio.StreamReader, max_bytes: int, skip: Collection[str] = ()
+) -> Event | None:
     """The next event, or None at the end of the stream (a header line cut short by the
     end counts as the end). Raises :class:`LimitExceeded` (``message_too_large``) for an
     event over ``max_bytes`` and :class:`ClientError` (``bad_message``) for one that does
-    not parse; the stream is unusable after either."""
+    not parse; the stream is unusable after either. An event whose type is in ``skip``
+    (one the caller will ignore) is read past, whatever its size, and comes back with no
+    data: Home Assistant repeats a streamed reply whole in a ``synthesize``."""
     try:
         line = await reader.readuntil(b"\n")
     except asyncio.IncompleteReadError:
@@ -36,6 +41,8 @@ async def read_event(reader: asyncio.StreamReader, max_bytes: int) -> Event | No
     header = _header(line)
     data_length = _length(header, "data_length")
     payload_length = _length(header, "payload_length")
+    if header["type"] in skip:
+        return await _skipped(reader, header["type"], data_length + payload_length)
     if len(line) + data_length + payload_length > max_bytes:
         raise _too_large(f"an event of {len(line) + data_length + payload_length} bytes", max_bytes)
     data = header.get("data") or {}
@@ -55,6 +62,15 @@ async def read_event(reader: asyncio.StreamReader, max_bytes: int) -> Event | No
     except (ValueError, RecursionError):
         raise ClientError("a Wyoming event's data is not JSON", code="bad_message") from None
     return Event(type=header["type"], data=data, payload=payload)
+
+
+async def _skipped(reader: asyncio.StreamReader, kind: str, length: int) -> Event | None:
+    while length:
+        piece = await reader.read(min(length, 1 << 16))
+        if not piece:
+            return None
+        length -= len(piece)
+    return Event(type=kind)
 
 
 def _header(line: bytes) -> dict[str, Any]:

@@ -75,7 +75,10 @@ class WyomingConnection:
         try:
             while True:
                 async with asyncio.timeout(settings.ws_idle_timeout_s or None):
-                    event = await read_event(self.reader, settings.max_message_bytes)
+                    # Inside a stream, a synthesize is Home Assistant's copy of its text:
+                    # ignored, so read past whatever its size (a long reply's copy).
+                    skip = ("synthesize",) if self.stream is not None else ()
+                    event = await read_event(self.reader, settings.max_message_bytes, skip)
                 if event is None:
                     break
                 self.busy = True

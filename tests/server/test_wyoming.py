@@ -373,3 +373,29 @@ async def test_at_capacity_with_when_busy_fallback_a_stream_is_spoken_by_the_fal
     assert not degraded.errors and degraded.start is not None and degraded.start.rate == 24000
     assert len(degraded.audio) > 24000  # over half a second of 16-bit audio at 24 kHz
     assert 'tts_contexts_degraded_total{route="wyoming"} 1.0' in metrics
+
+
+async def test_home_assistants_copy_of_a_long_reply_does_not_end_the_stream() -> None:
+    """The whole-text synthesize Home Assistant sends inside a stream may exceed
+    --max-message-bytes (a long reply): it is read past, the stream ends normally; the
+    same synthesize outside a stream is refused message_too_large."""
+    engine = ScriptedEngine(chunk_delay_s=0.0, ms_per_char=60)
+    port = free_port()
+    settings = Settings(engine="espeak", wyoming_port=port, max_message_bytes=2048)
+    long_reply = "好的。" * 400  # 3,600 bytes of UTF-8
+    with run_live_server(settings, engine=lambda: (engine, False, None)):
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(SynthesizeStart().event())
+            await client.write_event(SynthesizeChunk(text="你好。").event())
+            await client.write_event(Synthesize(text=long_reply).event())
+            await client.write_event(SynthesizeStop().event())
+            streamed = await read_answer(client, "synthesize-stopped")
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(Synthesize(text=long_reply).event())
+            refused = await read_answer(client, "never")
+    assert not streamed.errors and shape(streamed.types)[-2:] == [
+        "audio-stop",
+        "synthesize-stopped",
+    ]
+    assert [request.text for request in engine.requests] == ["你好。"]
+    assert refused.closed and [e.code for e in refused.errors] == ["message_too_large"]

@@ -104,3 +104,15 @@ async def test_a_malformed_event_is_a_bad_message(data: bytes) -> None:
 async def test_a_stream_cut_short_is_its_end(data: bytes) -> None:
     """Nothing, a header without its newline, a payload cut short: the end, not an error."""
     assert await read_event(reader(data), LIMIT) is None
+
+
+async def test_a_skipped_event_is_read_past_whatever_its_size() -> None:
+    """An event of a type the caller ignores comes back without its data, however large,
+    and the next event reads as sent."""
+    big = await written(Synthesize(text="好" * LIMIT).event())
+    after = await written(Synthesize(text="下一句。").event())
+    stream = reader(big + after)
+    skipped = await read_event(stream, LIMIT, skip=("synthesize",))
+    assert skipped is not None and (skipped.type, skipped.data) == ("synthesize", {})
+    nxt = await read_event(stream, LIMIT)
+    assert nxt is not None and Synthesize.from_event(nxt).text == "下一句。"
