@@ -8,6 +8,8 @@ import asyncio
 import json
 import logging
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -399,3 +401,20 @@ async def test_home_assistants_copy_of_a_long_reply_does_not_end_the_stream() ->
     ]
     assert [request.text for request in engine.requests] == ["你好。"]
     assert refused.closed and [e.code for e in refused.errors] == ["message_too_large"]
+
+
+def test_a_wyoming_port_taken_stops_the_start_up_with_one_line() -> None:
+    """chattts-stream serve with --wyoming-port on a port in use: exit status 3 and a
+    line naming the flag and why (before the engine loads)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "server", "serve", "--engine", "espeak", "--port", "0",
+             "--wyoming-port", str(port)],
+            capture_output=True, text=True, timeout=TIMEOUT_S,
+        )  # fmt: skip
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "exiting: cannot serve the Wyoming protocol on --wyoming-port" in done.stderr
+    assert "address already in use" in done.stderr
