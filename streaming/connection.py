@@ -34,12 +34,12 @@ from streaming import protocol as p
 from streaming.errors import ClientError, LimitExceeded, TTSError, Unavailable
 from streaming.segment import Segment, Segmenter
 from streaming.speech import SpeechSettings
-from streaming.text import Lexicon, LexiconError, LexiconLimits
+from streaming.text import Lexicon, LexiconError, LexiconSettings
 
 __all__ = [
     "Cancelled",
     "Connection",
-    "ConnectionLimits",
+    "ConnectionSettings",
     "ContextState",
     "ContextVoice",
     "Ended",
@@ -54,7 +54,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class ConnectionLimits:
+class ConnectionSettings:
     """What one connection may ask for; sent to the client in ``ready``."""
 
     max_message_bytes: int = 64 * 1024
@@ -178,7 +178,7 @@ class Connection:
 
     def __init__(
         self,
-        limits: ConnectionLimits,
+        limits: ConnectionSettings,
         speech: SpeechSettings,
         *,
         engine_rate_hz: int,
@@ -187,10 +187,10 @@ class Connection:
         check_voice: Callable[[str], int | None],
         choose_seed: Callable[[], int],
         admit: Callable[[str], bool] = lambda context_id: False,
-        lexicon_limits: LexiconLimits | None = None,
+        lexicon_limits: LexiconSettings | None = None,
     ) -> None:
         self.limits = limits
-        self.lexicon_limits = lexicon_limits or LexiconLimits(max_entries=100)
+        self.lexicon_limits = lexicon_limits or LexiconSettings(max_entries=100)
         self.speech = speech
         self.engine_rate_hz = engine_rate_hz
         self.idle_flush_ms = idle_flush_ms

@@ -253,7 +253,7 @@ def test_exact_frames_keep_the_audio_and_only_add_silence() -> None:
 
 def core() -> c.Connection:
     return c.Connection(
-        c.ConnectionLimits(),
+        c.ConnectionSettings(),
         SpeechSettings(),
         engine_rate_hz=ENGINE_HZ,
         idle_flush_ms=700,
