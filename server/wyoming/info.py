@@ -4,7 +4,9 @@ Every voice of the engine serving (its presets, then the voices created through
 ``POST /v1/voices``, read from the store at each ``describe``, so a fleet sharing Redis
 lists the same ones) is a :class:`wyoming.info.TtsVoice` named as on every other route,
 speaking ``zh`` and ``en`` (ChatTTS reads Chinese and English text). Home Assistant
-groups voices by language and asks for one by name (``synthesize.voice.name``).
+groups voices by language, shows each by its ``description`` (so that is the name
+too: a preset's own description reads "preset: the speaker ChatTTS samples from seed
+1000") and asks for one by name (``synthesize.voice.name``).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ async def describe(state: AppState) -> Info:
                 voices=[
                     TtsVoice(
                         name=voice.name,
-                        description=voice.description or voice.name,
+                        description=voice.name,  # Home Assistant shows it as the name
                         attribution=_ATTRIBUTION,
                         installed=True,
                         version=None,

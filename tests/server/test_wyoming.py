@@ -137,6 +137,7 @@ async def test_describe_lists_every_voice_in_chinese_and_english(served: Served)
     names = [voice.name for voice in program.voices]
     assert names == voice_names(served) and "front-door" in names and "alloy" in names
     assert all(voice.languages == ["zh", "en"] and voice.installed for voice in program.voices)
+    assert [voice.description for voice in program.voices] == names  # what Home Assistant shows
 
 
 async def test_synthesize_speaks_the_whole_text_as_tts_does(served: Served) -> None:
