@@ -203,9 +203,9 @@ class WyomingConnection:
         except Exception as exc:
             stream.outcome = "failed"
             return await self._refuse(exc, "synthesize-stop")
-        await self._write(SynthesizeStopped().event())
-        await stream.close()
+        await stream.close()  # its admission slot is free before its client hears the end
         self.stream = None
+        await self._write(SynthesizeStopped().event())
         return True
 
     async def _refuse(self, exc: BaseException, where: str) -> bool:
