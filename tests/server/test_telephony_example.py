@@ -16,7 +16,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 import websockets
-from chattts_client import StreamClient
+from chattts_client import AudioFrame, StreamClient
 
 from server.config import Settings
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
@@ -114,3 +114,30 @@ async def test_a_call_hears_the_greeting_in_20_ms_media_messages(server: LiveSer
     assert heard.size == expected.size > 8000
     assert np.all(np.abs(heard - expected) <= np.maximum(np.abs(expected) * 0.036, 36 / 32768))
     assert isinstance(mark["mark"], dict) and mark["mark"]["name"]
+
+
+async def test_interrupting_clears_twilio_and_cancels_the_context(server: LiveServer) -> None:
+    """The example's interrupt: Twilio gets clear for the stream, and the server stops
+    the context (done, cancelled) instead of making the rest of the reply."""
+    example = load_example()
+    finished: asyncio.Future[dict[str, object]] = asyncio.get_running_loop().create_future()
+
+    async def handler(call: websockets.asyncio.server.ServerConnection) -> None:
+        async with StreamClient.connect(server.ws_url) as tts:
+            context = await tts.open(encoding="pcm_mulaw", frame_ms=20)
+            await tts.send_text(GREETING * 20, context)
+            await tts.end(context)
+            async for event in tts.events(timeout_s=TIMEOUT_S):
+                if isinstance(event, AudioFrame):
+                    await example.interrupt(call, STREAM_SID, tts, context)
+                    break
+            result = await tts.collect(context, timeout_s=TIMEOUT_S)
+            finished.set_result(result.done or {})
+
+    async with websockets.serve(handler, "127.0.0.1", 0) as bridge:
+        port = bridge.sockets[0].getsockname()[1]
+        async with websockets.connect(f"ws://127.0.0.1:{port}") as twilio:
+            cleared = json.loads(await asyncio.wait_for(twilio.recv(), TIMEOUT_S))
+            done = await asyncio.wait_for(finished, TIMEOUT_S)
+    assert cleared == {"event": "clear", "streamSid": STREAM_SID}
+    assert done["cancelled"] is True
