@@ -14,7 +14,8 @@
 A request refused (busy, draining, not ready, a voice there is not, a text too long, a
 malformed event) or failed before its end gets an ``error`` event (``code`` is this
 server's error code, as on every route; ``text`` says why) and the connection closes:
-the client sees the error, then the end of the stream. Every failure is counted and
+the client sees the error, then the end of the stream (a segment the engine fails on
+inside a stream is an ``error`` event too, and the stream goes on). Every failure is counted and
 logged where it is handled (:func:`server.errors.report`); each request has one summary
 line (logger ``chattts_stream.summary``, kind ``wyoming``).
 """
