@@ -78,6 +78,8 @@ class ContextVoice:
     fallback: bool = False
     #: The client's own seed (False: the voice's, or one picked for it).
     seed_given: bool = True
+    #: Loudness factor (streaming.limiter).
+    volume: float = 1.0
     #: How its audio frames are encoded (streaming.encodings).
     encoding: str = encodings.DEFAULT_ENCODING
     #: Every frame exactly this long (None: the server's frames, shorter first).
@@ -369,6 +371,7 @@ class Connection:
             voice=voice.voice,
             seed=voice.seed,
             speed=voice.speed,
+            volume=voice.volume,
             encoding=voice.encoding,
             frame_ms=voice.frame_ms,
         )
@@ -392,7 +395,7 @@ class Connection:
         fallback = self._admit(message.context_id)
         return ContextVoice(
             message.voice, seed, message.speed, rate_hz, fallback, message.seed is not None,
-            encoding, message.frame_ms,
+            message.volume, encoding, message.frame_ms,
         )  # fmt: skip
 
     def _lexicon(self, message: p.Start) -> Lexicon | None:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from streaming import limiter
 from streaming.encodings import DEFAULT_ENCODING, ENCODINGS, encoding_field, frame_ms_field
 from streaming.errors import ClientError, TTSError, public_message
 from streaming.text import Removal
@@ -62,6 +63,8 @@ class Start:
     timestamps: bool = False
     #: Pronunciation lexicon entries (written, spoken) for this context (docs/text.md).
     lexicon: tuple[tuple[str, str], ...] | None = None
+    #: Loudness factor (1: as the engine made it), peaks limited below full scale.
+    volume: float = 1.0
     #: The bytes of its audio frames: pcm_s16le (None: the default), pcm_mulaw, pcm_alaw.
     encoding: str | None = None
     #: Every audio frame exactly this long (None: the server's frames, shorter first).
@@ -133,6 +136,7 @@ def parse_client_message(raw: str | bytes) -> ClientMessage:
             sample_rate=_optional_sample_rate(obj, context_id),
             timestamps=_optional_bool(obj, "timestamps", context_id),
             lexicon=_optional_lexicon(obj, context_id),
+            volume=_volume(obj, context_id),
             encoding=encoding_field(obj, context_id),
             frame_ms=frame_ms_field(obj, context_id),
         )
@@ -249,6 +253,11 @@ def _speed(obj: dict[str, Any], context_id: str) -> float:
     return 1.0 if value is None else check_speed(value, context_id=context_id)
 
 
+def _volume(obj: dict[str, Any], context_id: str) -> float:
+    value = obj.get("volume", 1.0)
+    return 1.0 if value is None else limiter.check_volume(value, context_id=context_id)
+
+
 def speed_in_body(data: Any) -> Any:
     """An HTTP body (a dict, before its schema) with its ``speed`` checked as the
     WebSocket's is: null means the default, anything else is refused by
@@ -339,6 +348,7 @@ class Started(ServerMessage):
     voice: str | None
     seed: int
     speed: float
+    volume: float = 1.0
     encoding: str = ENCODING
     #: The context's own frame duration (None: the server's frames).
     frame_ms: int | None = None

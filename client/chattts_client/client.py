@@ -251,6 +251,7 @@ class StreamClient:
         sample_rate: int | None = None,
         timestamps: bool = False,
         lexicon: Mapping[str, str] | None = None,
+        volume: float | None = None,
         encoding: str | None = None,
         frame_ms: int | None = None,
     ) -> str:
@@ -262,11 +263,13 @@ class StreamClient:
 
         ``lexicon``: pronunciation entries for this context, written form to spoken form
         (``{"行长": "航长"}``), applied before the server's own rules and its lexicon file.
+        ``volume``: a loudness factor, 0-4 (None: the server's 1), peaks limited below
+        full scale.
         """
         context_id = context_id or uuid.uuid4().hex[:8]
         params = {"voice": voice, "seed": seed, "speed": speed, "sample_rate": sample_rate,
                   "timestamps": timestamps or None,
-                  "lexicon": dict(lexicon) if lexicon else None,
+                  "lexicon": dict(lexicon) if lexicon else None, "volume": volume,
                   "encoding": encoding, "frame_ms": frame_ms}  # fmt: skip
         if self._resumer is not None:
             await self._resumer.start(await self._usable_link(), context_id, params)
@@ -284,6 +287,7 @@ class StreamClient:
         sample_rate: int | None = None,
         timestamps: bool = False,
         lexicon: Mapping[str, str] | None = None,
+        volume: float | None = None,
         encoding: str | None = None,
         frame_ms: int | None = None,
         attempts: int = 5,
@@ -319,6 +323,7 @@ class StreamClient:
                 sample_rate=sample_rate,
                 timestamps=timestamps,
                 lexicon=lexicon,
+                volume=volume,
                 encoding=encoding,
                 frame_ms=frame_ms,
             )

@@ -33,9 +33,11 @@ from fastapi.responses import StreamingResponse
 from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope, Send
 
+from server.auth import bearer_token
 from server.engines.base import VoiceSpec
 from server.errors import report
 from server.http.middleware import SUMMARY_KEY
+from server.runtime.phrase_cache import PhraseScope, utterance_scope
 from server.runtime.speaker import FellBack, Frames, Retried, SegmentSpeaker, Timed, WithoutAudio
 from server.state import AppState
 from server.transport import SCOPE_KEY
@@ -107,6 +109,10 @@ class TextSpeech:
     fallback: bool
     #: The time-stretch beyond the engine's own rate (``voice.speed``): 1 for none.
     tempo: float = 1.0
+    #: Loudness factor (streaming.limiter).
+    volume: float = 1.0
+    #: How it may use the phrase cache (None: not at all).
+    phrases: PhraseScope | None = None
     started: float = field(default_factory=time.perf_counter)
     removed: list[dict[str, object]] = field(default_factory=list)
     spoken: list[str] = field(default_factory=list)
@@ -180,6 +186,7 @@ class TextSpeech:
             self.output_rate_hz,
             whole_text=True,
             tempo=self.tempo,
+            volume=self.volume,
         )
         speaker = SegmentSpeaker(
             state.worker,
@@ -189,6 +196,7 @@ class TextSpeech:
             output_rate_hz=self.output_rate_hz,
             on_fallback=self.fallback,
             timestamps=self.timestamps is not None,
+            phrases=self.phrases,
         )
         prepare_s = self._waited_s
         try:
@@ -301,6 +309,7 @@ async def start_speech(
     speed: float = 1.0,
     request: Request | None = None,
     lexicon: Lexicon | None = None,
+    volume: float = 1.0,
     route: str = "http",
 ) -> TextSpeech:
     """Admit and prepare a text (errors here are the request's HTTP status).
@@ -316,6 +325,7 @@ async def start_speech(
     speech = TextSpeech(state, text, spec, output_rate_hz, fallback, tempo, route=route)
     speech.voice_name = voice
     speech.lexicon = lexicon
+    speech.volume = volume
     if request is not None:
         speech.summary = request.scope.get(SUMMARY_KEY)
     try:
@@ -324,6 +334,10 @@ async def start_speech(
             speech.voice = state.voices.for_stream(
                 voice, seed=seed, speed=engine_speed, fallback=True, seed_given=seed is not None
             )
+        token = bearer_token(request.headers) if request is not None else None
+        speech.phrases = utterance_scope(
+            state, voice, seed_given=seed is not None, fallback=fallback, token=token
+        )
         await speech.prepare()
     except BaseException:
         speech.close()

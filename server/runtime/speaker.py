@@ -21,6 +21,10 @@ ChatTTS ends early on some short inputs and seeds, and a random-weight model end
 random. Each retry and each report is logged and counted
 (``tts_segments_without_audio_total{outcome}``); what the client is told is the caller's.
 
+A segment spoken before (the phrase cache, :mod:`server.runtime.phrase_cache`, when the
+caller gives a :class:`~server.runtime.phrase_cache.PhraseScope`) comes from the cache:
+the same events, its engine chunks at once, no engine work and no batch row.
+
 Failures are raised (:class:`~streaming.errors.SynthesisTimeout`, the engine's errors);
 the caller decides what they mean to its client. Leaving the iteration early (a cancel,
 a client gone) cancels the engine's work for it; iterate with :func:`contextlib.aclosing`.
@@ -28,6 +32,7 @@ a client gone) cancels the engine's work for it; iterate with :func:`contextlib.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator
@@ -37,6 +42,7 @@ import numpy as np
 
 from server.engines.base import SynthesisRequest, VoiceSpec
 from server.metrics import Metrics
+from server.runtime.phrase_cache import CachedJob, CachedPhrase, PhraseScope
 from server.runtime.worker import EngineWorker, Job
 from streaming import timestamps
 from streaming.segment import Segment
@@ -107,6 +113,20 @@ def _made(audio_s: float, least_s: float) -> str:
     return f"only {audio_s:.2f} s of audio (at least {least_s:.2f} s expected for its text)"
 
 
+@dataclass
+class _Tally:
+    """What the tries at one segment came to so far."""
+
+    waited_s: float = 0.0
+    engine_s: float = 0.0
+    #: Engine samples of the last try.
+    produced: int = 0
+    abandoned: bool = False
+    #: Every try came from the phrase cache.
+    cached: bool = True
+    job: Job | CachedJob | None = None
+
+
 @dataclass(frozen=True)
 class Timed:
     """The segment's timestamps (the WebSocket ``timestamps`` event's fields)."""
@@ -134,6 +154,7 @@ class SegmentSpeaker:
         output_rate_hz: int,
         on_fallback: bool = False,
         timestamps: bool = False,
+        phrases: PhraseScope | None = None,
     ) -> None:
         self.worker = worker
         self.metrics = metrics
@@ -144,14 +165,19 @@ class SegmentSpeaker:
         self.on_fallback = on_fallback
         self.timestamps = timestamps
         #: The job of the segment speaking now, if any.
-        self.job: Job | None = None
+        self.job: Job | CachedJob | None = None
         #: Seconds spent waiting for the engine's audio, over every segment so far.
         self.waited_s = 0.0
+        #: The phrase cache as this utterance may use it (None: not at all).
+        self.phrases = phrases
+        self._looking_up = self._dropped = False
 
     def abandon(self) -> None:
         """Drop the segment speaking now (call on the event loop): its iteration ends."""
         if self.job is not None:
             self.job.abandon()
+        elif self._looking_up:
+            self._dropped = True
 
     async def speak(
         self,
@@ -169,55 +195,27 @@ class SegmentSpeaker:
         if not start.speaks:
             return
         voice = self.voice
-        least_s = self.pipeline.settings.least_audio_s(prepared.spoken, voice.speed)
-        waited_s = engine_s = 0.0
+        tally = _Tally()
         retried: Retried | None = None
         without: WithoutAudio | None = None
         try:
             while True:
                 request = SynthesisRequest(prepared.spoken, voice, fallback=self.on_fallback)
-                job = self.worker.submit(request, deadline=deadline)
-                self.job = job
-                produced = 0
-                try:
-                    resumed = time.perf_counter()
-                    async for chunk in job.chunks(timeout_s - waited_s):
-                        waited_s += time.perf_counter() - resumed
-                        if job.fell_back and not produced:
-                            yield FellBack()
-                        produced += chunk.size
-                        yield Frames(self.pipeline.push(chunk))
-                        resumed = time.perf_counter()
-                    waited_s += time.perf_counter() - resumed
-                    abandoned = job.cancelled
-                finally:
-                    # Leaving early (cancel, disconnect, timeout, error) must not leave the
-                    # engine synthesising for nobody; after a whole try this is a no-op.
-                    job.cancel()
-                    self.job = None
-                    engine_s += job.engine_seconds
-                if abandoned:
+                attempt = self._attempt(request, timeout_s, deadline, tally)
+                async with contextlib.aclosing(attempt):
+                    async for event in attempt:
+                        yield event
+                if tally.abandoned or tally.job is None:
                     return  # a cancelled segment is not a synthesised one
-                audio_s = produced / self.worker.sample_rate_hz
-                settings = self.pipeline.settings
-                if job.fell_back or not settings.too_little_audio(
-                    prepared.spoken, voice.speed, audio_s
-                ):
-                    break
-                if retried is None and not self.pipeline.segment_sent and waited_s < timeout_s:
-                    retried = Retried(segment.index, voice.seed, voice.retry().seed,
-                                      round(audio_s, 3), round(least_s, 3))  # fmt: skip
-                    logger.info("%s", retried.describe())
-                    self.metrics.segments_without_audio.labels(outcome="retried").inc()
+                job = tally.job
+                verdict = self._judge(segment, prepared, voice, tally, retried, timeout_s)
+                if isinstance(verdict, Retried):
+                    retried = verdict
                     self.pipeline.restart()
                     voice = voice.retry()
-                    yield retried
+                    yield verdict
                     continue
-                without = WithoutAudio(
-                    segment.index, round(audio_s, 3), round(least_s, 3), retried is not None
-                )
-                logger.warning("%s", without.describe())
-                self.metrics.segments_without_audio.labels(outcome="reported").inc()
+                without = verdict
                 break
             frames = self.pipeline.finish()
             timed = self._timed(segment, prepared, job) if self.timestamps else None
@@ -227,15 +225,110 @@ class SegmentSpeaker:
             if timed is not None:
                 yield timed
         finally:
-            self.waited_s += waited_s
+            self.waited_s += tally.waited_s
             self.pipeline.abandon()  # drops held audio unless finished
         self.metrics.observe_segment(
-            engine_seconds=engine_s,
-            audio_seconds=produced / self.worker.sample_rate_hz,
+            engine_seconds=tally.engine_s,
+            audio_seconds=tally.produced / self.worker.sample_rate_hz,
             characters=len(prepared.spoken),
+            cached=tally.cached,
         )
 
-    def _timed(self, segment: Segment, prepared: PreparedText, job: Job) -> Timed | None:
+    def _judge(
+        self,
+        segment: Segment,
+        prepared: PreparedText,
+        voice: VoiceSpec,
+        tally: _Tally,
+        retried: Retried | None,
+        timeout_s: float,
+    ) -> Retried | WithoutAudio | None:
+        """What a finished try comes to: None when its audio will do, :class:`Retried`
+        when the segment is made again, :class:`WithoutAudio` when it is reported."""
+        assert tally.job is not None
+        audio_s = tally.produced / self.worker.sample_rate_hz
+        settings = self.pipeline.settings
+        if tally.job.fell_back or not settings.too_little_audio(
+            prepared.spoken, voice.speed, audio_s
+        ):
+            return None
+        least_s = settings.least_audio_s(prepared.spoken, voice.speed)
+        if retried is None and not self.pipeline.segment_sent and tally.waited_s < timeout_s:
+            again = Retried(segment.index, voice.seed, voice.retry().seed,
+                            round(audio_s, 3), round(least_s, 3))  # fmt: skip
+            logger.info("%s", again.describe())
+            self.metrics.segments_without_audio.labels(outcome="retried").inc()
+            return again
+        without = WithoutAudio(
+            segment.index, round(audio_s, 3), round(least_s, 3), retried is not None
+        )
+        logger.warning("%s", without.describe())
+        self.metrics.segments_without_audio.labels(outcome="reported").inc()
+        return without
+
+    async def _attempt(
+        self,
+        request: SynthesisRequest,
+        timeout_s: float,
+        deadline: float | None,
+        tally: _Tally,
+    ) -> AsyncGenerator[SpeakerEvent]:
+        """One try at a segment: its frames as the engine (or the phrase cache) makes
+        them; what it came to goes into ``tally``."""
+        key, job = await self._job(request, deadline)
+        if job is None:
+            tally.abandoned = True  # while the cache was asked
+            return
+        tally.cached = tally.cached and isinstance(job, CachedJob)
+        tally.job = self.job = job
+        tally.produced = 0
+        kept: list[np.ndarray] | None = [] if key is not None else None
+        try:
+            resumed = time.perf_counter()
+            async for chunk in job.chunks(timeout_s - tally.waited_s):
+                tally.waited_s += time.perf_counter() - resumed
+                if job.fell_back and not tally.produced:
+                    yield FellBack()
+                tally.produced += chunk.size
+                if kept is not None:
+                    kept.append(chunk)
+                yield Frames(self.pipeline.push(chunk))
+                resumed = time.perf_counter()
+            tally.waited_s += time.perf_counter() - resumed
+            tally.abandoned = job.cancelled
+        finally:
+            # Leaving early (cancel, disconnect, timeout, error) must not leave the
+            # engine synthesising for nobody; after a whole try this is a no-op.
+            job.cancel()
+            self.job = None
+            tally.engine_s += job.engine_seconds
+        keep = kept is not None and not tally.abandoned and not job.fell_back
+        if keep and key is not None and self.phrases is not None:
+            self.phrases.cache.keep(key, CachedPhrase(tuple(kept or ()), job.marks))
+
+    async def _job(
+        self, request: SynthesisRequest, deadline: float | None
+    ) -> tuple[str | None, Job | CachedJob | None]:
+        """The segment's job: a hit of the phrase cache, else the engine's (then the key
+        to keep its audio under, when it may be kept); None when abandoned meanwhile."""
+        if self.phrases is None:
+            return None, self.worker.submit(request, deadline=deadline)
+        key = self.phrases.key(request)
+        self._looking_up = True
+        try:
+            found = await self.phrases.cache.find(key)
+        finally:
+            self._looking_up = False
+        if self._dropped:
+            self._dropped = False
+            return None, None
+        if found is not None:
+            return None, CachedJob(found)
+        return key, self.worker.submit(request, deadline=deadline)
+
+    def _timed(
+        self, segment: Segment, prepared: PreparedText, job: Job | CachedJob
+    ) -> Timed | None:
         span = self.pipeline.last_span
         if span is None:
             return None

@@ -28,6 +28,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from server import logs
 from server.errors import report
+from server.runtime.phrase_cache import context_scope
 from server.runtime.speaker import (
     FellBack,
     Frames,
@@ -77,6 +78,7 @@ class Context:
                 session.worker.sample_rate_hz,
                 voice.sample_rate_hz,
                 tempo=tempo,
+                volume=voice.volume,
                 frame_ms=voice.frame_ms,
             ),
             session.voices.for_stream(
@@ -89,6 +91,7 @@ class Context:
             output_rate_hz=voice.sample_rate_hz,
             on_fallback=voice.fallback,
             timestamps=state.timestamps,
+            phrases=context_scope(session.app_state, voice, session.websocket),
         )
         self._encode = encodings.encoder(voice.encoding)
         self.segments: asyncio.Queue[Segment | None] = asyncio.Queue()

@@ -22,6 +22,7 @@ import time
 
 from server import logs
 from server.errors import report
+from server.runtime.phrase_cache import utterance_scope
 from server.runtime.speaker import FellBack, Frames, SegmentSpeaker
 from server.state import AppState
 from server.wyoming.audio import AudioWriter
@@ -90,9 +91,14 @@ class StreamedSpeech:
         pipeline = SpeechPipeline(
             state.settings.speech, state.worker.sample_rate_hz, self.out.rate_hz, tempo=tempo
         )
+        # The phrase cache as on every route; Wyoming has no tokens: its callers share
+        # one partition (the token-less one).
+        phrases = utterance_scope(
+            state, self.voice_name, seed_given=False, fallback=fallback, token=None
+        )
         speaker = SegmentSpeaker(
             state.worker, state.metrics, pipeline, voice,
-            output_rate_hz=self.out.rate_hz, on_fallback=fallback,
+            output_rate_hz=self.out.rate_hz, on_fallback=fallback, phrases=phrases,
         )  # fmt: skip
         state.metrics.active_streams.inc()
         self._task = asyncio.get_running_loop().create_task(self._speak_all(speaker))
