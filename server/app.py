@@ -91,7 +91,7 @@ def _lifespan(
 async def _start_wyoming(state: AppState) -> WyomingServer | None:
     """The Wyoming listener when --wyoming-port asks for one; a port that cannot be bound
     stops the start-up with one line saying why."""
-    if not state.settings.wyoming_port:
+    if not state.settings.wyoming.wyoming_port:
         return None
     try:
         return await WyomingServer.start(state)

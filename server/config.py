@@ -3,10 +3,9 @@
 Every limit the server enforces is a field here, with a default meant for production.
 Each setting is declared once, with its help, group and, for a number, its bounds
 (:func:`server.declaration.option`); the flags, the environment variables, the refusal
-of a value out of bounds and docs/settings.md are derived from the declarations. The
-ChatTTS engine's settings are its own bundle (:class:`ChatTTSSettings`), held in
-``Settings.chattts`` under the same flat flag and variable names. The bundles the parts
-below the composition root take are derived here too (``Settings.speech``, ...).
+of a value out of bounds and docs/settings.md are derived from the declarations.
+ChatTTS, the phrase cache and the Wyoming listener keep theirs in bundles held here
+(``Settings.chattts``, ...; flat flag names); the parts' bundles derive from it too.
 
 Around it: :mod:`server.config_input` builds it (command-line flags over ``TTS_*``
 environment variables over defaults), :mod:`server.config_checks` refuses what cannot
@@ -27,6 +26,7 @@ from server.engines.chattts.settings import ChatTTSSettings
 from server.runtime.admission import AdmissionSettings
 from server.runtime.phrase_cache import PhraseCacheSettings
 from server.runtime.worker_settings import WorkerSettings
+from server.wyoming.settings import WyomingSettings
 from streaming.connection import ConnectionSettings
 from streaming.schedule import BatchSettings
 from streaming.speech import SpeechSettings
@@ -47,14 +47,6 @@ class Settings:
         "or * for any (none: same-origin only)",
         group="server",
     )
-    wyoming_port: int = option(
-        0,
-        "also serve Home Assistant's Wyoming protocol (TTS) on this TCP port (0: off; 10200 "
-        "is the convention); it has no authentication: keep it on loopback or a private "
-        "network, firewalled (docs/home-assistant.md)",
-        group="server", ge=0, le=65535, zero=" (off)",
-    )  # fmt: skip
-    wyoming_host: str = option("127.0.0.1", "interface the Wyoming port binds", group="server")
     log_level: str = option(
         "info",
         "the server log's threshold",
@@ -113,7 +105,8 @@ class Settings:
     )
     prefills_per_step: int = option(
         1,
-        "batching: prompts of joining segments run between two steps at most",
+        "batching: prompts of joining segments run between two steps at most; beyond the "
+        "first, only while they and the step take less than the audio a step makes",
         group="engine",
         gt=0,
     )
@@ -171,20 +164,18 @@ class Settings:
     )
     chattts: ChatTTSSettings = nested(ChatTTSSettings)
     phrase_cache: PhraseCacheSettings = nested(PhraseCacheSettings)
+    wyoming: WyomingSettings = nested(WyomingSettings)
 
     # Auth: no tokens means open (with a warning in the log). Not an option: tokens come
     # from --token-file / TTS_TOKEN_FILE and TTS_TOKENS (see build_settings).
     tokens: tuple[str, ...] = field(default=(), repr=False)
 
     # Limits
-    max_connections: int = option(
-        64, "WebSocket (and Wyoming) connections per server", group="connections", gt=0
-    )
+    max_connections: int = option(64, "WebSocket connections per server", group="connections", gt=0)
     ws_idle_timeout_s: float = option(
         120.0,
         "a WebSocket session with no open context is closed (1001, reason idle) after this "
-        "long without a message from its client, giving its connection slot back, and so "
-        "is a Wyoming connection that sends no event for this long (0: never)",
+        "long without a message from its client, giving its connection slot back (0: never)",
         group="connections",
         ge=0,
         zero=" (0: never)",
@@ -320,6 +311,12 @@ class Settings:
         ge=0,
         zero=" (0: the OS default)",
     )
+    coalesce_wakeups: bool = option(
+        True, "a busy event loop is woken once for several engine rounds, not each", group="engine"
+    )
+    ws_direct_send: bool = option(
+        True, "frame and write WebSocket messages once a round (false: ASGI)", group="connections"
+    )
     drain_timeout_s: float = option(
         30.0,
         "on SIGTERM, refuse new work and let audio in progress finish for up to this long "
@@ -449,6 +446,7 @@ class Settings:
             policy=self.batch_policy,
             headroom=self.admission_headroom,
             stall_timeout_s=self.engine_stall_timeout_s,
+            coalesce_wakeups=self.coalesce_wakeups,
         )
 
     @property

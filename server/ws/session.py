@@ -19,12 +19,12 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
 import numpy as np
-from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from server import logs
 from server.errors import report
@@ -40,6 +40,7 @@ from server.runtime.speaker import (
 )
 from server.state import AppState
 from server.transport import SCOPE_KEY, drain_then_abort, unblock_writes
+from server.ws.wire import WireClosed, open_wire
 from streaming import connection as c
 from streaming import encodings
 from streaming import protocol as p
@@ -294,7 +295,7 @@ class Context:
             if self.cancelled or not frame.size:
                 continue
             header = p.pack_audio_header(self.state.stream, segment_index, self.sequence)
-            await self.session.send_bytes(header + self._encode(frame))
+            await self.session.send_audio(header, self._encode(frame))
             self.sequence += 1
             self.samples_sent += int(frame.size)
             if self.playback_started_at is None:
@@ -315,6 +316,7 @@ class Session:
         #: The connection's asyncio transport, when the server exposes it (server.transport).
         self.transport: asyncio.WriteTransport | None = websocket.scope.get(SCOPE_KEY)
         self.settings = settings = state.settings
+        self.wire = open_wire(websocket, direct=settings.ws_direct_send)  # server.ws.wire
         self.worker = worker = state.worker
         self.metrics = state.metrics
         self.id = session_id
@@ -466,6 +468,7 @@ class Session:
         for context in list(self.contexts.values()):
             context.task.cancel()
         unblock_writes(self.transport)
+        self.wire.flush()  # what was sent goes before the close frame
         with contextlib.suppress(Exception):
             async with asyncio.timeout(grace_s):
                 await self.websocket.close(CLOSE_GOING_AWAY, reason)
@@ -482,10 +485,10 @@ class Session:
     # --- sending ----------------------------------------------------------------------
 
     async def send_json(self, message: p.ServerMessage) -> None:
-        await self._send({"type": "websocket.send", "text": message.to_json()})
+        await self._send(self.wire.send_event, message)
 
-    async def send_bytes(self, data: bytes) -> None:
-        await self._send({"type": "websocket.send", "bytes": data})
+    async def send_audio(self, header: bytes, pcm: bytes) -> None:
+        await self._send(self.wire.send_audio, header, pcm)
 
     async def send_failure(self, exc: BaseException, context_id: str, what: str) -> None:
         """Report a failure of ``what`` (a segment) and tell the client; the context goes on."""
@@ -495,12 +498,12 @@ class Session:
         )
         await self.send_json(p.ErrorEvent(context_id=context_id, code=code, message=message))
 
-    async def _send(self, message: dict[str, Any]) -> None:
-        if self._closed or self.websocket.application_state != WebSocketState.CONNECTED:
+    async def _send(self, send: Callable[..., Awaitable[None]], *message: Any) -> None:
+        if self._closed:
             raise _Closed
         try:
-            await self.websocket.send(message)
-        except (WebSocketDisconnect, RuntimeError, OSError) as exc:
+            await send(*message)
+        except WireClosed as exc:
             raise _Closed from exc
 
 

@@ -45,17 +45,17 @@ class WyomingServer:
 
         server = await asyncio.start_server(
             accept,
-            settings.wyoming_host,
-            settings.wyoming_port,
+            settings.wyoming.wyoming_host,
+            settings.wyoming.wyoming_port,
             limit=settings.max_message_bytes,  # the longest header line read
         )
         wyoming = cls(state, server)
         holder.append(wyoming)
-        loopback = settings.wyoming_host in ("127.0.0.1", "::1", "localhost")
+        loopback = settings.wyoming.wyoming_host in ("127.0.0.1", "::1", "localhost")
         logger.log(
             logging.INFO if loopback else logging.WARNING,
             "Wyoming protocol (TTS) on %s:%d; it has no authentication%s",
-            settings.wyoming_host,
+            settings.wyoming.wyoming_host,
             wyoming.port,
             "" if loopback else ": anyone who can reach this port can use it (firewall it)",
         )

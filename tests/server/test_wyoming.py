@@ -32,6 +32,7 @@ from wyoming.tts import (
 )
 
 from server.config import Settings
+from server.wyoming.settings import WyomingSettings
 from tests.conftest import fixed_length_chattts
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.scripted_engine import ScriptedEngine
@@ -61,7 +62,10 @@ class Served:
 def served(tiny_checkpoint: Path) -> Iterator[Served]:
     port = free_port()
     settings = Settings(
-        engine="chattts", model_dir=tiny_checkpoint, wyoming_port=port, max_streams=1
+        engine="chattts",
+        model_dir=tiny_checkpoint,
+        wyoming=WyomingSettings(wyoming_port=port),
+        max_streams=1,
     )
     with run_live_server(settings, engine=fixed_length_chattts(tiny_checkpoint)) as live:
         yield Served(live, port)
@@ -249,7 +253,7 @@ async def test_an_engine_failure_is_an_error_event_and_the_stream_goes_on() -> N
     audio, audio-stop and synthesize-stopped."""
     engine = ScriptedEngine(chunk_delay_s=0.0, ms_per_char=50, fail_on="坏")
     port = free_port()
-    settings = Settings(engine="espeak", wyoming_port=port)
+    settings = Settings(engine="espeak", wyoming=WyomingSettings(wyoming_port=port))
     with run_live_server(settings, engine=lambda: (engine, False, None)):
         async with AsyncTcpClient("127.0.0.1", port) as client:
             await client.write_event(SynthesizeStart().event())
@@ -266,7 +270,7 @@ async def test_an_engine_failure_is_an_error_event_and_the_stream_goes_on() -> N
 def test_the_wyoming_port_is_off_by_default_and_binds_loopback() -> None:
     """No --wyoming-port: no listener; its host defaults to 127.0.0.1 (no authentication)."""
     settings = Settings()
-    assert settings.wyoming_port == 0 and settings.wyoming_host == "127.0.0.1"
+    assert settings.wyoming == WyomingSettings(wyoming_port=0, wyoming_host="127.0.0.1")
 
 
 async def test_connections_are_limited_and_an_idle_one_is_closed() -> None:
@@ -274,7 +278,10 @@ async def test_connections_are_limited_and_an_idle_one_is_closed() -> None:
     closed; the first, sending nothing for --ws-idle-timeout-s, is closed too."""
     port = free_port()
     settings = Settings(
-        engine="espeak", wyoming_port=port, max_connections=1, ws_idle_timeout_s=1.0
+        engine="espeak",
+        wyoming=WyomingSettings(wyoming_port=port),
+        max_connections=1,
+        ws_idle_timeout_s=1.0,
     )
     with run_live_server(settings) as live:
         async with AsyncTcpClient("127.0.0.1", port) as first:
@@ -296,7 +303,10 @@ async def test_a_stream_over_the_buffer_limit_waits_and_loses_nothing() -> None:
     engine = ScriptedEngine(chunk_delay_s=0.005, ms_per_char=60)
     port = free_port()
     settings = Settings(
-        engine="espeak", wyoming_port=port, max_buffered_chars=20, max_text_message_chars=12
+        engine="espeak",
+        wyoming=WyomingSettings(wyoming_port=port),
+        max_buffered_chars=20,
+        max_text_message_chars=12,
     )
     sentences = [f"第{n}句话说完了。" for n in "一二三四五六七八九十"]
     with run_live_server(settings, engine=lambda: (engine, False, None)):
@@ -355,7 +365,7 @@ async def test_at_capacity_with_when_busy_fallback_a_stream_is_spoken_by_the_fal
     degraded on the wyoming route), at the rate its audio-start announced."""
     port = free_port()
     settings = Settings(
-        engine="chattts", model_dir=tiny_checkpoint, wyoming_port=port, max_streams=1,
+        engine="chattts", model_dir=tiny_checkpoint, wyoming=WyomingSettings(wyoming_port=port), max_streams=1,
         when_busy="fallback",
     )  # fmt: skip
     with run_live_server(settings, engine=fixed_length_chattts(tiny_checkpoint)) as live:
@@ -384,7 +394,9 @@ async def test_home_assistants_copy_of_a_long_reply_does_not_end_the_stream() ->
     same synthesize outside a stream is refused message_too_large."""
     engine = ScriptedEngine(chunk_delay_s=0.0, ms_per_char=60)
     port = free_port()
-    settings = Settings(engine="espeak", wyoming_port=port, max_message_bytes=2048)
+    settings = Settings(
+        engine="espeak", wyoming=WyomingSettings(wyoming_port=port), max_message_bytes=2048
+    )
     long_reply = "好的。" * 400  # 3,600 bytes of UTF-8
     with run_live_server(settings, engine=lambda: (engine, False, None)):
         async with AsyncTcpClient("127.0.0.1", port) as client:
