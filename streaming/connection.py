@@ -31,16 +31,15 @@ from dataclasses import asdict, dataclass
 
 from streaming import protocol as p
 from streaming.errors import ClientError, LimitExceeded, TTSError, Unavailable
-from streaming.segment import Segment, Segmenter
+from streaming.segment import Segment
 from streaming.speech import SpeechSettings
 from streaming.text import Lexicon, LexiconError, LexiconLimits
+from streaming.utterance import UtteranceState, UtteranceVoice
 
 __all__ = [
     "Cancelled",
     "Connection",
     "ConnectionLimits",
-    "ContextState",
-    "ContextVoice",
     "Ended",
     "Event",
     "FirstText",
@@ -66,54 +65,6 @@ class ConnectionLimits:
 
 
 @dataclass(frozen=True)
-class ContextVoice:
-    """What fixes how a context sounds, for all of its segments."""
-
-    voice: str | None
-    seed: int
-    speed: float
-    sample_rate_hz: int
-    #: Spoken by the fallback voice: admitted while the engine was at capacity.
-    fallback: bool = False
-    #: The client's own seed (False: the voice's, or one picked for it).
-    seed_given: bool = True
-
-
-class ContextState:
-    """One context's text and rules: its segmenter and what it may still receive."""
-
-    def __init__(
-        self,
-        context_id: str,
-        stream: int,
-        voice: ContextVoice,
-        segmenter: Segmenter,
-        *,
-        timestamps: bool = False,
-        lexicon: Lexicon | None = None,
-    ):
-        self.id = context_id
-        #: The context's own lexicon entries (``start``'s ``lexicon``), checked.
-        self.lexicon = lexicon
-        #: Send a ``timestamps`` event after each segment (``start`` asked for them).
-        self.timestamps = timestamps
-        self.stream = stream
-        self.voice = voice
-        self.segmenter = segmenter
-        self.queued_chars = 0  # cut into segments, not yet finished speaking
-        self.received_chars = 0  # every character of text accepted
-        self.closing = False  # after end or cancel: no more text
-        self.drained = False  # ended by the server's drain, not by its client
-        self.cancelled = False
-        self.has_text = False  # received words (not only blanks)
-
-    @property
-    def buffered_chars(self) -> int:
-        """Unspoken characters: pending in the segmenter and queued in segments."""
-        return len(self.segmenter.pending_text) + self.queued_chars
-
-
-@dataclass(frozen=True)
 class Reply:
     message: p.ServerMessage
 
@@ -125,7 +76,7 @@ class Refused:
 
 @dataclass(frozen=True)
 class Opened:
-    context: ContextState
+    context: UtteranceState
 
 
 @dataclass(frozen=True)
@@ -193,7 +144,7 @@ class Connection:
         self._check_voice = check_voice
         self._choose_seed = choose_seed
         self._admit = admit
-        self.contexts: dict[str, ContextState] = {}
+        self.contexts: dict[str, UtteranceState] = {}
         self._next_stream = 1
         #: The server drains: no context opens, the open ones speak what they hold.
         self.draining = False
@@ -347,7 +298,7 @@ class Connection:
         seed = self._seed(message)
         lexicon = self._lexicon(message)
         fallback = self._admit(message.context_id)  # last: nothing refused after it
-        voice = ContextVoice(
+        voice = UtteranceVoice(
             message.voice,
             seed,
             message.speed,
@@ -355,7 +306,7 @@ class Connection:
             fallback,
             message.seed is not None,
         )
-        context = ContextState(
+        context = UtteranceState(
             message.context_id,
             self._next_stream,
             voice,
@@ -435,7 +386,7 @@ class Connection:
                 limit=limits.max_buffered_chars,
             )
 
-    def _accept_text(self, context: ContextState, text: str) -> list[Event]:
+    def _accept_text(self, context: UtteranceState, text: str) -> list[Event]:
         self._check_delta(text, context.buffered_chars, context.id)
         events: list[Event] = []
         context.received_chars += len(text)
@@ -445,7 +396,7 @@ class Connection:
         events += self._cut(context, context.segmenter.push(text))
         return [*events, self._idle_timer(context)]
 
-    def _idle_timer(self, context: ContextState) -> IdleTimer:
+    def _idle_timer(self, context: UtteranceState) -> IdleTimer:
         """After text: a fragment left pending is spoken when the input pauses."""
         segmenter = context.segmenter
         if not segmenter.pending_text.strip():
@@ -456,13 +407,13 @@ class Connection:
         )
         return IdleTimer(context.id, delay_ms / 1000)
 
-    def _cut(self, context: ContextState, segments: list[Segment]) -> list[Event]:
+    def _cut(self, context: UtteranceState, segments: list[Segment]) -> list[Event]:
         if not segments:
             return []
         context.queued_chars += sum(len(segment.text) for segment in segments)
         return [Segments(context.id, tuple(segments))]
 
-    def _cancel(self, context: ContextState) -> list[Event]:
+    def _cancel(self, context: UtteranceState) -> list[Event]:
         context.cancelled = context.closing = True
         context.queued_chars = 0
         return [IdleTimer(context.id, None), Cancelled(context.id)]

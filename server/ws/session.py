@@ -20,33 +20,21 @@ import logging
 import random
 import time
 from collections.abc import Mapping
-from dataclasses import asdict
 from typing import Any
 
-import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from server import logs
 from server.errors import report
-from server.runtime.speaker import (
-    FellBack,
-    Frames,
-    Retried,
-    SegmentSpeaker,
-    Started,
-    Timed,
-    WithoutAudio,
-)
+from server.runtime.utterance import Utterance
 from server.state import AppState
 from server.transport import SCOPE_KEY, drain_then_abort, unblock_writes
 from streaming import connection as c
 from streaming import protocol as p
-from streaming.audio import float_to_pcm16
 from streaming.errors import CLOSE_GOING_AWAY
-from streaming.schedule import playback_deadline
 from streaming.segment import Segment
-from streaming.speech import SegmentStart, SpeechPipeline
 from streaming.text import PreparedText
+from streaming.utterance import UtteranceState
 
 logger = logging.getLogger(__name__)
 
@@ -58,26 +46,22 @@ class _Closed(Exception):
     """The client is gone; stop sending."""
 
 
-class Context:
-    """The I/O half of one context: its segments' preparation, its speaker task, its audio."""
+class UtteranceTask:
+    """The I/O of one utterance on the connection (a context, on the wire): its
+    segments' preparation, the task that speaks them in order, their sending."""
 
-    def __init__(self, session: Session, state: c.ContextState) -> None:
+    def __init__(self, session: Session, state: UtteranceState) -> None:
         self.session = session
         self.state = state
         self.id = state.id
         voice = state.voice
-        self.sample_rate_hz = voice.sample_rate_hz
         # The engine's own rate control as far as it goes, a time-stretch beyond.
         engine_speed, tempo = session.voices.speed_split(voice.speed, fallback=voice.fallback)
-        self.speaker = SegmentSpeaker(
+        self.utterance = Utterance(
             session.worker,
             session.metrics,
-            SpeechPipeline(
-                session.settings.speech,
-                session.worker.sample_rate_hz,
-                voice.sample_rate_hz,
-                tempo=tempo,
-            ),
+            session.admission,
+            session.settings.speech,
             session.voices.for_stream(
                 voice.voice,
                 seed=voice.seed,
@@ -85,27 +69,18 @@ class Context:
                 fallback=voice.fallback,
                 seed_given=voice.seed_given,
             ),
+            route="ws",
             output_rate_hz=voice.sample_rate_hz,
-            on_fallback=voice.fallback,
+            tempo=tempo,
+            fallback=voice.fallback,
             timestamps=state.timestamps,
+            tally=state.tally,
         )
         self.segments: asyncio.Queue[Segment | None] = asyncio.Queue()
         # Each segment is normalised as soon as it is cut, while earlier ones speak.
         self._prepared: dict[int, asyncio.Future[PreparedText]] = {}
         self._text = session.frontend.stream(state.lexicon)
-        self.samples_sent = 0
-        self.sequence = 0
-        self.segments_spoken = 0
-        self.chars_in = 0  # characters of text cut into segments
-        self.removed_chars = 0
-        self.failures = 0  # segments that failed (reported as errors)
-        self.segments_retried = 0  # made again: their first try made too little audio
-        self.segments_without_audio = 0  # ended with too little audio (reported)
         self.outcome = "disconnected"  # until done is sent
-        self.first_audio_s: float | None = None  # first text -> first frame sent
-        self.first_text_at: float | None = None
-        # monotonic, at the first frame sent (None: no audio sent yet)
-        self.playback_started_at: float | None = None
         self._idle: asyncio.TimerHandle | None = None
         self.task = asyncio.get_running_loop().create_task(
             self.speak(), name=f"speak-{session.id}-{self.id}"
@@ -117,7 +92,7 @@ class Context:
 
     def queue(self, segments: tuple[Segment, ...]) -> None:
         for segment in segments:
-            self.chars_in += len(segment.text)
+            self.state.tally.characters += len(segment.text)
             self._prepared[segment.index] = self._text.submit(segment.text)
             self.segments.put_nowait(segment)
 
@@ -125,9 +100,9 @@ class Context:
         self.segments.put_nowait(None)
 
     def cancel(self) -> None:
-        """Drop pending text and audio now; the speaker task reports ``done``."""
-        self.speaker.abandon()
-        # Normalisation not started yet is dropped: it would delay other contexts.
+        """Drop pending text and audio now; the task reports ``done``."""
+        self.utterance.abandon()
+        # Normalisation not started yet is dropped: it would delay other utterances.
         for future in self._prepared.values():
             future.cancel()
         self._prepared.clear()
@@ -141,7 +116,7 @@ class Context:
             loop = asyncio.get_running_loop()
             self._idle = loop.call_later(delay_s, self.session.on_idle, self.id)
 
-    # --- speaker task -----------------------------------------------------------------
+    # --- the task ---------------------------------------------------------------------
 
     async def speak(self) -> None:
         session = self.session
@@ -156,23 +131,14 @@ class Context:
                 except _Closed:
                     raise
                 except Exception as exc:
-                    # A failure must not end the context silently: report it, go on.
-                    self.failures += 1
+                    # A failure must not end the utterance silently: report it, go on.
+                    self.state.tally.failures += 1
                     await session.send_failure(exc, self.id, f"segment {segment.index}")
                 finally:
                     session.core.spoken(self.id, segment)
-            await session.send_json(
-                p.Done(
-                    context_id=self.id,
-                    stream=self.state.stream,
-                    segments=self.segments_spoken,
-                    audio_samples=self.samples_sent,
-                    audio_ms=round(self.samples_sent * 1000 / self.sample_rate_hz, 1),
-                    cancelled=self.cancelled,
-                )
-            )
+            await session.send_json(self.state.done())
             self.outcome = "cancelled" if self.cancelled else "done"
-            if self.failures and not self.cancelled:
+            if self.state.tally.failures and not self.cancelled:
                 self.outcome = "done_with_errors"
         except _Closed:
             pass
@@ -183,26 +149,17 @@ class Context:
             self._log_summary()
 
     def _log_summary(self) -> None:
-        """The context's one summary line (server.logs)."""
-        first_audio = None if self.first_audio_s is None else round(self.first_audio_s * 1000, 1)
-        voice = self.state.voice
-        logs.summary(
-            "context",
-            f"{self.id} {self.outcome}",
+        """The utterance's one summary line (server.logs)."""
+        voice, tally = self.state.voice, self.state.tally
+        fields = self.utterance.summary(
+            self.outcome,
             context_id=self.id,
-            engine="espeak" if voice.fallback else self.session.worker.status.engine,
             voice=voice.voice,
             seed=voice.seed,
-            characters=self.chars_in,
-            removed=self.removed_chars,
-            segments=self.segments_spoken,
-            failed_segments=self.failures or None,
-            retried_segments=self.segments_retried or None,
-            segments_without_audio=self.segments_without_audio or None,
-            ttfa_ms=first_audio,
-            audio_s=round(self.samples_sent / self.sample_rate_hz, 3),
-            outcome=self.outcome,
+            characters=tally.characters,
+            segments=tally.segments,
         )
+        logs.summary("context", f"{self.id} {self.outcome}", **fields)
 
     async def _speak_segment(self, segment: Segment) -> None:
         # Normalisation costs milliseconds: it runs on the text front-end's thread.
@@ -210,93 +167,19 @@ class Context:
         prepared = await (future or self._text.submit(segment.text))
         if self.cancelled:
             return
-        events = self.speaker.speak(
+        utterance, send = self.utterance, self.session.send
+        events = utterance.speak(
             segment,
             prepared,
             timeout_s=self.session.settings.segment_timeout_s,
-            deadline=self._playback_deadline(),
+            deadline=utterance.playback_deadline(),
         )
         async with contextlib.aclosing(events):
             async for event in events:
-                await self._send_event(segment, prepared, event)
+                for message in self.state.heard(segment, prepared.spoken, event):
+                    await send(message)
                 if self.cancelled:
-                    return  # before the speaker goes on to the engine
-
-    async def _send_event(self, segment: Segment, prepared: PreparedText, event: object) -> None:
-        """What the client hears of one speaker event."""
-        session = self.session
-        if isinstance(event, Frames):
-            await self._send_frames(segment.index, event.frames)
-        elif isinstance(event, Started):
-            await self._send_start(segment, prepared, event.start)
-        elif isinstance(event, FellBack):
-            await session.send_json(
-                p.WarningEvent(
-                    context_id=self.id,
-                    code="fallback_voice",
-                    message=f"segment {segment.index}: the main engine failed on it; "
-                    "it is spoken with the fallback voice",
-                )
-            )
-        elif isinstance(event, Timed):
-            await session.send_json(
-                p.TimestampsEvent(context_id=self.id, stream=self.state.stream, **asdict(event))
-            )
-        elif isinstance(event, Retried | WithoutAudio):
-            if isinstance(event, Retried):
-                self.segments_retried += 1
-                code = "segment_retried"
-            else:
-                self.segments_without_audio += 1
-                code = "segment_without_audio"
-            await session.send_json(
-                p.SegmentWarningEvent(
-                    context_id=self.id, code=code, message=event.describe(), segment=event.index
-                )
-            )
-
-    async def _send_start(
-        self, segment: Segment, prepared: PreparedText, start: SegmentStart
-    ) -> None:
-        session = self.session
-        if start.removed:
-            removed = sum(len(r.chars) for r in start.removed)
-            self.removed_chars += removed
-            session.metrics.removed_characters.inc(removed)
-            await session.send_json(p.removed_warning(self.id, start.removed))
-        await session.send_json(
-            p.SegmentEvent(
-                context_id=self.id,
-                stream=self.state.stream,
-                index=segment.index,
-                text=segment.text,
-                spoken=prepared.spoken,
-                start_char=segment.start,
-                end_char=segment.end,
-                audio_start_sample=start.audio_start_sample,
-                audio_start_ms=round(start.audio_start_sample * 1000 / self.sample_rate_hz, 1),
-            )
-        )
-        self.segments_spoken += 1
-
-    def _playback_deadline(self) -> float:
-        return playback_deadline(
-            time.monotonic(), self.playback_started_at, self.samples_sent, self.sample_rate_hz
-        )
-
-    async def _send_frames(self, segment_index: int, frames: list[np.ndarray]) -> None:
-        for frame in frames:
-            if self.cancelled or not frame.size:
-                continue
-            header = p.pack_audio_header(self.state.stream, segment_index, self.sequence)
-            await self.session.send_bytes(header + float_to_pcm16(frame))
-            self.sequence += 1
-            self.samples_sent += int(frame.size)
-            if self.playback_started_at is None:
-                self.playback_started_at = time.monotonic()
-                if self.first_text_at is not None:
-                    self.first_audio_s = time.perf_counter() - self.first_text_at
-                    self.session.metrics.ttfa.labels(route="ws").observe(self.first_audio_s)
+                    return  # before the synthesizer goes on to the engine
 
 
 class Session:
@@ -326,7 +209,7 @@ class Session:
             admit=lambda context_id: admission.start("ws", context_id),
             lexicon_limits=settings.request_lexicon_limits,
         )
-        self.contexts: dict[str, Context] = {}
+        self.contexts: dict[str, UtteranceTask] = {}
         self._closed = False
         # While run() reads: closes the session after --ws-idle-timeout-s with no open
         # context and no message (rescheduled as contexts open and end).
@@ -418,13 +301,13 @@ class Session:
             report(event.error, metrics=self.metrics, log=self.log, where=f"[{self.id}] refused")
             return p.error_event(event.error)
         if isinstance(event, c.Opened):
-            self.contexts[event.context.id] = Context(self, event.context)
+            self.contexts[event.context.id] = UtteranceTask(self, event.context)
             return None
         context = self.contexts.get(event.context_id)
         if context is None:
             return None
         if isinstance(event, c.FirstText):
-            context.first_text_at = time.perf_counter()
+            context.utterance.first_text_at = time.perf_counter()
         elif isinstance(event, c.Segments):
             context.queue(event.segments)
         elif isinstance(event, c.Ended):
@@ -466,21 +349,24 @@ class Session:
                 await self.websocket.close(CLOSE_GOING_AWAY, reason)
         await drain_then_abort(self.transport, grace_s)
 
-    def forget(self, context: Context) -> None:
+    def forget(self, context: UtteranceTask) -> None:
         if self.contexts.get(context.id) is context:
             del self.contexts[context.id]
             self.core.forget(context.id)
-            if not context.state.voice.fallback:
-                self.admission.finish()
+            context.utterance.finish()
             self._rearm_idle()
 
     # --- sending ----------------------------------------------------------------------
 
+    async def send(self, message: p.ServerMessage | bytes) -> None:
+        """Send a message, or an audio frame (bytes)."""
+        if isinstance(message, bytes):
+            await self._send({"type": "websocket.send", "bytes": message})
+        else:
+            await self._send({"type": "websocket.send", "text": message.to_json()})
+
     async def send_json(self, message: p.ServerMessage) -> None:
         await self._send({"type": "websocket.send", "text": message.to_json()})
-
-    async def send_bytes(self, data: bytes) -> None:
-        await self._send({"type": "websocket.send", "bytes": data})
 
     async def send_failure(self, exc: BaseException, context_id: str, what: str) -> None:
         """Report a failure of ``what`` (a segment) and tell the client; the context goes on."""
