@@ -26,7 +26,7 @@ from server.options import GROUPS, choice_problems, nested, option, reference_ma
 from server.runtime.admission import AdmissionOptions
 from server.runtime.options import WorkerOptions
 from streaming.connection import ConnectionLimits
-from streaming.schedule import BatchPolicy
+from streaming.policy import BatchPolicy
 from streaming.speech import SpeechSettings
 from streaming.text import Lexicon, LexiconError, LexiconLimits
 

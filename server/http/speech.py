@@ -173,7 +173,7 @@ class TextRequest:
 
     async def prepare(self) -> None:
         """Cut and normalise every segment (on the front-end thread, all queued at once)."""
-        stream = self.state.frontend.stream(self.lexicon)
+        stream = self.state.frontend.for_utterance(self.lexicon)
         segments = self.state.settings.speech.segments(self.text)
         futures = [stream.submit(segment.text) for segment in segments]
         try:
@@ -309,13 +309,13 @@ async def start_speech(
     ``timestamps``: collect each segment's timestamps (``TextRequest.timestamps``)."""
     await state.voices.confirm(voice)  # the store's truth of the name, read after write
     engine_speed, tempo = state.voices.speed_split(speed)
-    spec = state.voices.for_stream(voice, seed=seed, speed=engine_speed)
+    spec = state.voices.for_utterance(voice, seed=seed, speed=engine_speed)
     fallback = state.admission.start("http")
     speech: TextRequest | None = None
     try:
         if fallback:
             engine_speed, tempo = state.voices.speed_split(speed, fallback=True)
-            spec = state.voices.for_stream(
+            spec = state.voices.for_utterance(
                 voice, seed=seed, speed=engine_speed, fallback=True, seed_given=seed is not None
             )
         speech = TextRequest(state, text, spec, output_rate_hz, fallback, tempo,

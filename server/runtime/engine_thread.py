@@ -27,7 +27,7 @@ from server.runtime.jobs import Call, Handoff, Inbox
 from server.runtime.options import WorkerOptions
 from server.runtime.scheduler import Scheduler
 from server.runtime.watchdog import Watchdog
-from streaming.schedule import StepCosts
+from streaming.policy import StepCosts
 
 __all__ = ["EngineThread"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from streaming.schedule import BatchPolicy
+from streaming.policy import BatchPolicy
 
 __all__ = ["WorkerOptions"]
 

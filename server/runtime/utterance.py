@@ -21,7 +21,7 @@ from server.metrics import Metrics
 from server.runtime.admission import Admission
 from server.runtime.synthesizer import SegmentSynthesizer
 from server.runtime.worker import EngineWorker
-from streaming.schedule import playback_deadline
+from streaming.policy import playback_deadline
 from streaming.segment import Segment
 from streaming.speech import SpeechPipeline, SpeechSettings
 from streaming.text import PreparedText

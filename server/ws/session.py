@@ -1,15 +1,16 @@
 """One WebSocket connection: the socket, the clock and the engine around its core.
 
 What to do with each client frame is decided by :class:`streaming.connection.Connection`
-(the sans-I/O core); how a segment's audio is shaped and framed, by
-:class:`streaming.speech.SpeechPipeline`. This module only does the I/O: it reads
-frames, sends events and audio, arms idle timers, hands each context's segments to the
-text front-end and the engine worker, and reports failures.
+(the sans-I/O core), and what the client is sent of each utterance's speech by its
+:class:`streaming.utterance.UtteranceState`; how a segment's audio is made, by the
+utterance's :class:`server.runtime.utterance.Utterance`. This module only does the I/O:
+it reads frames, sends what the core gives, arms idle timers, hands each utterance's
+segments to the text front-end and its Utterance, and reports failures.
 
-Each context has a speaker task that takes its segments in order, submits them to the
-engine worker one at a time, and forwards audio frames as the engine makes them. The
-receive loop only feeds the core, so a flood of text on one context never delays audio
-on another.
+Each utterance (a *context*, on the wire) has a task that takes its segments in order
+and speaks them one at a time, sending audio frames as the engine makes them. The
+receive loop only feeds the core, so a flood of text for one utterance never delays
+audio of another.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class UtteranceTask:
             session.metrics,
             session.admission,
             session.settings.speech,
-            session.voices.for_stream(
+            session.voices.for_utterance(
                 voice.voice,
                 seed=voice.seed,
                 speed=engine_speed,
@@ -79,7 +80,7 @@ class UtteranceTask:
         self.segments: asyncio.Queue[Segment | None] = asyncio.Queue()
         # Each segment is normalised as soon as it is cut, while earlier ones speak.
         self._prepared: dict[int, asyncio.Future[PreparedText]] = {}
-        self._text = session.frontend.stream(state.lexicon)
+        self._text = session.frontend.for_utterance(state.lexicon)
         self.outcome = "disconnected"  # until done is sent
         self._idle: asyncio.TimerHandle | None = None
         self.task = asyncio.get_running_loop().create_task(
@@ -338,7 +339,7 @@ class Session:
         """Shutdown while sends are blocked on a client that stopped reading (or an idle
         session): drop every context's audio, queue a close frame (1001, going away,
         ``reason``), give it ``grace_s`` to reach the client, then drop the connection."""
-        self._closed = True  # no speaker sends another frame
+        self._closed = True  # no utterance sends another frame
         for event in self.core.cancel_all():
             self._perform(event)
         for context in list(self.contexts.values()):
