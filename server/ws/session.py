@@ -97,6 +97,10 @@ class UtteranceTask:
             self._prepared[segment.index] = self._text.submit(segment.text)
             self.segments.put_nowait(segment)
 
+    def first_text(self) -> None:
+        """Its first words arrived: time to first audio counts from now."""
+        self.utterance.first_text_at = time.perf_counter()
+
     def end(self) -> None:
         self.segments.put_nowait(None)
 
@@ -210,7 +214,7 @@ class Session:
             admit=lambda context_id: admission.start("ws", context_id),
             lexicon_limits=settings.request_lexicon_limits,
         )
-        self.contexts: dict[str, UtteranceTask] = {}
+        self.utterances: dict[str, UtteranceTask] = {}
         self._closed = False
         # While run() reads: closes the session after --ws-idle-timeout-s with no open
         # context and no message (rescheduled as contexts open and end).
@@ -238,7 +242,7 @@ class Session:
             pass
         finally:
             self._closed = True
-            tasks = [context.task for context in self.contexts.values()]
+            tasks = [utterance.task for utterance in self.utterances.values()]
             for event in self.core.cancel_all():
                 self._perform(event)
             if tasks:
@@ -278,7 +282,7 @@ class Session:
         timeout_s = self.settings.ws_idle_timeout_s
         if self._idle is None or self._idle.expired() or timeout_s <= 0:
             return
-        deadline = None if self.contexts else asyncio.get_running_loop().time() + timeout_s
+        deadline = None if self.utterances else asyncio.get_running_loop().time() + timeout_s
         self._idle.reschedule(deadline)
 
     async def _close_idle(self) -> None:
@@ -302,21 +306,21 @@ class Session:
             report(event.error, metrics=self.metrics, log=self.log, where=f"[{self.id}] refused")
             return p.error_event(event.error)
         if isinstance(event, c.Opened):
-            self.contexts[event.context.id] = UtteranceTask(self, event.context)
+            self.utterances[event.context.id] = UtteranceTask(self, event.context)
             return None
-        context = self.contexts.get(event.context_id)
-        if context is None:
+        utterance = self.utterances.get(event.context_id)
+        if utterance is None:
             return None
         if isinstance(event, c.FirstText):
-            context.utterance.first_text_at = time.perf_counter()
+            utterance.first_text()
         elif isinstance(event, c.Segments):
-            context.queue(event.segments)
+            utterance.queue(event.segments)
         elif isinstance(event, c.Ended):
-            context.end()
+            utterance.end()
         elif isinstance(event, c.Cancelled):
-            context.cancel()
+            utterance.cancel()
         elif isinstance(event, c.IdleTimer):
-            context.arm_idle_timer(event.delay_s)
+            utterance.arm_idle_timer(event.delay_s)
         return None
 
     async def drain(self, deadline: float) -> None:
@@ -326,7 +330,7 @@ class Session:
         deadline_ms = max(0, round((deadline - time.monotonic()) * 1000))
         events = self.core.drain(deadline_ms)
         if events:
-            self.log.info("draining: %d open context(s) end here", len(self.contexts))
+            self.log.info("draining: %d open context(s) end here", len(self.utterances))
         with contextlib.suppress(_Closed):
             await self._apply(events)
 
@@ -342,19 +346,19 @@ class Session:
         self._closed = True  # no utterance sends another frame
         for event in self.core.cancel_all():
             self._perform(event)
-        for context in list(self.contexts.values()):
-            context.task.cancel()
+        for utterance in list(self.utterances.values()):
+            utterance.task.cancel()
         unblock_writes(self.transport)
         with contextlib.suppress(Exception):
             async with asyncio.timeout(grace_s):
                 await self.websocket.close(CLOSE_GOING_AWAY, reason)
         await drain_then_abort(self.transport, grace_s)
 
-    def forget(self, context: UtteranceTask) -> None:
-        if self.contexts.get(context.id) is context:
-            del self.contexts[context.id]
-            self.core.forget(context.id)
-            context.utterance.finish()
+    def forget(self, task: UtteranceTask) -> None:
+        if self.utterances.get(task.id) is task:
+            del self.utterances[task.id]
+            self.core.forget(task.id)
+            task.utterance.finish()
             self._rearm_idle()
 
     # --- sending ----------------------------------------------------------------------
