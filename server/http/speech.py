@@ -242,11 +242,11 @@ class TextRequest:
             self.summary.update(
                 self.utterance.summary(
                     "complete" if self._completed else "incomplete",
+                    segments=len(self.spoken),
+                    after={"degraded": "busy" if self.fallback else None},
                     engine=self.state.worker.status.engine,
                     voice=self.voice_name,
                     characters=self.tally.characters,
-                    segments=len(self.spoken),
-                    degraded="busy" if self.fallback else None,
                 )
             )
         self.utterance.finish()

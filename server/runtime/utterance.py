@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from server.engines.base import VoiceSpec
@@ -138,22 +138,35 @@ class Utterance:
             time.monotonic(), self.playback_started_at, self.tally.samples, self.output_rate_hz
         )
 
-    def summary(self, outcome: str, **fields: Any) -> dict[str, Any]:
-        """The fields of the utterance's summary log line (server.logs); ``fields`` are
-        the interface's own (an ``engine`` given there names it instead)."""
+    def summary(
+        self,
+        outcome: str,
+        *,
+        segments: int,
+        failures: bool = False,
+        after: Mapping[str, Any] | None = None,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        """The fields of the utterance's summary log line (server.logs): ``fields`` are
+        the interface's own, first (an ``engine`` there names it instead), ``after`` its
+        own after the audio's; ``failures``: it reports failed segments (the WebSocket)."""
         tally = self.tally
-        ttfa_ms = None if self.first_audio_s is None else round(self.first_audio_s * 1000, 1)
-        return {
+        summary: dict[str, Any] = {
             "engine": "espeak" if self.fallback else self.worker.status.engine,
             **fields,
             "removed": tally.removed_chars,
-            "ttfa_ms": ttfa_ms,
-            "audio_s": round(tally.samples / self.output_rate_hz, 3),
-            "failed_segments": tally.failures or None,
-            "retried_segments": len(tally.retried) or None,
-            "segments_without_audio": len(tally.without_audio) or None,
-            "outcome": outcome,
+            "segments": segments,
         }
+        if failures:
+            summary["failed_segments"] = tally.failures or None
+        ttfa_ms = None if self.first_audio_s is None else round(self.first_audio_s * 1000, 1)
+        summary["ttfa_ms"] = ttfa_ms
+        summary["audio_s"] = round(tally.samples / self.output_rate_hz, 3)
+        summary.update(after or {})
+        summary["retried_segments"] = len(tally.retried) or None
+        summary["segments_without_audio"] = len(tally.without_audio) or None
+        summary["outcome"] = outcome
+        return summary
 
     def finish(self) -> None:
         """The utterance ended: its admission slot (if it holds one) is given back, once."""

@@ -158,13 +158,13 @@ class UtteranceTask:
         voice, tally = self.state.voice, self.state.tally
         fields = self.utterance.summary(
             self.outcome,
-            context_id=self.id,
+            segments=tally.segments,
+            failures=True,
             voice=voice.voice,
             seed=voice.seed,
             characters=tally.characters,
-            segments=tally.segments,
         )
-        logs.summary("context", f"{self.id} {self.outcome}", **fields)
+        logs.summary("context", f"{self.id} {self.outcome}", context_id=self.id, **fields)
 
     async def _speak_segment(self, segment: Segment) -> None:
         # Normalisation costs milliseconds: it runs on the text front-end's thread.
