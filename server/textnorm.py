@@ -42,7 +42,7 @@ from typing import Any
 
 from server.lexicon import LexiconFile
 from streaming.segment import Segment, Segmenter, SegmenterConfig
-from streaming.speech import removals_in_stream
+from streaming.speech import removals_in_utterance
 from streaming.text import (
     CodeFences,
     Lexicon,
@@ -152,7 +152,7 @@ class PreviewSegment:
             "reason": segment.reason,
             "spoken": p.spoken,
             "tags": list(p.tags),
-            "removed": [asdict(r) for r in removals_in_stream(segment, p)],
+            "removed": [asdict(r) for r in removals_in_utterance(segment, p)],
             "rewrites": [
                 {
                     "start": segment.start + piece.start,

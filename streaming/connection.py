@@ -10,7 +10,9 @@ frame to :meth:`Connection.receive` and act on the events it returns, in order:
 - :class:`Refused`: the message was refused (a :class:`~streaming.errors.ClientError`,
   ``busy`` when admission refuses a new context, ``draining`` once the server drains):
   report it and send its ``error`` event; nothing else changed;
-- :class:`Opened`: a context opened: start speaking for it;
+- :class:`Opened`: a context opened: start speaking for it (its
+  :class:`~streaming.utterance.UtteranceState` then says what its client is sent of each
+  speech event, :meth:`~streaming.utterance.UtteranceState.heard`, and its ``done``);
 - :class:`FirstText`: the context received its first words (time to first audio starts);
 - :class:`Segments`: these segments of the context are ready to speak, in order;
 - :class:`Ended`: the context will get no more segments (after ``end``);

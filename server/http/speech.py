@@ -41,7 +41,7 @@ from server.state import AppState
 from server.transport import SCOPE_KEY
 from streaming.errors import ClientError, LimitExceeded, SynthesisError, SynthesisTimeout
 from streaming.segment import Segment
-from streaming.speech import removals_in_stream
+from streaming.speech import removals_in_utterance
 from streaming.text import Lexicon, PreparedText
 from streaming.utterance import Frames, Timed
 
@@ -184,7 +184,7 @@ class TextRequest:
             self._waited_s += time.perf_counter() - self.started
         self._parts = [_Part(s, p) for s, p in zip(segments, prepared, strict=True)]
         for part in self._parts:
-            self.removed += [asdict(r) for r in removals_in_stream(part.segment, part.prepared)]
+            self.removed += [asdict(r) for r in removals_in_utterance(part.segment, part.prepared)]
             if part.prepared.spoken:
                 self.spoken.append(part.prepared.spoken)
         self.tally.characters = len(self.text)
