@@ -412,7 +412,9 @@ class Connection:
     def _cut(self, context: UtteranceState, segments: list[Segment]) -> list[Event]:
         if not segments:
             return []
-        context.queued_chars += sum(len(segment.text) for segment in segments)
+        cut = sum(len(segment.text) for segment in segments)
+        context.queued_chars += cut
+        context.tally.characters += cut
         return [Segments(context.id, tuple(segments))]
 
     def _cancel(self, context: UtteranceState) -> list[Event]:

@@ -209,6 +209,8 @@ class UtteranceState:
         self.tally = UtteranceTally()
         #: Audio frames sent (the next frame's sequence number).
         self.sequence = 0
+        #: How it ended, for its summary: ``disconnected`` until its ``done`` is written.
+        self.outcome = "disconnected"
 
     @property
     def buffered_chars(self) -> int:
@@ -222,7 +224,7 @@ class UtteranceState:
         the engine says it), in order: messages, and audio frames as bytes. Frames are
         made as they are taken, each counted then; none after a cancel."""
         if isinstance(event, Frames):
-            return self._frames(segment.index, event.frames)
+            return self._frames(segment.index, event.frames) if event.frames else ()
         if isinstance(event, SegmentStarted):
             return self._started(segment, spoken, event.start)
         if isinstance(event, FellBack):
@@ -270,9 +272,21 @@ class UtteranceState:
             self.tally.samples += int(frame.size)
             yield header + float_to_pcm16(frame)
 
+    def failed(self, segment: Segment, code: str, message: str) -> p.ErrorEvent:
+        """The ``error`` that reports ``segment``'s failure (``message``: what the client
+        may know of it); counted, and the utterance goes on."""
+        self.tally.failures += 1
+        what = f"segment {segment.index}"
+        said = f"{what} could not be spoken" if code == "internal_error" else f"{what}: {message}"
+        return p.ErrorEvent(context_id=self.id, code=code, message=said)
+
     def done(self) -> p.Done:
         """The utterance's ``done``: all it said (or, cancelled, said before the cancel)."""
         tally = self.tally
+        if self.cancelled:
+            self.outcome = "cancelled"
+        else:
+            self.outcome = "done_with_errors" if tally.failures else "done"
         return p.Done(
             context_id=self.id,
             stream=self.stream,

@@ -81,7 +81,6 @@ class UtteranceTask:
         # Each segment is normalised as soon as it is cut, while earlier ones speak.
         self._prepared: dict[int, asyncio.Future[PreparedText]] = {}
         self._text = session.frontend.for_utterance(state.lexicon)
-        self.outcome = "disconnected"  # until done is sent
         self._idle: asyncio.TimerHandle | None = None
         self.task = asyncio.get_running_loop().create_task(
             self.speak(), name=f"speak-{session.id}-{self.id}"
@@ -93,7 +92,6 @@ class UtteranceTask:
 
     def queue(self, segments: tuple[Segment, ...]) -> None:
         for segment in segments:
-            self.state.tally.characters += len(segment.text)
             self._prepared[segment.index] = self._text.submit(segment.text)
             self.segments.put_nowait(segment)
 
@@ -137,14 +135,14 @@ class UtteranceTask:
                     raise
                 except Exception as exc:
                     # A failure must not end the utterance silently: report it, go on.
-                    self.state.tally.failures += 1
-                    await session.send_failure(exc, self.id, f"segment {segment.index}")
+                    code, message = report(
+                        exc, metrics=session.metrics, log=session.log,
+                        where=f"[{session.id}] segment {segment.index}",
+                    )  # fmt: skip
+                    await session.send(self.state.failed(segment, code, message))
                 finally:
                     session.core.spoken(self.id, segment)
-            await session.send_json(self.state.done())
-            self.outcome = "cancelled" if self.cancelled else "done"
-            if self.state.tally.failures and not self.cancelled:
-                self.outcome = "done_with_errors"
+            await session.send(self.state.done())
         except _Closed:
             pass
         finally:
@@ -155,16 +153,17 @@ class UtteranceTask:
 
     def _log_summary(self) -> None:
         """The utterance's one summary line (server.logs)."""
-        voice, tally = self.state.voice, self.state.tally
+        state = self.state
+        voice, tally = state.voice, state.tally
         fields = self.utterance.summary(
-            self.outcome,
+            state.outcome,
             segments=tally.segments,
             failures=True,
             voice=voice.voice,
             seed=voice.seed,
             characters=tally.characters,
         )
-        logs.summary("context", f"{self.id} {self.outcome}", context_id=self.id, **fields)
+        logs.summary("context", f"{self.id} {state.outcome}", context_id=self.id, **fields)
 
     async def _speak_segment(self, segment: Segment) -> None:
         # Normalisation costs milliseconds: it runs on the text front-end's thread.
@@ -225,7 +224,7 @@ class Session:
         return self.core.holds_unspoken_text
 
     async def run(self) -> None:
-        await self.send_json(
+        await self.send(
             p.Ready(
                 session_id=self.id,
                 engine=self.worker.engine.name if self.worker.engine else "none",
@@ -296,7 +295,7 @@ class Session:
         for event in events:
             message = self._perform(event)
             if message is not None:
-                await self.send_json(message)
+                await self.send(message)
 
     def _perform(self, event: c.Event) -> p.ServerMessage | None:
         """Act on one core event; return the message to send, if it is one."""
@@ -369,17 +368,6 @@ class Session:
             await self._send({"type": "websocket.send", "bytes": message})
         else:
             await self._send({"type": "websocket.send", "text": message.to_json()})
-
-    async def send_json(self, message: p.ServerMessage) -> None:
-        await self._send({"type": "websocket.send", "text": message.to_json()})
-
-    async def send_failure(self, exc: BaseException, context_id: str, what: str) -> None:
-        """Report a failure of ``what`` (a segment) and tell the client; the context goes on."""
-        code, message = report(exc, metrics=self.metrics, log=self.log, where=f"[{self.id}] {what}")
-        message = (
-            f"{what} could not be spoken" if code == "internal_error" else f"{what}: {message}"
-        )
-        await self.send_json(p.ErrorEvent(context_id=context_id, code=code, message=message))
 
     async def _send(self, message: dict[str, Any]) -> None:
         if self._closed or self.websocket.application_state != WebSocketState.CONNECTED:

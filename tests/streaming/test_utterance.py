@@ -145,3 +145,30 @@ def test_removals_counted_up_front_are_not_counted_again() -> None:
     tally = UtteranceTally(removed_chars=1)
     assert tally.count(SegmentStarted(REMOVED), removals=False) == 1
     assert (tally.removed_chars, tally.segments) == (1, 1)
+
+
+def test_a_failure_is_counted_and_reported_without_internals() -> None:
+    """A failed segment's error names the segment; an internal error says no more."""
+    state = utterance()
+    internal = state.failed(SEGMENT, "internal_error", "KeyError: 'x'")
+    timeout = state.failed(SEGMENT, "synthesis_timeout", "waited 30 s")
+    assert (internal.code, internal.message) == ("internal_error", "segment 2 could not be spoken")
+    assert (timeout.code, timeout.message) == ("synthesis_timeout", "segment 2: waited 30 s")
+    assert {internal.context_id, timeout.context_id} == {"a"}
+    assert state.tally.failures == 2
+
+
+@pytest.mark.parametrize(
+    ("failures", "cancelled", "outcome"),
+    [(0, False, "done"), (1, False, "done_with_errors"), (1, True, "cancelled")],
+)
+def test_the_outcome_is_decided_when_done_is_written(
+    failures: int, cancelled: bool, outcome: str
+) -> None:
+    """Until its done is written an utterance's outcome is ``disconnected``."""
+    state = utterance()
+    state.tally.failures = failures
+    state.cancelled = cancelled
+    assert state.outcome == "disconnected"
+    state.done()
+    assert state.outcome == outcome
