@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 from server.engines.chattts.batch import BatchedDecoder  # noqa: E402
 from server.engines.chattts.checkpoint import load_chat, write_checkpoint  # noqa: E402
 from server.engines.chattts.decoder import GenerationParams, StreamingDecoder  # noqa: E402
-from server.engines.chattts.options import ChatTTSOptions  # noqa: E402
+from server.engines.chattts.settings import ChatTTSSettings  # noqa: E402
 
 TEXTS = [
     "今天天气很好，我们一起去公园散步吧。",
@@ -274,7 +274,7 @@ def ramp(
     decoders: dict[str, tuple[StreamingDecoder, Any]] = {}
     for precision, (gpt_q, vocoder_q) in CONFIGS.items():
         chat = load_chat(args.checkpoint, device="cpu")
-        options = ChatTTSOptions(gpt_quantization=gpt_q, vocoder_quantization=vocoder_q)
+        options = ChatTTSSettings(gpt_quantization=gpt_q, vocoder_quantization=vocoder_q)
         decoder = StreamingDecoder(chat, options)
         decoders[precision] = (decoder, chat)
         results[precision] = {}

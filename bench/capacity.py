@@ -103,12 +103,12 @@ def serve(
         engine_setting: dict[str, Any] = {"engine": "espeak"}
     else:
         from server.engines.chattts.engine import ChatTTSEngine
-        from server.engines.chattts.options import ChatTTSOptions
+        from server.engines.chattts.settings import ChatTTSSettings
 
         def factory() -> Any:
             # Random weights end at random (an EOS at step 0 is a segment without audio):
             # every segment is 100 steps (2.1 s of audio) instead.
-            options = ChatTTSOptions(device="cpu", max_new_token=100, min_new_token=100)
+            options = ChatTTSSettings(device="cpu", max_new_token=100, min_new_token=100)
             return ChatTTSEngine(checkpoint, options), False, None
 
         engine_setting = {"engine": "chattts", "model_dir": Path(checkpoint)}

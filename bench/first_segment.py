@@ -62,9 +62,9 @@ def engine_factory(engine: str, checkpoint: Path, steps: int) -> Any:
 
     def factory() -> Any:
         from server.engines.chattts.engine import ChatTTSEngine
-        from server.engines.chattts.options import ChatTTSOptions
+        from server.engines.chattts.settings import ChatTTSSettings
 
-        options = ChatTTSOptions(device="cpu", max_new_token=steps, min_new_token=steps)
+        options = ChatTTSSettings(device="cpu", max_new_token=steps, min_new_token=steps)
         return ChatTTSEngine(checkpoint, options), False, None
 
     return factory

@@ -118,10 +118,10 @@ def ramp(
     """The batch sizes in turn on a fresh model with a ``dtype`` GPT, then the capacity."""
     from server.engines.chattts.checkpoint import load_chat
     from server.engines.chattts.decoder import StreamingDecoder
-    from server.engines.chattts.options import ChatTTSOptions
+    from server.engines.chattts.settings import ChatTTSSettings
 
     chat = load_chat(checkpoint, device=device)
-    decoder = StreamingDecoder(chat, ChatTTSOptions(device=device, gpt_dtype=dtype))
+    decoder = StreamingDecoder(chat, ChatTTSSettings(device=device, gpt_dtype=dtype))
     if warm_up:
         measure(decoder, chat, 2, steps, cuda_graphs, max_tokens)
     costs = StepCosts(smoothing=1.0)

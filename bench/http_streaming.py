@@ -55,10 +55,10 @@ def serve(engine: str, checkpoint: Path, steps: int, port: Any) -> None:
     factory = None
     if engine == "chattts":
         from server.engines.chattts.engine import ChatTTSEngine
-        from server.engines.chattts.options import ChatTTSOptions
+        from server.engines.chattts.settings import ChatTTSSettings
 
         def factory() -> Any:
-            options = ChatTTSOptions(device="cpu", max_new_token=steps, min_new_token=steps)
+            options = ChatTTSSettings(device="cpu", max_new_token=steps, min_new_token=steps)
             return ChatTTSEngine(checkpoint, options), False, None
 
         settings = Settings(engine="chattts", model_dir=checkpoint, log_level="warning")

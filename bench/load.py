@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from chattts_client import AudioFrame, StreamClient
 
 from server.config import Settings
-from server.engines.chattts.options import ChatTTSOptions
+from server.engines.chattts.settings import ChatTTSSettings
 
 TEXT = (
     "各位用户大家好，欢迎使用流式语音合成服务。这段文字模拟大模型逐字输出的场景，"
@@ -178,7 +178,7 @@ def own_server(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     settings = Settings(
         engine="chattts" if args.model_dir else "espeak",
         model_dir=Path(args.model_dir) if args.model_dir else None,
-        chattts=ChatTTSOptions(device=args.device, max_new_token=args.max_new_token),
+        chattts=ChatTTSSettings(device=args.device, max_new_token=args.max_new_token),
         max_connections=max(64, max(args.concurrency) * 2, args.max_concurrency * 2),
         max_active_segments=args.max_active_segments,
         max_batch=args.max_batch,
@@ -233,7 +233,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-new-token",
         type=int,
-        default=ChatTTSOptions().max_new_token,
+        default=ChatTTSSettings().max_new_token,
         help="when starting a server: GPT steps per segment at most (random-weight checkpoints "
         "rarely stop by themselves: ~12 steps per Chinese character is speech-like)",
     )

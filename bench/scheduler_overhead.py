@@ -36,7 +36,7 @@ from server.metrics import Metrics  # noqa: E402
 from server.runtime.fallback import FallbackVoice  # noqa: E402
 from server.runtime.jobs import Handoff, Job  # noqa: E402
 from server.runtime.scheduler import Scheduler  # noqa: E402
-from streaming.policy import BatchPolicy, StepCosts  # noqa: E402
+from streaming.policy import BatchSettings, StepCosts  # noqa: E402
 
 RATE_HZ = 24_000
 CHUNK = np.zeros(512, np.float32)  # one GPT step of audio
@@ -96,7 +96,7 @@ def measure(batch: int, rounds: int) -> tuple[float, float]:
         batcher,
         max_rows=batch,
         rate_hz=RATE_HZ,
-        policy=BatchPolicy(max_batch=batch, prefills_per_step=batch),
+        policy=BatchSettings(max_batch=batch, prefills_per_step=batch),
         costs=StepCosts(),
         metrics=metrics,
         handoff=handoff,

@@ -43,7 +43,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from server.engines.base import SynthesisRequest, VoiceSpec, audio_only  # noqa: E402
-from server.engines.chattts.options import ChatTTSOptions  # noqa: E402
+from server.engines.chattts.settings import ChatTTSSettings  # noqa: E402
 from streaming.joins import SegmentJoiner, pause_ms_for  # noqa: E402
 from streaming.segment import Segmenter  # noqa: E402
 from tests.seams import measure_seams  # noqa: E402
@@ -78,7 +78,7 @@ def _chattts(tmp: Path, steps: int) -> tuple[Synth, int, Callable[[], None]]:
 
     model_dir = write_checkpoint(tmp / "tiny", size="tiny", seed=0)
     engine = ChatTTSEngine(
-        model_dir, ChatTTSOptions(device="cpu", max_new_token=steps, min_new_token=steps)
+        model_dir, ChatTTSSettings(device="cpu", max_new_token=steps, min_new_token=steps)
     )
     voice = VoiceSpec(seed=7)
 

@@ -62,7 +62,7 @@ from server.engines.chattts.decoder import (  # noqa: E402
     GenerationParams,
     StreamingDecoder,
 )
-from server.engines.chattts.options import ChatTTSOptions  # noqa: E402
+from server.engines.chattts.settings import ChatTTSSettings  # noqa: E402
 from server.engines.chattts.vocoding import (  # noqa: E402
     OnnxVocoder,
     StreamStats,
@@ -490,7 +490,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=1, help="repeats for short runs")
     parser.add_argument("--long-repeats", type=int, default=1, help="repeats for runs >= 20 s")
     parser.add_argument("--first-audio-repeats", type=int, default=2)
-    parser.add_argument("--first-chunk-steps", type=int, default=ChatTTSOptions.first_chunk_steps)
+    parser.add_argument("--first-chunk-steps", type=int, default=ChatTTSSettings.first_chunk_steps)
     parser.add_argument("--gpt-dtype", default="float32")
     parser.add_argument("--decoder-dtype", default="float32")
     parser.add_argument("--compile-vocoder", action="store_true")
@@ -564,7 +564,7 @@ def _warm_decoder(args: argparse.Namespace, chat: Any, speaker: str) -> Streamin
     # converts inputs to the GPT's dtype), which keeps the comparison like for like.
     ours = StreamingDecoder(
         chat,
-        ChatTTSOptions(
+        ChatTTSSettings(
             first_chunk_steps=args.first_chunk_steps,
             gpt_dtype=args.gpt_dtype,
             decoder_dtype=args.decoder_dtype,

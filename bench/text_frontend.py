@@ -59,9 +59,9 @@ _CHILD = "--child"
 
 
 def segments_of(text: str) -> list[str]:
-    from streaming.segment import Segmenter, SegmenterConfig
+    from streaming.segment import Segmenter, SegmenterSettings
 
-    segmenter = Segmenter(SegmenterConfig(max_chars=MAX_CHARS, first_min_chars=FIRST_MIN_CHARS))
+    segmenter = Segmenter(SegmenterSettings(max_chars=MAX_CHARS, first_min_chars=FIRST_MIN_CHARS))
     return [s.text for s in [*segmenter.push(text), *segmenter.flush()]]
 
 

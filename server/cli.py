@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from server import __version__, logs
-from server.config import Settings, add_arguments, build_settings, unknown_variables
+from server.config import Settings
+from server.config_input import add_arguments, build_settings, unknown_variables
 
 if TYPE_CHECKING:
     from server.lifecycle import DrainingServer
@@ -125,7 +126,7 @@ def serve(settings: Settings) -> int:
     threading.Thread(
         target=_exit_if_no_engine, args=(server, state), name="engine-watch", daemon=True
     ).start()
-    engine = settings.resolved_engine()
+    engine = state.engine_choice.name
     where = f" from {settings.model_dir}" if engine == "chattts" else ""
     # With --port 0 the system picks the port: uvicorn's "running on" line names it.
     address = f"http://{settings.host}:{settings.port}" if settings.port else "a free port"
@@ -169,7 +170,7 @@ def preview(settings: Settings, text: str, mode: str) -> int:
         cache_dir=settings.text_cache_dir,
         lexicon=lexicon_file(settings),
     )
-    segments = frontend.preview(text, settings.speech.segmenter_config(whole_text=mode == "http"))
+    segments = frontend.preview(text, settings.speech.segmenter_settings(whole_text=mode == "http"))
     body = {"mode": mode, "segments": [segment.to_json() for segment in segments]}
     print(json.dumps(body, ensure_ascii=False, indent=2))
     return 0

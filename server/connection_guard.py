@@ -34,7 +34,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from server.metrics import Metrics
 
-__all__ = ["ConnectionGuard", "GuardOptions", "GuardedHttpProtocol"]
+__all__ = ["ConnectionGuard", "GuardSettings", "GuardedHttpProtocol"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ _WARN_EVERY_S = 60.0
 
 
 @dataclass(frozen=True)
-class GuardOptions:
+class GuardSettings:
     header_timeout_s: float
     max_preauth: int
 
@@ -56,7 +56,7 @@ class GuardOptions:
 class ConnectionGuard:
     """The connections waiting for a request head, oldest first, and what closes them."""
 
-    def __init__(self, options: GuardOptions, metrics: Metrics | None = None) -> None:
+    def __init__(self, options: GuardSettings, metrics: Metrics | None = None) -> None:
         self.options = options
         self._metrics = metrics
         # A dict keeps insertion order: the first key has waited longest.

@@ -5,7 +5,7 @@ seconds, on the text front-end's thread, as segments are prepared (a ``stat``: a
 microseconds); SIGHUP asks for a reload at the next segment whatever the clock says. A
 file that no longer parses keeps the lexicon in use and logs why, once per change of
 the file; so does a file that cannot be read. At start-up a bad file is refused
-(``server.config.validate``), naming its line.
+(``server.config_checks.validate``), naming its line.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from streaming.errors import ClientError
-from streaming.text import Lexicon, LexiconError, LexiconLimits
+from streaming.text import Lexicon, LexiconError, LexiconSettings
 
 __all__ = ["LexiconFile", "request_lexicon"]
 
@@ -33,7 +33,7 @@ class LexiconFile:
     def __init__(
         self,
         path: Path,
-        limits: LexiconLimits,
+        limits: LexiconSettings,
         *,
         check_s: float,
         clock: Callable[[], float] = time.monotonic,
@@ -104,7 +104,7 @@ class LexiconFile:
         return Lexicon.parse(text, source=str(self.path), limits=self._limits)
 
 
-def request_lexicon(entries: Mapping[str, str] | None, limits: LexiconLimits) -> Lexicon | None:
+def request_lexicon(entries: Mapping[str, str] | None, limits: LexiconSettings) -> Lexicon | None:
     """A request's ``lexicon`` field checked (a 400 ``invalid_lexicon`` naming the entry)."""
     if not entries:
         return None

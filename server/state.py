@@ -2,10 +2,13 @@
 settings and handed down finished.
 
 :meth:`AppState.build` is the one place that turns :class:`~server.config.Settings`
-into running parts (the engine worker, admission, voices, the text front-end, metrics,
-the encoders); the HTTP routes (:mod:`server.http`) and the WebSocket endpoint
-(:mod:`server.ws`) take the state and never read settings into objects of their own.
-Nothing here imports a route, so the routes may import this module freely.
+into running parts: it decides the engine once (:func:`engine_choice`, the model's
+manifest read once), and builds the engine worker, admission, the voice store and
+registry, the text front-end, metrics and the ffmpeg encoders. The modules below take
+plain values or these finished objects and never import the settings; the HTTP routes
+(:mod:`server.http`) and the WebSocket endpoint (:mod:`server.ws`) take the state and
+never read settings into objects of their own. Nothing here imports a route, so the
+routes may import this module freely.
 """
 
 from __future__ import annotations
@@ -19,20 +22,21 @@ from fastapi import Request
 from server.auth import TokenAuth, bearer_token
 from server.config import Settings
 from server.connection_guard import ConnectionGuard
+from server.encoding import Encoders
 from server.engines.select import (
+    EngineChoice,
     EngineFactory,
+    choose_engine,
     engine_factory,
     fallback_factory,
-    has_random_weights,
 )
-from server.http.audio import Encoders
 from server.lexicon import LexiconFile
 from server.metrics import Metrics
 from server.runtime.admission import Admission
 from server.runtime.worker import EngineWorker
 from server.textnorm import TextFrontend
 from server.transport import pending_bytes
-from server.voices import VoiceRegistry, Voices, voice_store
+from server.voices import DirectoryStore, VoiceRegistry, Voices, VoiceStore
 from streaming.errors import Unauthorized, Unavailable
 from streaming.text import LexiconError
 
@@ -67,8 +71,11 @@ class AppState:
         admission: Admission,
         frontend: TextFrontend,
         voices: Voices,
+        engine_choice: EngineChoice,
     ) -> None:
         self.settings = settings
+        #: The engine start-up chose (the one that serves may be the fallback voice).
+        self.engine_choice = engine_choice
         self.metrics = metrics
         self.auth = TokenAuth(settings.tokens)
         self.worker = worker
@@ -79,7 +86,7 @@ class AppState:
         #: Connections still to send a request head (uvicorn's protocol, server.lifecycle).
         self.guard = ConnectionGuard(settings.connection_guard, metrics)
         #: The named model is a random-weight checkpoint (reported by /ready).
-        self.random_weights = has_random_weights(settings)
+        self.random_weights = engine_choice.random_weights
         self.connections = 0
         self.draining = False
         #: time.monotonic() by which a drain closes connections (None: not draining).
@@ -92,9 +99,10 @@ class AppState:
         """The state for ``settings``; ``engine`` overrides the engine choice (tests,
         benchmarks)."""
         metrics = Metrics()
-        fallback = fallback_factory(settings)
+        choice = engine_choice(settings)
+        fallback = fallback_factory(choice, enabled=settings.fallback_on_synthesis_failure)
         worker = EngineWorker(
-            engine or engine_factory(settings), metrics, settings.runtime, fallback=fallback
+            engine or engine_factory(choice), metrics, settings.runtime, fallback=fallback
         )
         admission = Admission(worker, metrics, settings.admission, has_fallback=bool(fallback))
         frontend = TextFrontend(
@@ -111,6 +119,7 @@ class AppState:
             admission=admission,
             frontend=frontend,
             voices=voices,
+            engine_choice=choice,
         )
 
     def refusal(self) -> Unavailable | None:
@@ -167,3 +176,27 @@ def lexicon_file(settings: Settings) -> LexiconFile | None:
         )
     except (OSError, UnicodeDecodeError, LexiconError) as exc:
         raise SystemExit(f"cannot use the lexicon (--lexicon, TTS_LEXICON): {exc}") from None
+
+
+def engine_choice(settings: Settings) -> EngineChoice:
+    """The engine the settings name, decided once (its model's manifest read once)."""
+    return choose_engine(
+        settings.engine,
+        settings.model_dir,
+        settings.chattts,
+        max_active_segments=settings.max_active_segments,
+        fallback_on_load_failure=settings.fallback_on_load_failure,
+    )
+
+
+def voice_store(settings: Settings) -> VoiceStore:
+    """The store the settings name: Redis for ``--voices-store``, else the directory."""
+    if settings.voices_store:
+        from server.voices.redis_store import RedisStore
+
+        return RedisStore(
+            settings.voices_store,
+            timeout_s=settings.voices_store_timeout_s,
+            check_timeout_s=settings.voices_store_check_timeout_ms / 1000,
+        )
+    return DirectoryStore(settings.voices_dir)

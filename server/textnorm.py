@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from server.lexicon import LexiconFile
-from streaming.segment import Segment, Segmenter, SegmenterConfig
+from streaming.segment import Segment, Segmenter, SegmenterSettings
 from streaming.speech import removals_in_utterance
 from streaming.text import (
     CodeFences,
@@ -277,7 +277,7 @@ class TextFrontend:
         return UtteranceText(self, lexicon)
 
     def preview(
-        self, text: str, config: SegmenterConfig, lexicon: Lexicon | None = None
+        self, text: str, config: SegmenterSettings, lexicon: Lexicon | None = None
     ) -> list[PreviewSegment]:
         """Segments of ``text`` pushed whole then flushed, each prepared (blocking)."""
         segmenter = Segmenter(config)
@@ -286,7 +286,7 @@ class TextFrontend:
         return [PreviewSegment(segment, utterance.prepare(segment.text)) for segment in segments]
 
     async def preview_async(
-        self, text: str, config: SegmenterConfig, lexicon: Lexicon | None = None
+        self, text: str, config: SegmenterSettings, lexicon: Lexicon | None = None
     ) -> list[PreviewSegment]:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool(), self.preview, text, config, lexicon)

@@ -35,13 +35,13 @@ from streaming import protocol as p
 from streaming.errors import ClientError, LimitExceeded, TTSError, Unavailable
 from streaming.segment import Segment
 from streaming.speech import SpeechSettings
-from streaming.text import Lexicon, LexiconError, LexiconLimits
+from streaming.text import Lexicon, LexiconError, LexiconSettings
 from streaming.utterance import UtteranceState, UtteranceVoice
 
 __all__ = [
     "Cancelled",
     "Connection",
-    "ConnectionLimits",
+    "ConnectionSettings",
     "Ended",
     "Event",
     "FirstText",
@@ -54,7 +54,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class ConnectionLimits:
+class ConnectionSettings:
     """What one connection may ask for; sent to the client in ``ready``."""
 
     max_message_bytes: int = 64 * 1024
@@ -126,7 +126,7 @@ class Connection:
 
     def __init__(
         self,
-        limits: ConnectionLimits,
+        limits: ConnectionSettings,
         speech: SpeechSettings,
         *,
         engine_rate_hz: int,
@@ -135,10 +135,10 @@ class Connection:
         check_voice: Callable[[str], int | None],
         choose_seed: Callable[[], int],
         admit: Callable[[str], bool] = lambda context_id: False,
-        lexicon_limits: LexiconLimits | None = None,
+        lexicon_limits: LexiconSettings | None = None,
     ) -> None:
         self.limits = limits
-        self.lexicon_limits = lexicon_limits or LexiconLimits(max_entries=100)
+        self.lexicon_limits = lexicon_limits or LexiconSettings(max_entries=100)
         self.speech = speech
         self.engine_rate_hz = engine_rate_hz
         self.idle_flush_ms = idle_flush_ms

@@ -26,7 +26,7 @@ from typing import Protocol, TypeVar
 
 __all__ = [
     "STEPS_PER_AUDIO_SECOND",
-    "BatchPolicy",
+    "BatchSettings",
     "Scheduled",
     "StepCosts",
     "capacity",
@@ -111,7 +111,7 @@ def slack(job: Scheduled, now_s: float, sample_rate_hz: int) -> float:
 
 
 @dataclass(frozen=True)
-class BatchPolicy:
+class BatchSettings:
     """How a batching engine's rows are seated, prefilled and stepped."""
 
     #: Most utterances in one step (and in the engine's KV cache).
@@ -137,7 +137,9 @@ class BatchPolicy:
         return slack(row, now_s, sample_rate_hz) < self.hurry_below_s
 
 
-def plan_step(rows: Sequence[T], now_s: float, sample_rate_hz: int, policy: BatchPolicy) -> list[T]:
+def plan_step(
+    rows: Sequence[T], now_s: float, sample_rate_hz: int, policy: BatchSettings
+) -> list[T]:
     """The rows to advance in the next batched step, most urgent first.
 
     Every row steps while none is within ``sit_out_ahead_s`` of running dry, or when

@@ -51,19 +51,24 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from streaming.length_cut import (
+    TOKEN_LOOKAHEAD,
+    is_ascii_alnum,
+    is_ascii_digit,
+    is_ascii_letter,
+    length_cut,
+    track_brackets,
+)
 from streaming.punctuation import (
     ASCII_CLAUSE_MARKS,
     ASCII_SENTENCE_MARKS,
     CJK_CLAUSE_MARKS,
     CJK_SENTENCE_MARKS,
-    CLOSER_ALIASES,
     CLOSERS,
     NEWLINES,
-    PAIRS,
-    STRAIGHT_QUOTES,
 )
 
-__all__ = ["DEFAULT_ABBREVIATIONS", "Segment", "Segmenter", "SegmenterConfig"]
+__all__ = ["DEFAULT_ABBREVIATIONS", "Segment", "Segmenter", "SegmenterSettings"]
 
 # Lowercased, without the final dot. Left out on purpose: words that often end a
 # sentence ("etc", "inc", "ltd", "no"); a lowercase next word still keeps them joined.
@@ -78,37 +83,13 @@ DEFAULT_ABBREVIATIONS: frozenset[str] = frozenset(
 _CJK_TERMINATORS = CJK_SENTENCE_MARKS
 _TERMINATORS = CJK_SENTENCE_MARKS | ASCII_SENTENCE_MARKS
 _CLAUSE_MARKS = CJK_CLAUSE_MARKS | ASCII_CLAUSE_MARKS
-# Punctuation that belongs to the text before it: a length cut should not orphan it.
-_ATTACHING = _TERMINATORS | _CLAUSE_MARKS | CLOSERS | STRAIGHT_QUOTES
-_NUMBER_SEPARATORS = frozenset(".,:/-")
 # After ". " a long blank run means the sentence ended; bounding it bounds lookahead.
 _MAX_BLANK_LOOKAHEAD = 16
 # Longest abbreviation word looked back over before a ".".
 _MAX_ABBREVIATION_CHARS = 12
 _ACRONYM = re.compile(r"[A-Za-z](?:\.[A-Za-z])+")
-_ASCII_RUN = re.compile(r"[!-~]+")
-_URL_MARKERS = ("://", "www.", "@")
 # Marks after which "1. " opens a list item inline ("步骤：1. 打开").
 _LIST_OPENERS = frozenset("：:；;，,、")
-_PAIR_CLOSERS = frozenset(PAIRS.values())
-# Numbers with their date and time units: a cut inside one would split its reading.
-_NUMERIC_SPAN = re.compile(
-    r"[0-9]+(?:\s?(?:[年月日号点時时分秒:：.,/\-]|小时)\s?[0-9]+)+(?:[日号分秒])?"
-)
-# Tokens read as one (streaming/text): e-mail addresses, dotted names (app.py, v1.2.3,
-# 192.168.1.1, H.264, U.S.), an abbreviation and its word (Mr. Smith, No. 1), a name and
-# its model number (RTX 4090), digits grouped by blanks (+86 138 1234 5678).
-_TOKEN_SPAN = re.compile(
-    r"\d+(?:\.\d+)+[节章条款]"
-    r"|[A-Za-z0-9_%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+"
-    r"|[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)+"
-    r"|(?:[A-Za-z]\.){2,}"
-    r"|(?<![A-Za-z])(?:Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|No|NO|vs|Vs|VS)\. ?[A-Za-z0-9]+"
-    r"|(?<![A-Za-z])[A-Za-z]+ \d+(?:\.\d+)*"
-    r"|\+?\d+(?: \d{2,})+(?![0-9])"
-)
-# Characters looked at past a length cut's limit, so that a token across it is seen whole.
-_TOKEN_LOOKAHEAD = 24
 
 
 @dataclass(frozen=True)
@@ -123,7 +104,7 @@ class Segment:
 
 
 @dataclass(frozen=True)
-class SegmenterConfig:
+class SegmenterSettings:
     """Segmentation policy; lengths are in characters."""
 
     max_chars: int = 80
@@ -141,23 +122,11 @@ class _NeedMore(Exception):
     """A decision needs a character that has not arrived yet."""
 
 
-def _is_ascii_letter(ch: str) -> bool:
-    return ch.isascii() and ch.isalpha()
-
-
-def _is_ascii_digit(ch: str) -> bool:
-    return "0" <= ch <= "9"
-
-
-def _is_ascii_alnum(ch: str) -> bool:
-    return ch.isascii() and ch.isalnum()
-
-
 class Segmenter:
     """Cuts a stream of text deltas into segments; see the module docstring."""
 
-    def __init__(self, config: SegmenterConfig | None = None) -> None:
-        self._config = config if config is not None else SegmenterConfig()
+    def __init__(self, config: SegmenterSettings | None = None) -> None:
+        self._config = config if config is not None else SegmenterSettings()
         self._buf = ""
         self._buf_offset = 0  # stream offset of self._buf[0]
         self._start = 0  # buffer index where the pending segment starts
@@ -235,16 +204,16 @@ class Segmenter:
             self._nonblank += 1
             if ch == '"':
                 self._double_quotes += 1
-            elif ch == "'" and not (k > self._start and _is_ascii_letter(buf[k - 1])):
+            elif ch == "'" and not (k > self._start and is_ascii_letter(buf[k - 1])):
                 self._single_quotes += 1
-            _track_brackets(self._open, buf, k, self._start)
+            track_brackets(self._open, buf, k, self._start)
         self._scan = to
 
     def _balanced_after(self, end: int) -> bool:
         """Whether no quote or bracket is open after buf[self._scan:end] is taken in."""
         awaited = list(self._open)
         for k in range(self._scan, end):
-            _track_brackets(awaited, self._buf, k, self._start)
+            track_brackets(awaited, self._buf, k, self._start)
         return not awaited
 
     def _next_cut(self, final: bool) -> tuple[int, str] | None:
@@ -340,12 +309,12 @@ class Segmenter:
         """A word whose dot joins what follows: "No. 1" (a number), "etc. 都" (Chinese)."""
         buf = self._buf
         j = dot
-        while j > self._start and _is_ascii_letter(buf[j - 1]) and dot - j < 4:
+        while j > self._start and is_ascii_letter(buf[j - 1]) and dot - j < 4:
             j -= 1
-        if j > self._start and (_is_ascii_alnum(buf[j - 1]) or buf[j - 1] == "."):
+        if j > self._start and (is_ascii_alnum(buf[j - 1]) or buf[j - 1] == "."):
             return False
         word = buf[j:dot].lower()
-        return (word == "no" and _is_ascii_digit(following)) or (
+        return (word == "no" and is_ascii_digit(following)) or (
             word == "etc" and not following.isascii()
         )
 
@@ -362,11 +331,11 @@ class Segmenter:
     def _is_abbreviation(self, dot: int) -> bool:
         buf = self._buf
         j = dot
-        while j > self._start and (_is_ascii_letter(buf[j - 1]) or buf[j - 1] == "."):
+        while j > self._start and (is_ascii_letter(buf[j - 1]) or buf[j - 1] == "."):
             j -= 1
             if dot - j > _MAX_ABBREVIATION_CHARS:
                 return False
-        if j > self._start and _is_ascii_alnum(buf[j - 1]):
+        if j > self._start and is_ascii_alnum(buf[j - 1]):
             return False
         word = buf[j:dot].strip(".")
         if not word:
@@ -381,10 +350,10 @@ class Segmenter:
         Chinese ("步骤：1. 打开 2. 点击"): a list item, not the end of a sentence."""
         buf = self._buf
         j = dot
-        while j > self._start and _is_ascii_digit(buf[j - 1]) and dot - j < 3:
+        while j > self._start and is_ascii_digit(buf[j - 1]) and dot - j < 3:
             j -= 1
         digits = dot - j
-        if digits == 0 or (j > self._start and _is_ascii_digit(buf[j - 1])):
+        if digits == 0 or (j > self._start and is_ascii_digit(buf[j - 1])):
             return False
         if self._nonblank == digits:  # only blanks before the number
             return True
@@ -401,14 +370,14 @@ class Segmenter:
         if k >= limit:
             return k, False
         nxt = self._at(k, final)
-        if marks == "：" and _is_ascii_digit(self._buf[i - 1 : i]) and _is_ascii_digit(nxt or ""):
+        if marks == "：" and is_ascii_digit(self._buf[i - 1 : i]) and is_ascii_digit(nxt or ""):
             return k, False  # "10：00" is a time written with a full-width colon
         if any(ch in CJK_CLAUSE_MARKS for ch in marks):
             return k, True
         if marks == ":" and nxt == " " and self._buf[max(self._start, i - 2) : i].endswith(" "):
             # "3 : 2", "9 : 30": a score or a time written with blanks, not a clause end.
             before, after = self._buf[i - 2 : i - 1], self._at(k + 1, final)
-            if _is_ascii_digit(before) and after is not None and _is_ascii_digit(after):
+            if is_ascii_digit(before) and after is not None and is_ascii_digit(after):
                 return k, False
         # "12:30", "1,000", "http://" are not clause ends.
         return k, nxt is None or nxt.isspace() or not nxt.isascii()
@@ -418,15 +387,12 @@ class Segmenter:
         start = self._start
         last = start + self._config.max_chars  # latest allowed cut; buf[last] exists
         lookahead = ""
-        for k in range(last + 1, last + 1 + _TOKEN_LOOKAHEAD):
+        for k in range(last + 1, last + 1 + TOKEN_LOOKAHEAD):
             ch = self._at(k, final)
             if ch is None:
                 break
             lookahead += ch
-        scan = _CutScan(self._buf, start, self._buf[start : last + 1] + lookahead)
-        for cut in range(start + 1, last + 1):
-            scan.visit(cut)
-        return scan.choice(last)
+        return length_cut(self._buf, start, last, lookahead)
 
     def _emit(self, cut: int, reason: str) -> Segment:
         text = self._buf[self._start : cut]
@@ -438,181 +404,3 @@ class Segmenter:
         self._open = []
         self._first = False
         return segment
-
-
-def _track_brackets(awaited: list[str], buf: str, k: int, start: int) -> None:
-    """Update the stack of awaited closers with buf[k] (a segment starts at ``start``).
-
-    A closer closes the innermost matching opener (those inside it are taken as never
-    closed); a closer with no opener is ignored. ``"`` and ``'`` close an open one of
-    their kind, else open; ``'`` or ``’`` after a Latin letter is an apostrophe.
-    """
-    ch = buf[k]
-    if ch in PAIRS:
-        awaited.append(PAIRS[ch])
-    elif ch == '"' or ch == "'":
-        if ch == "'" and k > start and _is_ascii_letter(buf[k - 1]):
-            return  # an apostrophe ("it's"); after a CJK character it is a quote
-        if awaited and awaited[-1] == ch:
-            awaited.pop()
-        else:
-            awaited.append(ch)
-    elif (closer := CLOSER_ALIASES.get(ch, ch)) in _PAIR_CLOSERS and closer in awaited:
-        if ch == "’" and awaited[-1] != ch and k > start and _is_ascii_letter(buf[k - 1]):
-            return  # "don’t" inside brackets
-        while awaited.pop() != closer:
-            pass
-
-
-class _CutScan:
-    """The places an over-long segment may be cut, gathered cut by cut
-    (:meth:`Segmenter._length_cut`); :meth:`choice` picks the best one."""
-
-    _KINDS = ("sentence", "clause", "blank", "cjk", "symbol")
-
-    def __init__(self, buf: str, start: int, window: str) -> None:
-        self.buf = buf
-        self.start = start
-        self.window = window
-        self.url_like = [False] * len(window)
-        for match in _ASCII_RUN.finditer(window):
-            if any(marker in match.group() for marker in _URL_MARKERS):
-                self.url_like[match.start() : match.end()] = [True] * (match.end() - match.start())
-        # Interiors of numbers with date/time units ("2024年10月1日", "19点17") and of
-        # tokens read as one ("app.py", "Mr. Smith").
-        self.numeric = [False] * (len(window) + 1)
-        for pattern in (_NUMERIC_SPAN, _TOKEN_SPAN):
-            for match in pattern.finditer(window):
-                self.numeric[match.start() + 1 : match.end()] = [True] * (
-                    match.end() - match.start() - 1
-                )
-        # Latest cut of each kind: [outside quotes and brackets, anywhere].
-        self.best: dict[str, list[int]] = {kind: [0, 0] for kind in self._KINDS}
-        self.hard = self.loose = self.split = 0
-        self.in_clause = self.clause_cjk = self.in_sentence = False
-        self.awaited: list[str] = []
-        self.opened_at: list[int] = []  # buffer index of each open quote or bracket
-
-    def char(self, i: int) -> str:
-        j = i - self.start
-        return self.window[j] if 0 <= j < len(self.window) else ""
-
-    def visit(self, cut: int) -> None:
-        """Note what cutting before ``buf[cut]`` would be."""
-        before, after = self.char(cut - 1), self.char(cut)
-        balanced = self._track_brackets(cut)
-        candidates = self._mark_candidates(before, after)
-        inside_number = (
-            _is_ascii_digit(before)
-            and after in _NUMBER_SEPARATORS
-            and _is_ascii_digit(self.char(cut + 1))
-        ) or (
-            before in _NUMBER_SEPARATORS
-            and _is_ascii_digit(after)
-            and _is_ascii_digit(self.char(cut - 2))
-        )
-        if not before.isspace():  # else the blanks would be a segment of their own
-            self._note_splits(cut, before, after, inside_number)
-            kind = self._token_kind(cut, before, after, balanced, inside_number)
-            if kind is not None:
-                candidates.append(kind)
-        if self.numeric[cut - self.start]:
-            return
-        for kind in candidates:
-            self.best[kind][1] = cut
-            if balanced:
-                self.best[kind][0] = cut
-
-    def _track_brackets(self, cut: int) -> bool:
-        """Follow quotes and brackets up to ``cut``; True when none is open there."""
-        depth = len(self.awaited)
-        _track_brackets(self.awaited, self.buf, cut - 1, self.start)
-        if len(self.awaited) > depth:
-            self.opened_at.append(cut - 1)
-        del self.opened_at[len(self.awaited) :]
-        return not self.awaited
-
-    def _mark_candidates(self, before: str, after: str) -> list[str]:
-        """A cut after a clause or sentence mark (and the closers that follow it)."""
-        if before in _CLAUSE_MARKS:
-            self.in_clause = True
-            self.clause_cjk = self.clause_cjk or before in CJK_CLAUSE_MARKS
-        elif not (self.in_clause and before in CLOSERS):
-            self.in_clause = self.clause_cjk = False
-        if before in _CJK_TERMINATORS or before in "!?":
-            self.in_sentence = True
-        elif not (self.in_sentence and (before in CLOSERS or before in _TERMINATORS)):
-            self.in_sentence = False
-        candidates: list[str] = []
-        if (
-            self.in_clause
-            and after not in _CLAUSE_MARKS
-            and after not in CLOSERS
-            and (self.clause_cjk or after.isspace() or not after.isascii())
-        ):
-            candidates.append("clause")
-        if (
-            self.in_sentence
-            and after not in _TERMINATORS
-            and after not in CLOSERS
-            and not _is_ascii_alnum(after)
-        ):
-            candidates.append("sentence")
-        return candidates
-
-    def _note_splits(self, cut: int, before: str, after: str, inside_number: bool) -> None:
-        """The last resorts: any cut between two tokens, outside numbers where it can."""
-        if (_is_ascii_letter(before) and _is_ascii_letter(after)) or (
-            _is_ascii_digit(before) and _is_ascii_digit(after)
-        ):
-            return
-        self.split = cut
-        if not inside_number:
-            # Outside a tight number like 3.14 or 0/0, though perhaps inside a loose
-            # date/time span ("0/ 0/0"): better than inside a number.
-            self.loose = cut
-            if not self.numeric[cut - self.start]:
-                self.hard = cut
-
-    def _token_kind(
-        self, cut: int, before: str, after: str, balanced: bool, inside_number: bool
-    ) -> str | None:
-        """A cut at a blank, between CJK and other text, or at a symbol."""
-        # A straight quote with nothing open before it opens a quote: a cut may go
-        # before it (it starts the next segment whole), unlike a closer.
-        opens_quote = balanced and (after == '"' or (after == "'" and not before.isalpha()))
-        if after.isspace():
-            return "blank"
-        if after in _ATTACHING and not opens_quote:
-            return None
-        if not (before.isascii() and after.isascii()):
-            return "cjk"
-        if not (
-            inside_number
-            or self.url_like[cut - self.start]
-            or (_is_ascii_alnum(before) and _is_ascii_alnum(after))
-        ):
-            return "symbol"
-        return None
-
-    def choice(self, last: int) -> int:
-        """The best cut seen, ``last`` (the hard limit) when there is none."""
-        start, window, best = self.start, self.window, self.best
-        # Leading blanks alone, rather than split the token after them.
-        lead = start + len(window) - len(window.lstrip())
-        lead = lead if start < lead <= last else 0
-        # A quote or bracket still open at the limit: cut before it, so that it starts
-        # the next segment whole (if it is shorter than max_chars).
-        opened = self.opened_at
-        open_quote = opened[0] if opened and self.buf[start : opened[0]].strip() else 0
-        order = (
-            [open_quote]
-            + [best[kind][0] for kind in ("clause", "blank", "cjk", "symbol")]
-            + [best[kind][1] for kind in self._KINDS]
-            + [lead, self.hard, self.loose, self.split]
-        )
-        for cut in order:
-            if cut:
-                return cut
-        # A single word or number longer than max_chars: the hard limit wins.
-        return last

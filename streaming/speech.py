@@ -32,7 +32,7 @@ import numpy as np
 
 from streaming.audio import FrameChunker, Resampler
 from streaming.joins import JoinSettings, SegmentJoiner, pause_ms_for
-from streaming.segment import Segment, Segmenter, SegmenterConfig
+from streaming.segment import Segment, Segmenter, SegmenterSettings
 from streaming.stretch import TimeStretcher
 from streaming.text import PreparedText, Removal
 
@@ -77,14 +77,14 @@ class SpeechSettings:
             return False
         return audio_s <= 0 or audio_s < self.least_audio_s(spoken, speed)
 
-    def segmenter_config(self, *, whole_text: bool) -> SegmenterConfig:
+    def segmenter_settings(self, *, whole_text: bool) -> SegmenterSettings:
         """Streamed text cuts its first segment early; a whole text has no first-audio
         race, so every segment is a whole sentence (up to ``segment_max_chars``)."""
         first = self.segment_max_chars if whole_text else self.first_segment_min_chars
-        return SegmenterConfig(max_chars=self.segment_max_chars, first_min_chars=first)
+        return SegmenterSettings(max_chars=self.segment_max_chars, first_min_chars=first)
 
     def segmenter(self, *, whole_text: bool) -> Segmenter:
-        return Segmenter(self.segmenter_config(whole_text=whole_text))
+        return Segmenter(self.segmenter_settings(whole_text=whole_text))
 
     def segments(self, text: str) -> list[Segment]:
         """A whole text cut as one push then a flush."""

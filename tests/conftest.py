@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from server.engines.chattts.options import ChatTTSOptions
+from server.engines.chattts.settings import ChatTTSSettings
 
 if TYPE_CHECKING:
     from server.engines.chattts.engine import ChatTTSEngine
@@ -49,7 +49,7 @@ def chattts_engine(tiny_checkpoint: Path) -> Iterator[ChatTTSEngine]:
 
     engine = ChatTTSEngine(
         tiny_checkpoint,
-        ChatTTSOptions(
+        ChatTTSSettings(
             device="cpu", max_new_token=CHATTTS_TEST_STEPS, min_new_token=CHATTTS_TEST_STEPS
         ),
     )
@@ -92,7 +92,7 @@ def fixed_length_chattts(checkpoint: Path, steps: int = CHATTTS_TEST_STEPS) -> E
         from server.engines.chattts.engine import ChatTTSEngine
 
         engine = ChatTTSEngine(
-            checkpoint, ChatTTSOptions(device="cpu", max_new_token=steps, min_new_token=steps)
+            checkpoint, ChatTTSSettings(device="cpu", max_new_token=steps, min_new_token=steps)
         )
         return engine, False, None
 

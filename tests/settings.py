@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from server.config import Settings
-from server.options import specs
+from server.declaration import specs
 
 
 def environment_names() -> set[str]:

@@ -11,8 +11,8 @@ import pytest
 
 from server.cli import build_parser
 from server.config import Settings
+from server.declaration import specs
 from server.metrics import Metrics
-from server.options import specs
 from streaming import protocol as p
 
 ROOT = Path(__file__).resolve().parent.parent

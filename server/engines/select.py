@@ -1,14 +1,29 @@
-"""Which engine to run, decided from the settings, with the fallback voice as degradation."""
+"""Which engine runs: decided once at start-up from plain values (:func:`choose_engine`),
+then built on the engine thread (:func:`engine_factory`), with the fallback voice as
+degradation. The composition root (:mod:`server.state`) reads the settings and calls
+these; nothing here knows the settings object.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from server.config import Settings
 from server.engines.base import Engine
-from server.engines.chattts.options import ChatTTSOptions
+from server.engines.chattts.manifest import ModelDirectory
+from server.engines.chattts.settings import ChatTTSSettings
+
+__all__ = [
+    "RANDOM_WEIGHTS_MAX_NEW_TOKEN",
+    "EngineChoice",
+    "EngineFactory",
+    "choose_engine",
+    "engine_factory",
+    "fallback_factory",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -19,21 +34,90 @@ EngineFactory = Callable[[], tuple[Engine, bool, "str | None"]]
 RANDOM_WEIGHTS_MAX_NEW_TOKEN = 240
 
 
-def engine_factory(settings: Settings) -> EngineFactory:
-    """A callable that builds the engine on the engine thread: (engine, degraded, detail).
+@dataclass(frozen=True)
+class EngineChoice:
+    """The engine start-up decided on, with everything its load needs, finished."""
+
+    #: chattts or espeak.
+    name: str
+    #: The ChatTTS model directory with its manifest, read once (None: espeak).
+    model: ModelDirectory | None = None
+    #: The ChatTTS settings with what depends on the server resolved.
+    chattts: ChatTTSSettings = field(default_factory=ChatTTSSettings)
+    #: espeak because no model was configured (auto), not because it was asked for.
+    implied: bool = False
+    #: Serve the fallback voice (degraded) when ChatTTS fails to load, instead of failing.
+    fallback_on_load_failure: bool = False
+
+    @property
+    def random_weights(self) -> bool:
+        """The model is a generated, random-weight checkpoint (its manifest says so)."""
+        return self.model is not None and self.model.random_weights
+
+
+def choose_engine(
+    engine: str,
+    model_dir: Path | None,
+    chattts: ChatTTSSettings,
+    *,
+    max_active_segments: int,
+    fallback_on_load_failure: bool = False,
+) -> EngineChoice:
+    """Decide the engine: ``engine`` is auto, chattts or espeak. A ChatTTS model's
+    manifest is read here, once (a manifest that cannot be read fails the load later)."""
+    if engine == "auto":
+        engine = "chattts" if model_dir is not None else "espeak"
+        implied = engine == "espeak"
+    else:
+        implied = False
+    model = None
+    if engine == "chattts" and model_dir is not None:
+        model = ModelDirectory.read(model_dir)
+    random_weights = model is not None and model.random_weights
+    return EngineChoice(
+        engine,
+        model,
+        _resolved(chattts, max_active_segments, random_weights=random_weights),
+        implied=implied,
+        fallback_on_load_failure=fallback_on_load_failure,
+    )
+
+
+def _resolved(
+    options: ChatTTSSettings, max_active_segments: int, *, random_weights: bool
+) -> ChatTTSSettings:
+    """The ChatTTS settings with what depends on the server resolved.
+
+    A random-weight model ends a segment at a random step, so left at the default
+    ``max_new_token`` a smoke run could speak noise for 44 s a segment: it gets
+    :data:`RANDOM_WEIGHTS_MAX_NEW_TOKEN` unless the setting was changed."""
+    if options.gpt_cache_slots == 0:  # 0: one slot per segment the worker may interleave
+        options = dataclasses.replace(options, gpt_cache_slots=max_active_segments)
+    default = ChatTTSSettings().max_new_token
+    if options.max_new_token == default and random_weights:
+        options = dataclasses.replace(
+            options,
+            max_new_token=RANDOM_WEIGHTS_MAX_NEW_TOKEN,
+            min_new_token=min(options.min_new_token, RANDOM_WEIGHTS_MAX_NEW_TOKEN),
+        )
+    return options
+
+
+def engine_factory(choice: EngineChoice) -> EngineFactory:
+    """A callable that builds the chosen engine on the engine thread: (engine, degraded,
+    detail).
 
     With ``engine=auto`` and no model directory the fallback voice is the intended
     engine, not a degradation. When ChatTTS was asked for and fails to load, the fallback
-    voice serves instead if ``fallback_on_load_failure`` is set, and /ready says so.
+    voice serves instead if ``choice.fallback_on_load_failure``, and /ready says so.
     """
 
     def build() -> tuple[Engine, bool, str | None]:
         from server.engines.espeak import EspeakEngine
 
-        choice = settings.resolved_engine()
-        if choice == "espeak":
+        if choice.name == "espeak":
             detail = None
-            if settings.engine == "auto":
+            if choice.implied:
                 detail = (
                     "no ChatTTS model configured (--model-dir): using the espeak fallback voice"
                 )
@@ -42,29 +126,31 @@ def engine_factory(settings: Settings) -> EngineFactory:
         try:
             from server.engines.chattts.engine import ChatTTSEngine
 
-            assert settings.model_dir is not None
-            engine = ChatTTSEngine(settings.model_dir, chattts_options(settings))
+            assert choice.model is not None
+            engine = ChatTTSEngine(choice.model, choice.chattts)
         except Exception as exc:
-            if not settings.fallback_on_load_failure:
+            if not choice.fallback_on_load_failure:
                 raise
             detail = f"ChatTTS failed to load ({type(exc).__name__}: {exc}); serving the espeak fallback voice"
             logger.error("%s", detail)
             logger.debug("ChatTTS load failure", exc_info=True)
             return EspeakEngine(), True, detail
-        if has_random_weights(settings):
+        if choice.random_weights:
+            assert choice.model is not None
             logger.warning(
                 "the model in %s has random weights (a generated checkpoint): it speaks "
                 "noise; it is for tests and benchmarks",
-                settings.model_dir,
+                choice.model.path,
             )
         return engine, False, None
 
     return build
 
 
-def fallback_factory(settings: Settings) -> Callable[[], Engine] | None:
-    """The engine that speaks segments the main engine failed on, if enabled."""
-    if not settings.fallback_on_synthesis_failure or settings.resolved_engine() == "espeak":
+def fallback_factory(choice: EngineChoice, *, enabled: bool) -> Callable[[], Engine] | None:
+    """The engine that speaks segments the main engine failed on, if ``enabled`` (and the
+    main engine is not the fallback voice itself)."""
+    if not enabled or choice.name == "espeak":
         return None
 
     def build() -> Engine:
@@ -73,36 +159,3 @@ def fallback_factory(settings: Settings) -> Callable[[], Engine] | None:
         return EspeakEngine()
 
     return build
-
-
-def has_random_weights(settings: Settings) -> bool:
-    """The ChatTTS model named by the settings is a generated, random-weight checkpoint
-    (its manifest says so); False for real weights or no model."""
-    if settings.resolved_engine() != "chattts" or settings.model_dir is None:
-        return False
-    from server.engines.chattts.checkpoint import read_manifest
-
-    try:
-        manifest = read_manifest(settings.model_dir)
-    except Exception:
-        return False  # the load reports what is wrong with it
-    return bool(manifest and manifest.get("random_weights"))
-
-
-def chattts_options(settings: Settings) -> ChatTTSOptions:
-    """The ChatTTS options the settings fix, with what depends on the server resolved.
-
-    A random-weight model ends a segment at a random step, so left at the default
-    ``max_new_token`` a smoke run could speak noise for 44 s a segment: it gets
-    :data:`RANDOM_WEIGHTS_MAX_NEW_TOKEN` unless the setting was changed."""
-    options = settings.chattts
-    if options.gpt_cache_slots == 0:  # 0: one slot per segment the worker may interleave
-        options = dataclasses.replace(options, gpt_cache_slots=settings.max_active_segments)
-    default = ChatTTSOptions().max_new_token
-    if options.max_new_token == default and has_random_weights(settings):
-        options = dataclasses.replace(
-            options,
-            max_new_token=RANDOM_WEIGHTS_MAX_NEW_TOKEN,
-            min_new_token=min(options.min_new_token, RANDOM_WEIGHTS_MAX_NEW_TOKEN),
-        )
-    return options

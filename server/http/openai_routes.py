@@ -125,7 +125,7 @@ def openai_routes(state: AppState) -> APIRouter:
     created = int(time.time())
 
     def models() -> list[Model]:
-        engine = state.worker.status.engine or state.settings.resolved_engine()
+        engine = state.worker.status.engine or state.engine_choice.name
         ids = [engine, *(alias for alias in OPENAI_MODEL_ALIASES if alias != engine)]
         return [Model(id=i, created=created, owned_by="chattts-stream") for i in ids]
 

@@ -160,7 +160,7 @@ def speech_routes(state: AppState) -> APIRouter:
         check_text_length(state, body.text)
         lexicon = request_lexicon(body.lexicon, settings.request_lexicon_limits)
         segments = await state.frontend.preview_async(
-            body.text, settings.speech.segmenter_config(whole_text=body.mode == "http"), lexicon
+            body.text, settings.speech.segmenter_settings(whole_text=body.mode == "http"), lexicon
         )
         return {"mode": body.mode, "segments": [segment.to_json() for segment in segments]}
 

@@ -22,13 +22,13 @@ from server.metrics import Metrics
 from server.runtime.worker import EngineWorker
 from streaming.errors import Unavailable
 
-__all__ = ["Admission", "AdmissionOptions"]
+__all__ = ["Admission", "AdmissionSettings"]
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class AdmissionOptions:
+class AdmissionSettings:
     """How new streams are admitted (from the settings' admission group)."""
 
     #: A fixed limit of streams (0: the engine's measured capacity).
@@ -45,11 +45,11 @@ class Admission:
         self,
         worker: EngineWorker,
         metrics: Metrics,
-        options: AdmissionOptions | None = None,
+        options: AdmissionSettings | None = None,
         *,
         has_fallback: bool = False,
     ) -> None:
-        options = options or AdmissionOptions()
+        options = options or AdmissionSettings()
         self._worker = worker
         self._metrics = metrics
         self._max_streams = options.max_streams

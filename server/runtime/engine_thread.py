@@ -24,9 +24,9 @@ from server.engines.interleave import Interleaver
 from server.metrics import Metrics
 from server.runtime.fallback import FallbackVoice
 from server.runtime.jobs import Call, Handoff, Inbox
-from server.runtime.options import WorkerOptions
 from server.runtime.scheduler import Scheduler
 from server.runtime.watchdog import Watchdog
+from server.runtime.worker_settings import WorkerSettings
 from streaming.policy import StepCosts
 
 __all__ = ["EngineThread"]
@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 class Owner(Protocol):
     """What the engine thread shares with its worker (server.runtime.worker.EngineWorker)."""
 
-    options: WorkerOptions
+    options: WorkerSettings
     metrics: Metrics
     inbox: Inbox
     handoff: Handoff

@@ -21,7 +21,7 @@ from server.engines.base import Batcher, BatchRow, WordMarks
 from server.metrics import Metrics
 from server.runtime.fallback import FallbackVoice
 from server.runtime.jobs import Handoff, Job, engine_stopped
-from streaming.policy import BatchPolicy, StepCosts, plan_step, seat, urgency
+from streaming.policy import BatchSettings, StepCosts, plan_step, seat, urgency
 
 __all__ = ["Scheduler"]
 
@@ -37,7 +37,7 @@ class Scheduler:
         *,
         max_rows: int,
         rate_hz: int,
-        policy: BatchPolicy,
+        policy: BatchSettings,
         costs: StepCosts,
         metrics: Metrics,
         handoff: Handoff,

@@ -31,12 +31,12 @@ from server.engines.base import Engine, SynthesisRequest
 from server.metrics import Metrics
 from server.runtime.engine_thread import EngineThread
 from server.runtime.jobs import Call, Handoff, Inbox, Job
-from server.runtime.options import WorkerOptions
 from server.runtime.watchdog import Watchdog
+from server.runtime.worker_settings import WorkerSettings
 from streaming.errors import SynthesisTimeout, Unavailable
 from streaming.policy import StepCosts, capacity
 
-__all__ = ["EngineStatus", "EngineWorker", "Job", "WorkerOptions"]
+__all__ = ["EngineStatus", "EngineWorker", "Job", "WorkerSettings"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class EngineWorker:
         self,
         factory: Callable[[], tuple[Engine, bool, str | None]],
         metrics: Metrics,
-        options: WorkerOptions | None = None,
+        options: WorkerSettings | None = None,
         *,
         fallback: Callable[[], Engine] | None = None,
     ) -> None:
@@ -77,7 +77,7 @@ class EngineWorker:
         ``fallback`` builds, on first need, the engine that speaks a segment the main
         engine failed on before producing any audio (never one it half-spoke).
         """
-        self.options = options or WorkerOptions()
+        self.options = options or WorkerSettings()
         self.metrics = metrics
         #: What a step costs (learnt on the engine thread, read by admission).
         self.step_costs = StepCosts()

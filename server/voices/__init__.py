@@ -16,13 +16,14 @@ every replica of a fleet. A ``voice`` field anywhere (WebSocket ``start``, ``/v1
     voice.py        Voice, the presets, the stored record
     store.py        the VoiceStore interface, DirectoryStore
     redis_store.py  RedisStore
-    registry.py     VoiceRegistry (presets + a store), Voices (bound to the engines),
-                    voice_store (the store the settings name)
+    registry.py     VoiceRegistry (presets + a store), Voices (bound to the engines)
+
+The composition root (server.state) builds the store the settings name and hands it in.
 """
 
 from __future__ import annotations
 
-from server.voices.registry import VoiceRegistry, Voices, voice_store
+from server.voices.registry import VoiceRegistry, Voices
 from server.voices.store import DirectoryStore, VoiceStore
 from server.voices.voice import FALLBACK_ENGINE, PRESET_NAMES, Voice, default_voices_dir
 
@@ -35,5 +36,4 @@ __all__ = [
     "VoiceStore",
     "Voices",
     "default_voices_dir",
-    "voice_store",
 ]

@@ -19,16 +19,15 @@ from typing import TYPE_CHECKING
 
 from server.engines.base import VoiceSpec, native_speed_range
 from server.engines.espeak import SPEED_RANGE as FALLBACK_SPEED_RANGE
-from server.voices.store import DirectoryStore, VoiceStore, taken, too_many
+from server.voices.store import VoiceStore, taken, too_many
 from server.voices.voice import FALLBACK_ENGINE, NAME_RULES, Voice, is_voice_name, presets
 from streaming.errors import ClientError, Conflict, NotFound, Unavailable
 from streaming.stretch import split_speed
 
 if TYPE_CHECKING:
-    from server.config import Settings
     from server.runtime.worker import EngineWorker
 
-__all__ = ["VoiceRegistry", "Voices", "voice_store"]
+__all__ = ["VoiceRegistry", "Voices"]
 
 logger = logging.getLogger(__name__)
 
@@ -209,16 +208,3 @@ class Voices:
         a seed the client did not give."""
         own = fallback and not seed_given and name is not None
         return self.spec(name, seed=None if own else seed, speed=speed, fallback=fallback)
-
-
-def voice_store(settings: Settings) -> VoiceStore:
-    """The store the settings name: Redis for ``--voices-store``, else the directory."""
-    if settings.voices_store:
-        from server.voices.redis_store import RedisStore
-
-        return RedisStore(
-            settings.voices_store,
-            timeout_s=settings.voices_store_timeout_s,
-            check_timeout_s=settings.voices_store_check_timeout_ms / 1000,
-        )
-    return DirectoryStore(settings.voices_dir)

@@ -31,7 +31,7 @@ would drop them silently; the server always passes one.
 
 from __future__ import annotations
 
-from streaming.text.lexicon import Entry, Lexicon, LexiconError, LexiconLimits
+from streaming.text.lexicon import Entry, Lexicon, LexiconError, LexiconSettings
 from streaming.text.markup import CONTROL_TAG
 from streaming.text.prepare import (
     SPOKEN_CHARSET,
@@ -59,7 +59,7 @@ __all__ = [
     "Entry",
     "Lexicon",
     "LexiconError",
-    "LexiconLimits",
+    "LexiconSettings",
     "Normalizer",
     "Piece",
     "PreparedText",

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from streaming.text.spans import Spans
 from streaming.text.tokens import Token, word
 
-__all__ = ["Entry", "Lexicon", "LexiconError", "LexiconLimits", "lexicon_rule"]
+__all__ = ["Entry", "Lexicon", "LexiconError", "LexiconSettings", "lexicon_rule"]
 
 RULE_LEXICON = "lexicon"
 
@@ -30,7 +30,7 @@ class LexiconError(ValueError):
 
 
 @dataclass(frozen=True)
-class LexiconLimits:
+class LexiconSettings:
     """How large a lexicon may be (server settings)."""
 
     max_entries: int = 10000
@@ -74,7 +74,7 @@ class Lexicon:
         return len(self.entries)
 
     @classmethod
-    def parse(cls, text: str, *, source: str, limits: LexiconLimits) -> Lexicon:
+    def parse(cls, text: str, *, source: str, limits: LexiconSettings) -> Lexicon:
         """A lexicon file's text; :class:`LexiconError` names the first bad line."""
         pairs: list[tuple[str, str, str, str]] = []
         for number, line in enumerate(text.splitlines(), start=1):
@@ -96,14 +96,16 @@ class Lexicon:
 
     @classmethod
     def from_mapping(
-        cls, mapping: Mapping[str, str], *, origin: str, limits: LexiconLimits
+        cls, mapping: Mapping[str, str], *, origin: str, limits: LexiconSettings
     ) -> Lexicon:
         """A request's or a context's entries (``{"written": "spoken"}``)."""
         pairs = ((w, s, origin, f"{origin} entry {str(w)[:40]!r}: ") for w, s in mapping.items())
         return cls.build(pairs, limits=limits)
 
     @classmethod
-    def build(cls, pairs: Iterable[tuple[str, str, str, str]], *, limits: LexiconLimits) -> Lexicon:
+    def build(
+        cls, pairs: Iterable[tuple[str, str, str, str]], *, limits: LexiconSettings
+    ) -> Lexicon:
         """(written, spoken, origin, where) checked against ``limits`` and made speakable;
         the first problem raises, its message starting with ``where``."""
         entries: dict[str, Entry] = {}
@@ -149,7 +151,7 @@ def _whole(text: str, start: int, end: int) -> bool:
     return not (_is_alnum(text[end - 1]) and end < len(text) and _is_alnum(text[end]))
 
 
-def _check(written: str, spoken: str, where: str, limits: LexiconLimits) -> None:
+def _check(written: str, spoken: str, where: str, limits: LexiconSettings) -> None:
     if not isinstance(written, str) or not isinstance(spoken, str):
         raise LexiconError(f"{where}written and spoken forms must be strings")
     if not written.strip():

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from server.config import build_settings
+from server.config_input import build_settings
 from tests.deploy.test_manifests import (
     DEPLOY,
     K8S,

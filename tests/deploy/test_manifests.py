@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from server.config import Settings, build_settings
+from server.config import Settings
+from server.config_input import build_settings
 from server.lifecycle import _GOING_AWAY_GRACE_S, uvicorn_config
 from server.metrics import Metrics
 from server.runtime.worker import EngineWorker

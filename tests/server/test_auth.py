@@ -17,7 +17,8 @@ from websockets.exceptions import InvalidStatus
 from websockets.typing import Subprotocol
 
 from server.auth import TokenAuth, bearer_token, websocket_token
-from server.config import Settings, build_settings, read_token_file
+from server.config import Settings
+from server.config_input import build_settings, read_token_file
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
 
 TOKEN = "s3cret"

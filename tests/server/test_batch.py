@@ -17,7 +17,7 @@ from server.config import Settings
 from server.engines.chattts.batch import BatchedDecoder, Row
 from server.engines.chattts.checkpoint import load_chat
 from server.engines.chattts.decoder import GenerationParams, StreamingDecoder
-from server.engines.chattts.options import ChatTTSOptions
+from server.engines.chattts.settings import ChatTTSSettings
 from tests.conftest import fixed_length_chattts
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.scripted_engine import ScriptedEngine
@@ -125,7 +125,7 @@ def test_int8_runs_the_batch_on_quantised_linear_layers(
     """gpt_quantization int8: the GPT's linears are int8, a batch still speaks."""
     chat = load_chat(tiny_checkpoint, device="cpu")
     try:
-        decoder = StreamingDecoder(chat, ChatTTSOptions(gpt_quantization="int8"))
+        decoder = StreamingDecoder(chat, ChatTTSSettings(gpt_quantization="int8"))
         assert "quantized" in type(chat.gpt.gpt.layers[0].self_attn.q_proj).__module__
         batch = BatchedDecoder(decoder, max_batch=2, max_tokens=256)
         rows = [join(batch, text, params(speaker, i)) for i, text in enumerate(TEXTS[:2])]

@@ -19,7 +19,7 @@ import torch
 from server.engines.chattts.batch import BatchedDecoder, Row
 from server.engines.chattts.checkpoint import load_chat
 from server.engines.chattts.decoder import GenerationParams, StreamingDecoder
-from server.engines.chattts.options import ChatTTSOptions
+from server.engines.chattts.settings import ChatTTSSettings
 from tests.conftest import sample_speaker
 
 pytestmark = [
@@ -67,7 +67,7 @@ def run_rows(batch: BatchedDecoder, speaker: str) -> list[torch.Tensor]:
 def test_graph_replay_gives_the_uncaptured_tokens(cuda_chat: Any, cuda_speaker: str) -> None:
     """Captured per bucket and replayed, the step samples exactly the tokens the same
     fixed-shape step does uncaptured; the graphs were captured and replayed."""
-    decoder = StreamingDecoder(cuda_chat, ChatTTSOptions(device="cuda"))
+    decoder = StreamingDecoder(cuda_chat, ChatTTSSettings(device="cuda"))
     static = BatchedDecoder(decoder, max_batch=8, max_tokens=256, static_shapes=True)
     expected = run_rows(static, cuda_speaker)
     graphed = BatchedDecoder(decoder, max_batch=8, max_tokens=256, cuda_graphs=True)
@@ -83,7 +83,7 @@ def test_batched_rows_follow_their_solo_tokens(cuda_chat: Any, cuda_speaker: str
     """On CUDA, with graphs, each seeded row samples its solo (ChatTTS) tokens for at least
     its first 30 steps (GEMMs over 8 rows round differently from one, so far-off steps
     may part, as the static cache's graph test allows)."""
-    decoder = StreamingDecoder(cuda_chat, ChatTTSOptions(device="cuda"))
+    decoder = StreamingDecoder(cuda_chat, ChatTTSSettings(device="cuda"))
     solo = [
         torch.stack([o.ids for o in decoder.generate(TEXTS[s], params(cuda_speaker, s))])
         for s in range(5)
@@ -100,7 +100,7 @@ def test_a_step_synchronises_the_device_once(
 ) -> None:
     """torch's sync debug mode warns at every device synchronisation: a step of 16 rows
     that vocodes nothing makes exactly one (its end flags), eager or replayed."""
-    decoder = StreamingDecoder(cuda_chat, ChatTTSOptions(device="cuda"))
+    decoder = StreamingDecoder(cuda_chat, ChatTTSSettings(device="cuda"))
     batch = BatchedDecoder(decoder, max_batch=16, max_tokens=256, cuda_graphs=cuda_graphs)
     rows = [join(batch, TEXTS[s % 5], params(cuda_speaker, s)) for s in range(16)]
     batch.step(rows)  # a first step (a graph capture, lazy inits)
@@ -124,7 +124,8 @@ def test_the_engine_captures_every_bucket_before_serving(tiny_checkpoint: Path) 
     from server.engines.chattts.engine import ChatTTSEngine
 
     engine = ChatTTSEngine(
-        tiny_checkpoint, ChatTTSOptions(device="cuda", batch_cuda_graphs=True, gpt_cache_tokens=256)
+        tiny_checkpoint,
+        ChatTTSSettings(device="cuda", batch_cuda_graphs=True, gpt_cache_tokens=256),
     )
     try:
         batcher = engine.batcher(8)

@@ -14,7 +14,7 @@ import torch
 
 from server.engines.chattts.batch import BatchedDecoder, Row
 from server.engines.chattts.decoder import GenerationParams, StreamingDecoder
-from server.engines.chattts.options import ChatTTSOptions
+from server.engines.chattts.settings import ChatTTSSettings
 from tests.server.test_chattts_stream import TEXT, _chattts_generation
 
 STEPS = 40
@@ -133,7 +133,7 @@ def test_a_hurried_row_cuts_its_next_chunk_early(chat: Any, speaker: str) -> Non
     """A row whose listener is short of audio gets a chunk after first_chunk_steps new
     steps instead of at its (growing) boundary; the other row keeps its schedule."""
     # No lookahead or overlap held back: every window's audio goes out at once.
-    options = ChatTTSOptions(
+    options = ChatTTSSettings(
         first_chunk_steps=4, chunk_growth=4.0, max_chunk_steps=64, lookahead_frames=0,
         overlap_samples=0,
     )  # fmt: skip

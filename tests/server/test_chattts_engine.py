@@ -12,7 +12,7 @@ import torch
 from server.engines.base import Cancelled, Engine, SynthesisRequest, VoiceSpec
 from server.engines.chattts.checkpoint import load_chat
 from server.engines.chattts.engine import ChatTTSEngine, resolve_device, speed_prompt
-from server.engines.chattts.options import ChatTTSOptions
+from server.engines.chattts.settings import ChatTTSSettings
 
 TEXT = "今天天气很好，我们一起去公园散步吧。"
 #: Samples per GPT step: 2 mel frames of hop 256 at 24 kHz.
@@ -67,7 +67,7 @@ def test_yields_float32_mono_finite_chunks(chattts_engine: ChatTTSEngine) -> Non
 def test_first_chunk_comes_after_one_stream_batch(tiny_checkpoint: Path) -> None:
     """ChatTTS's own stream, pass_first_n_batches 0: the first chunk holds ~stream_batch steps."""
     engine = ChatTTSEngine(
-        tiny_checkpoint, ChatTTSOptions(device="cpu", decoder="chattts", max_new_token=72)
+        tiny_checkpoint, ChatTTSSettings(device="cpu", decoder="chattts", max_new_token=72)
     )
     try:
         first = next(iter(engine.synthesize(SynthesisRequest(TEXT, VoiceSpec()), _never)))
@@ -200,7 +200,7 @@ def test_speed_reaches_the_model(chattts_engine: ChatTTSEngine) -> None:
 
 def test_close_makes_engine_unusable(tiny_checkpoint: Path) -> None:
     """After close() synthesis raises RuntimeError; closing twice is harmless."""
-    engine = ChatTTSEngine(tiny_checkpoint, ChatTTSOptions(device="cpu", max_new_token=24))
+    engine = ChatTTSEngine(tiny_checkpoint, ChatTTSSettings(device="cpu", max_new_token=24))
     engine.close()
     engine.close()
     with pytest.raises(RuntimeError, match="closed"):

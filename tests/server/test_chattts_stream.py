@@ -14,7 +14,7 @@ from server.engines.chattts.decoder import (
     GenerationParams,
     StreamingDecoder,
 )
-from server.engines.chattts.options import ChatTTSOptions
+from server.engines.chattts.settings import ChatTTSSettings
 from tests.seams import measure_seams
 
 TEXT = "今天天气很好，我们一起去公园散步吧。"
@@ -52,7 +52,7 @@ def test_same_seed_same_tokens_as_chattts(chat: Any, speaker: str, lo: int, hi: 
 def test_chunks_follow_the_schedule(chat: Any, speaker: str) -> None:
     """Chunks come out after 8, 8+16, 8+16+32, ... steps, the last one at the end."""
     decoder = StreamingDecoder(
-        chat, ChatTTSOptions(first_chunk_steps=8, chunk_growth=2.0, max_chunk_steps=32)
+        chat, ChatTTSSettings(first_chunk_steps=8, chunk_growth=2.0, max_chunk_steps=32)
     )
     params = GenerationParams(spk_emb=speaker, seed=1, max_new_token=150, min_new_token=150)
     chunks = list(decoder.stream(TEXT, params))
@@ -182,7 +182,7 @@ def test_cancellation_stops_between_steps(chat: Any, speaker: str, n: int, cache
     """A stop lands before the next GPT step: Cancelled, and no forward runs after it."""
     stop = _StopAfter(chat, n)
     params = GenerationParams(spk_emb=speaker, seed=1, max_new_token=100, min_new_token=100)
-    decoder = StreamingDecoder(chat, ChatTTSOptions(gpt_cache=cache, gpt_cache_slots=1))
+    decoder = StreamingDecoder(chat, ChatTTSSettings(gpt_cache=cache, gpt_cache_slots=1))
     try:
         with pytest.raises(Cancelled):
             list(decoder.stream(TEXT, params, stop))
@@ -218,7 +218,7 @@ def test_same_seed_and_speaker_give_identical_audio(chat: Any, speaker: str) -> 
 def test_half_precision_is_refused_on_cpu(chat: Any, kwargs: dict[str, str]) -> None:
     """Half-precision GPT or Decoder settings raise ValueError on a CPU model."""
     with pytest.raises(ValueError, match="CUDA"):
-        StreamingDecoder(chat, ChatTTSOptions(**kwargs))  # type: ignore[arg-type]
+        StreamingDecoder(chat, ChatTTSSettings(**kwargs))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -233,7 +233,7 @@ def test_half_precision_is_refused_on_cpu(chat: Any, kwargs: dict[str, str]) -> 
 def test_bad_settings_are_rejected(kwargs: dict[str, Any]) -> None:
     """Unknown dtypes, negative context, an overlap beyond half the first chunk raise ValueError."""
     with pytest.raises(ValueError):
-        ChatTTSOptions(**kwargs)
+        ChatTTSSettings(**kwargs)
 
 
 def test_onnx_vocoder_matches_torch(chat: Any, speaker: str) -> None:
@@ -242,7 +242,7 @@ def test_onnx_vocoder_matches_torch(chat: Any, speaker: str) -> None:
     params = GenerationParams(spk_emb=speaker, seed=6, max_new_token=60, min_new_token=60)
     with torch.random.fork_rng(devices=[]):
         reference = np.concatenate(list(StreamingDecoder(chat).stream(TEXT, params)))
-    onnx_decoder = StreamingDecoder(chat, ChatTTSOptions(vocoder_backend="onnx"))
+    onnx_decoder = StreamingDecoder(chat, ChatTTSSettings(vocoder_backend="onnx"))
     streamed = np.concatenate(list(onnx_decoder.stream(TEXT, params)))
     assert streamed.size == reference.size
     error = streamed - reference

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from server import __version__
-from server.config import build_settings
+from server.config_input import build_settings
 
 CLI = [sys.executable, "-m", "server.cli"]
 

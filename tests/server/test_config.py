@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from server.config import Settings, add_arguments, build_settings
-from server.engines.chattts.options import ChatTTSOptions
-from server.engines.select import chattts_options
-from server.options import GROUPS, reference_markdown, specs
+from server.config import Settings
+from server.config_input import add_arguments, build_settings
+from server.config_reference import reference_markdown
+from server.declaration import GROUPS, SettingSpec, specs
+from server.engines.chattts.settings import ChatTTSSettings
+from server.state import engine_choice
 from tests.settings import environment_names
 
 
@@ -35,8 +37,8 @@ def test_flags_win_over_environment_over_defaults() -> None:
 
 
 def test_chattts_flags_reach_the_engine_options() -> None:
-    """Decoder and sampling flags land in the ChatTTSOptions the engine is built with."""
-    options = chattts_options(parse(["--decoder", "chattts", "--lookahead-frames", "4"]))
+    """Decoder and sampling flags land in the ChatTTSSettings the engine is built with."""
+    options = engine_choice(parse(["--decoder", "chattts", "--lookahead-frames", "4"])).chattts
     assert options.decoder == "chattts" and options.lookahead_frames == 4
 
 
@@ -45,7 +47,7 @@ def test_every_setting_is_declared_once_with_its_flag_and_variable() -> None:
     all_specs = list(specs(Settings))
     flags = [spec.flag for spec in all_specs]
     assert len(flags) == len(set(flags))
-    option_fields = {f.name for f in dataclasses.fields(ChatTTSOptions) if f.metadata["cli"]}
+    option_fields = {f.name for f in dataclasses.fields(ChatTTSSettings) if f.metadata["cli"]}
     assert option_fields <= {spec.name for spec in all_specs if spec.path[0] == "chattts"}
     assert all(spec.help and spec.group in GROUPS for spec in all_specs)
     assert environment_names() >= {"TTS_MAX_NEW_TOKEN", "TTS_MAX_CONTEXTS", "TTS_TOKENS"}
@@ -140,28 +142,28 @@ def test_the_engine_defaults_are_the_settings_defaults() -> None:
     from server.engines.chattts.engine import ChatTTSEngine
 
     parameter = inspect.signature(ChatTTSEngine.__init__).parameters["options"]
-    assert parameter.default is None  # None: ChatTTSOptions()
-    assert Settings().chattts == ChatTTSOptions()
+    assert parameter.default is None  # None: ChatTTSSettings()
+    assert Settings().chattts == ChatTTSSettings()
 
 
 def test_static_cache_settings_reach_the_engine() -> None:
     """--gpt-cache static with --cuda-graphs reaches ChatTTSEngine; 0 slots means one per
     segment the worker interleaves."""
-    options = chattts_options(
+    options = engine_choice(
         parse(["--gpt-cache", "static", "--cuda-graphs", "true", "--max-active-segments", "3",
                "--max-batch", "1"])
-    )  # fmt: skip
+    ).chattts  # fmt: skip
     assert options.gpt_cache == "static" and options.cuda_graphs is True
     assert options.gpt_cache_slots == 3
     env = {"TTS_GPT_CACHE_SLOTS": "5", "TTS_GPT_CACHE_TOKENS": "1024", "TTS_MAX_NEW_TOKEN": "900"}
-    options = chattts_options(parse([], env))
+    options = engine_choice(parse([], env)).chattts
     assert (options.gpt_cache_slots, options.gpt_cache_tokens) == (5, 1024)
 
 
 def test_unknown_variables_are_the_tts_ones_nothing_reads() -> None:
     """Misspelt TTS_* names come with the closest setting; settings, the token and setup
     variables, Kubernetes' service links and other prefixes are not named."""
-    from server.config import unknown_variables
+    from server.config_input import unknown_variables
 
     environ = {
         "TTS_MAX_STREAM": "1", "TTS_VOICE_STORE": "redis://x", "TTS_WHATEVER": "s3cret",
@@ -174,3 +176,87 @@ def test_unknown_variables_are_the_tts_ones_nothing_reads() -> None:
         ("TTS_VOICE_STORE", "TTS_VOICES_STORE"),
         ("TTS_WHATEVER", None),
     ]
+
+
+def _numeric_specs() -> list[SettingSpec]:
+    return [spec for spec in specs(Settings) if spec.parse in (int, float)]
+
+
+def test_every_numeric_setting_declares_its_bounds() -> None:
+    """Each number a flag or a TTS_* variable sets, the ChatTTS ones too, says in its
+    declaration which values it may take (the refusal and its message derive from it)."""
+    numeric = _numeric_specs()
+    assert len(numeric) > 40  # the server's and the engine's
+    assert [spec.name for spec in numeric if spec.bounds is None] == []
+
+
+def _out_of_bounds(spec: SettingSpec) -> list[str]:
+    """A value just past each bound of ``spec`` that is a number (not another setting)."""
+    assert spec.bounds is not None
+    values: list[float] = []
+    if isinstance(spec.bounds.gt, (int, float)):
+        values.append(spec.bounds.gt)
+    elif isinstance(spec.bounds.ge, (int, float)):
+        values.append(spec.bounds.ge - 1)
+    if isinstance(spec.bounds.le, (int, float)):
+        values.append(spec.bounds.le + 1)
+    return [str(spec.parse(value)) for value in values]
+
+
+@pytest.mark.parametrize("spec", _numeric_specs(), ids=lambda spec: spec.name)
+def test_a_value_out_of_its_declared_bounds_is_refused_by_flag_and_variable(
+    spec: SettingSpec,
+) -> None:
+    """Past each declared bound, the command line's flag and the TTS_* variable are both
+    refused, in a message that says what the setting must be and names both."""
+    from server.cli import parse as parse_command_line
+
+    assert spec.bounds is not None
+    for value in _out_of_bounds(spec):
+        expected = f"{spec.name} must {spec.bounds.text()}"
+        with pytest.raises(SystemExit) as by_flag:
+            build_settings(parse_command_line(["serve", spec.flag, value]), {})
+        with pytest.raises(SystemExit) as by_variable:
+            build_settings(parse_command_line(["serve"]), {spec.env: value})
+        for refused in (by_flag, by_variable):
+            message = str(refused.value)
+            assert expected in message, message
+            assert spec.flag in message and spec.env in message, message
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["--port", "65536"], "port must be between 0 and 65535"),
+        (["--admission-headroom", "0"], "admission_headroom must be in (0, 1]"),
+        (["--admission-headroom", "1.5"], "admission_headroom must be in (0, 1]"),
+        (["--top-p", "0"], "top_p must be in (0, 1]"),
+        (["--top-k", "0"], "top_k must be positive"),
+        (
+            ["--gpt-cache-slots", "-1"],
+            "gpt_cache_slots must not be negative (0: max_active_segments)",
+        ),
+        (["--ws-idle-timeout-s", "-1"], "ws_idle_timeout_s must not be negative (0: never)"),
+        (
+            ["--first-segment-min-chars", "12", "--segment-max-chars", "10"],
+            "first_segment_min_chars must be between 1 and segment_max_chars",
+        ),
+    ],
+)
+def test_a_bound_reads_as_it_is_declared(argv: list[str], problem: str) -> None:
+    """Ranges, what 0 means, and a bound that is another setting, in the refusal's words."""
+    with pytest.raises(SystemExit) as refused:
+        parse(argv)
+    assert problem in str(refused.value)
+
+
+def test_values_on_their_bounds_are_accepted() -> None:
+    """A bound is where refusal starts, not before: 0 where 0 means something, 1 for a
+    share of capacity, a first segment as long as the longest, the highest port."""
+    settings = parse(
+        ["--max-streams", "0", "--admission-headroom", "1", "--port", "65535",
+         "--first-segment-min-chars", "80", "--segment-max-chars", "80", "--top-p", "1"]
+    )  # fmt: skip
+    assert (settings.max_streams, settings.admission_headroom, settings.port) == (0, 1.0, 65535)
+    assert settings.first_segment_min_chars == settings.segment_max_chars == 80
+    assert settings.chattts.top_p == 1.0

@@ -4,6 +4,7 @@ load, a degraded server behind a balancer, random weights, a fast engine's capac
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import threading
@@ -13,9 +14,11 @@ import httpx
 from chattts_client import StreamClient
 
 from server.config import Settings
-from server.engines.chattts.options import ChatTTSOptions
+from server.engines.chattts.manifest import MANIFEST_NAME
+from server.engines.chattts.settings import ChatTTSSettings
 from server.engines.modelled import ModelledEngine
-from server.engines.select import RANDOM_WEIGHTS_MAX_NEW_TOKEN, chattts_options
+from server.engines.select import RANDOM_WEIGHTS_MAX_NEW_TOKEN
+from server.state import engine_choice
 from tests.live import TIMEOUT_S, run_live_server
 from tests.scripted_engine import ScriptedEngine
 
@@ -86,15 +89,15 @@ def test_ready_and_the_log_say_the_model_has_random_weights(tiny_checkpoint: Pat
     """A generated checkpoint: /ready says random_weights, and its segments are held to a
     short max_new_token unless the setting was changed."""
     settings = Settings(
-        engine="chattts", model_dir=tiny_checkpoint, chattts=ChatTTSOptions(device="cpu")
+        engine="chattts", model_dir=tiny_checkpoint, chattts=ChatTTSSettings(device="cpu")
     )
-    assert chattts_options(settings).max_new_token == RANDOM_WEIGHTS_MAX_NEW_TOKEN
+    assert engine_choice(settings).chattts.max_new_token == RANDOM_WEIGHTS_MAX_NEW_TOKEN
     chosen = Settings(
         engine="chattts",
         model_dir=tiny_checkpoint,
-        chattts=ChatTTSOptions(device="cpu", max_new_token=96, min_new_token=96),
+        chattts=ChatTTSSettings(device="cpu", max_new_token=96, min_new_token=96),
     )
-    assert chattts_options(chosen).max_new_token == 96
+    assert engine_choice(chosen).chattts.max_new_token == 96
     with (
         run_live_server(settings.replace(chattts=chosen.chattts)) as live,
         httpx.Client(base_url=live.base_url, timeout=TIMEOUT_S) as http,
@@ -106,6 +109,43 @@ def test_ready_and_the_log_say_the_model_has_random_weights(tiny_checkpoint: Pat
         httpx.Client(base_url=live.base_url, timeout=TIMEOUT_S) as http,
     ):
         assert http.get("/ready").json()["random_weights"] is False
+
+
+#: Paths opened while a test listens (an audit hook cannot be removed: it stays idle).
+_OPENED: list[str] | None = None
+
+
+def _record_opens(event: str, args: tuple[object, ...]) -> None:
+    if _OPENED is not None and event == "open" and isinstance(args[0], (str, os.PathLike)):
+        _OPENED.append(os.fspath(args[0]))
+
+
+sys.addaudithook(_record_opens)
+
+
+def test_start_up_reads_the_model_manifest_once(tiny_checkpoint: Path) -> None:
+    """From the settings to a loaded, ready ChatTTS engine the manifest of a generated
+    checkpoint is opened once: start-up decides the engine and learns about random
+    weights from the same reading the load uses."""
+    global _OPENED
+    settings = Settings(
+        engine="chattts",
+        model_dir=tiny_checkpoint,
+        chattts=ChatTTSSettings(device="cpu", max_new_token=96, min_new_token=96),
+    )
+    _OPENED = []
+    try:
+        with (
+            run_live_server(settings) as live,
+            httpx.Client(base_url=live.base_url, timeout=TIMEOUT_S) as http,
+        ):
+            body = http.get("/ready").json()
+            opened = list(_OPENED)
+    finally:
+        _OPENED = None
+    assert body["engine"] == "chattts" and body["random_weights"] is True
+    manifest = str(tiny_checkpoint / MANIFEST_NAME)
+    assert [path for path in opened if path == manifest] == [manifest]
 
 
 async def test_a_fast_engine_takes_more_streams_than_segments_in_flight() -> None:

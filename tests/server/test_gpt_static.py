@@ -17,14 +17,14 @@ import torch
 from server.engines.chattts.checkpoint import load_chat
 from server.engines.chattts.decoder import GenerationParams, StreamingDecoder
 from server.engines.chattts.engine import ChatTTSEngine
-from server.engines.chattts.options import ChatTTSOptions
 from server.engines.chattts.precision import cast_gpt
+from server.engines.chattts.settings import ChatTTSSettings
 from server.engines.chattts.static_cache import StaticGPT
 from tests.server.test_chattts_stream import TEXT, _chattts_generation
 
 
 def _static(chat: Any, **kwargs: Any) -> StreamingDecoder:
-    settings = ChatTTSOptions(
+    settings = ChatTTSSettings(
         gpt_cache="static", gpt_cache_tokens=512, gpt_cache_slots=1, max_new_token=500
     )
     decoder = StreamingDecoder(chat, settings)
@@ -145,7 +145,7 @@ def test_idle_release_frees_idle_slots(chat: Any, speaker: str) -> None:
     """release_memory drops idle slots' buffers; a busy slot survives it."""
     decoder = StreamingDecoder(
         chat,
-        ChatTTSOptions(
+        ChatTTSSettings(
             gpt_cache="static", gpt_cache_tokens=256, gpt_cache_slots=2, max_new_token=250
         ),
     )
@@ -197,11 +197,11 @@ def test_cuda_graphs_need_cuda_and_the_static_cache(chat: Any) -> None:
     """cuda_graphs on a CPU model, without the static cache, or with a rotary embedding
     that checks lengths on the host, is refused up front."""
     with pytest.raises(ValueError, match="CUDA"):
-        StreamingDecoder(chat, ChatTTSOptions(gpt_cache="static", cuda_graphs=True))
+        StreamingDecoder(chat, ChatTTSSettings(gpt_cache="static", cuda_graphs=True))
     with pytest.raises(ValueError, match="static"):
-        ChatTTSOptions(cuda_graphs=True)
+        ChatTTSSettings(cuda_graphs=True)
     with pytest.raises(ValueError):
-        ChatTTSOptions(gpt_cache="paged")
+        ChatTTSSettings(gpt_cache="paged")
     rotary = chat.gpt.gpt.rotary_emb
     saved = rotary.rope_type
     rotary.rope_type = "dynamic"
@@ -262,7 +262,7 @@ def test_engine_speaks_on_the_static_cache(tiny_checkpoint: Path) -> None:
     for cache in ("dynamic", "static"):
         engine = ChatTTSEngine(
             tiny_checkpoint,
-            ChatTTSOptions(device="cpu", max_new_token=50, min_new_token=50, gpt_cache=cache),
+            ChatTTSSettings(device="cpu", max_new_token=50, min_new_token=50, gpt_cache=cache),
         )
         try:
             audio.append(np.concatenate(list(engine.synthesize(request, lambda: False))))
@@ -293,7 +293,7 @@ async def test_server_on_the_static_cache_speaks_as_on_the_dynamic_one(
         def factory(cache: str = cache) -> tuple[ChatTTSEngine, bool, None]:
             engine = ChatTTSEngine(
                 tiny_checkpoint,
-                ChatTTSOptions(
+                ChatTTSSettings(
                     device="cpu",
                     max_new_token=40,
                     min_new_token=40,
@@ -368,7 +368,7 @@ def test_an_utterance_longer_than_the_cache_is_logged_once(
     dynamic cache; every such utterance is counted."""
     decoder = StreamingDecoder(
         chat,
-        ChatTTSOptions(
+        ChatTTSSettings(
             gpt_cache="static", gpt_cache_tokens=64, gpt_cache_slots=1, max_new_token=60
         ),
     )

@@ -17,8 +17,8 @@ import torch
 from server.engines.chattts.checkpoint import load_chat
 from server.engines.chattts.decoder import GenerationParams, StreamingDecoder
 from server.engines.chattts.engine import ChatTTSEngine
-from server.engines.chattts.options import ChatTTSOptions
 from server.engines.chattts.precision import cast_gpt
+from server.engines.chattts.settings import ChatTTSSettings
 from server.engines.chattts.static_cache import StaticGPT
 from tests.conftest import sample_speaker
 from tests.server.test_chattts_stream import TEXT
@@ -87,7 +87,7 @@ def test_graph_stream_follows_the_dynamic_cache(cuda_chat: Any, cuda_speaker: st
     params = GenerationParams(spk_emb=cuda_speaker, seed=4, max_new_token=80, min_new_token=80)
     dynamic = list(StreamingDecoder(cuda_chat).generate(TEXT, params))
     decoder = StreamingDecoder(
-        cuda_chat, ChatTTSOptions(gpt_cache="static", cuda_graphs=True, gpt_cache_slots=1)
+        cuda_chat, ChatTTSSettings(gpt_cache="static", cuda_graphs=True, gpt_cache_slots=1)
     )
     graphed = list(decoder.generate(TEXT, params))
     assert decoder.static_gpt is not None and decoder.static_gpt.cuda_graphs
@@ -106,7 +106,7 @@ def test_interleaved_slots_each_replay_their_own_graph(cuda_chat: Any, cuda_spea
     first = GenerationParams(spk_emb=cuda_speaker, seed=2, max_new_token=40, min_new_token=40)
     second = GenerationParams(spk_emb=cuda_speaker, seed=3, max_new_token=40, min_new_token=40)
     decoder = StreamingDecoder(
-        cuda_chat, ChatTTSOptions(gpt_cache="static", cuda_graphs=True, gpt_cache_slots=3)
+        cuda_chat, ChatTTSSettings(gpt_cache="static", cuda_graphs=True, gpt_cache_slots=3)
     )
     gpt = decoder.static_gpt
     assert gpt is not None
@@ -134,7 +134,7 @@ def test_engine_warm_up_captures_every_slot(tiny_checkpoint: Path) -> None:
 
     engine = ChatTTSEngine(
         tiny_checkpoint,
-        ChatTTSOptions(
+        ChatTTSSettings(
             device="cuda",
             max_new_token=40,
             min_new_token=40,

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from server.child_process import ChildProcess
+from server.encoding import Encoders
 from server.http import audio as http_audio
 from tests.live import child_pids
 
@@ -33,7 +34,7 @@ async def tone(seconds: float, rate: int = 24000) -> AsyncGenerator[np.ndarray]:
 
 
 async def test_an_encoder_process_is_started_ahead_and_killed_at_close() -> None:
-    encoders = http_audio.Encoders()
+    encoders = Encoders()
     first = b"".join(
         [c async for c in http_audio.encode(tone(0.5), "mp3", 24000, encoders=encoders)]
     )
@@ -83,7 +84,7 @@ async def test_concurrent_requests_for_one_encoding_leave_one_spare() -> None:
     """Twelve requests for mp3 at once each get their own ffmpeg, and once they are done
     exactly one spare waits: none is started and forgotten."""
     before = child_pids("ffmpeg")
-    encoders = http_audio.Encoders()
+    encoders = Encoders()
     processes = await asyncio.gather(*(encoders.process("mp3", 24000) for _ in range(12)))
     assert len({p.pid for p in processes}) == 12
     await asyncio.gather(*(p.aclose() for p in processes))
@@ -97,7 +98,7 @@ async def test_a_request_that_leaves_while_its_encoder_starts_leaves_no_process(
     """A caller cancelled while waiting for the spare it took (the client left) leaves no
     ffmpeg behind but the next spare, and close() reaps that and any child handed out."""
     before = child_pids("ffmpeg")
-    encoders = http_audio.Encoders()
+    encoders = Encoders()
     first = asyncio.ensure_future(encoders.process("flac", 24000))  # starts a spare
     second = asyncio.ensure_future(encoders.process("flac", 24000))  # takes it
     await asyncio.sleep(0)

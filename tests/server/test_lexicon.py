@@ -24,7 +24,8 @@ import pytest
 from chattts_client import RequestError, StreamClient
 
 from server.cli import main as cli_main
-from server.config import Settings, build_settings
+from server.config import Settings
+from server.config_input import build_settings
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -24,7 +24,7 @@ from chattts_client import ContextResult, StreamClient
 
 from server.config import Settings
 from server.engines.base import VoiceSpec, derived_seed
-from server.engines.chattts.options import ChatTTSOptions
+from server.engines.chattts.settings import ChatTTSSettings
 from server.engines.select import EngineFactory
 from streaming.speech import SpeechSettings
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
@@ -42,7 +42,7 @@ def ending_chattts(checkpoint: Path) -> EngineFactory:
     def factory() -> tuple[object, bool, None]:
         from server.engines.chattts.engine import ChatTTSEngine
 
-        options = ChatTTSOptions(device="cpu", max_new_token=MAX_STEPS, min_new_token=0)
+        options = ChatTTSSettings(device="cpu", max_new_token=MAX_STEPS, min_new_token=0)
         return ChatTTSEngine(checkpoint, options), False, None
 
     return factory  # type: ignore[return-value]

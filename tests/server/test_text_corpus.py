@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from server.textnorm import TextFrontend
-from streaming.segment import Segmenter, SegmenterConfig
+from streaming.segment import Segmenter, SegmenterSettings
 from tests.streaming.corpus import Row, heard, is_heard_right, load
 from tests.streaming.test_text import check_accounting
 
@@ -36,7 +36,7 @@ def test_sentence_is_read_as_a_listener_expects(frontend: TextFrontend, row: Row
     """The sentence, cut as the WebSocket cuts it (a first clause of 3 characters: "验证码："
     alone), is heard as one of its expected forms, and every character is spoken or
     reported."""
-    segmenter = Segmenter(SegmenterConfig(max_chars=80, first_min_chars=3))
+    segmenter = Segmenter(SegmenterSettings(max_chars=80, first_min_chars=3))
     segments = [*segmenter.push(row.text), *segmenter.flush()]
     stream = frontend.for_utterance()  # as a context prepares its segments, in order
     spoken = ""

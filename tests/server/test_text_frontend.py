@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from server.cli import main as cli_main
 from server.config import Settings
 from server.textnorm import TextFrontend
-from streaming.segment import Segmenter, SegmenterConfig
+from streaming.segment import Segmenter, SegmenterSettings
 from streaming.text import SPOKEN_CHARSET
 from tests.conftest import fixed_length_chattts
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
@@ -374,7 +374,7 @@ def test_nothing_is_lost_large_corpus(frontend: TextFrontend) -> None:
 
 
 def speak_all(
-    frontend: TextFrontend, text: str, config: SegmenterConfig, sizes: list[int]
+    frontend: TextFrontend, text: str, config: SegmenterSettings, sizes: list[int]
 ) -> list[str]:
     segmenter = Segmenter(config)
     segments = []
@@ -395,7 +395,7 @@ def test_streaming_equals_one_shot(
     frontend: TextFrontend, text: str, max_chars: int, cuts: list[int]
 ) -> None:
     """Text pushed in any chunks is spoken exactly as the same text pushed at once."""
-    config = SegmenterConfig(max_chars=max_chars, first_min_chars=4)
+    config = SegmenterSettings(max_chars=max_chars, first_min_chars=4)
     assert speak_all(frontend, text, config, cuts) == speak_all(frontend, text, config, [])
     one_char = list(range(len(text) + 1))
     assert speak_all(frontend, text, config, one_char) == speak_all(frontend, text, config, [])

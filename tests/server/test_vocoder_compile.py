@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from server.config import Settings
-from server.engines.chattts.options import ChatTTSOptions
+from server.engines.chattts.settings import ChatTTSSettings
 from server.engines.chattts.vocoding import Vocoder
 from tests.live import TIMEOUT_S, run_live_server
 
@@ -59,9 +59,9 @@ def test_a_failed_compile_speaks_through_the_eager_modules_with_one_warning(
     """Compiled code that raises at its first call: vocode (one window, then a batch of
     windows) gives the eager vocoder's samples exactly; one WARNING line for Decoder and
     Vocos together, naming the failure and the flag."""
-    eager = Vocoder(chat, ChatTTSOptions())
+    eager = Vocoder(chat, ChatTTSSettings())
     monkeypatch.setattr(torch, "compile", compile_that_fails(torch.compile))
-    compiled = Vocoder(chat, ChatTTSOptions(compile_vocoder=True))
+    compiled = Vocoder(chat, ChatTTSSettings(compile_vocoder=True))
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         for steps in (40, 56):
             hiddens = hidden_states(chat, steps)
@@ -89,10 +89,10 @@ def test_a_compile_failing_inside_torch_leaves_the_eager_modules_working_at_once
         module = target.args[0] if hasattr(target, "args") else target  # undo the unwrapping
         return real(module, **{**kwargs, "backend": "aot_eager"})
 
-    eager = Vocoder(chat, ChatTTSOptions())
+    eager = Vocoder(chat, ChatTTSSettings())
     monkeypatch.setattr(torch, "compile", as_decorated)
     torch._dynamo.reset()
-    compiled = Vocoder(chat, ChatTTSOptions(compile_vocoder=True))
+    compiled = Vocoder(chat, ChatTTSSettings(compile_vocoder=True))
     hiddens = hidden_states(chat, 40)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         np.testing.assert_array_equal(compiled.vocode(hiddens), eager.vocode(hiddens))
@@ -108,10 +108,10 @@ def test_the_vocoder_compiles_in_spite_of_chattts_inference_mode(
     torch 2.11-2.13 fail on a view made in inference mode, as the H200 did with
     inductor), on hidden states made in inference mode: no fallback, no warning, and the
     samples of the eager vocoder, for windows of two lengths and a batch."""
-    eager = Vocoder(chat, ChatTTSOptions())
+    eager = Vocoder(chat, ChatTTSSettings())
     monkeypatch.setattr(torch, "compile", compile_with("aot_eager", torch.compile))
     torch._dynamo.reset()
-    compiled = Vocoder(chat, ChatTTSOptions(compile_vocoder=True))
+    compiled = Vocoder(chat, ChatTTSSettings(compile_vocoder=True))
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         for steps in (40, 56):
             hiddens = hidden_states(chat, steps)
@@ -136,7 +136,7 @@ def test_a_server_whose_vocoder_compile_fails_answers_every_request(
     def factory() -> tuple[object, bool, None]:
         from server.engines.chattts.engine import ChatTTSEngine
 
-        options = ChatTTSOptions(device="cpu", compile_vocoder=True, max_new_token=48,
+        options = ChatTTSSettings(device="cpu", compile_vocoder=True, max_new_token=48,
                                  min_new_token=48)  # fmt: skip
         return ChatTTSEngine(tiny_checkpoint, options), False, None
 

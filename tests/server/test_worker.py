@@ -9,7 +9,7 @@ import pytest
 
 from server.engines.base import SynthesisRequest, VoiceSpec
 from server.metrics import Metrics
-from server.runtime.worker import EngineWorker, WorkerOptions
+from server.runtime.worker import EngineWorker, WorkerSettings
 from streaming.errors import SynthesisTimeout
 from tests.live import TIMEOUT_S
 from tests.scripted_engine import ScriptedEngine
@@ -31,7 +31,7 @@ async def test_engine_releases_memory_once_per_idle_period() -> None:
     """After idle_release_s without work the engine frees memory once, not on every tick."""
     engine = ScriptedEngine(chunk_delay_s=0.0, ms_per_char=20)
     worker = EngineWorker(
-        lambda: (engine, False, None), Metrics(), WorkerOptions(idle_release_s=0.1)
+        lambda: (engine, False, None), Metrics(), WorkerSettings(idle_release_s=0.1)
     )
     worker.start()
     try:
@@ -61,7 +61,7 @@ def scripted_worker(*, interleaves: bool) -> tuple[EngineWorker, ScriptedEngine]
     engine = ScriptedEngine(chunk_ms=100, chunk_delay_s=0.01, ms_per_char=500)
     engine.interleaves = interleaves  # type: ignore[misc]
     worker = EngineWorker(
-        lambda: (engine, False, None), Metrics(), WorkerOptions(idle_release_s=60)
+        lambda: (engine, False, None), Metrics(), WorkerSettings(idle_release_s=60)
     )
     worker.start()
     return worker, engine
@@ -166,7 +166,7 @@ async def test_segment_timeout_does_not_count_time_spent_between_chunks() -> Non
     ~0.5 s in all), and a 0.3 s timeout still ends a segment the engine needs 1.5 s for."""
     engine = ScriptedEngine(chunk_ms=100, chunk_delay_s=0.1, ms_per_char=500)
     worker = EngineWorker(
-        lambda: (engine, False, None), Metrics(), WorkerOptions(idle_release_s=60)
+        lambda: (engine, False, None), Metrics(), WorkerSettings(idle_release_s=60)
     )
     worker.start()
     try:

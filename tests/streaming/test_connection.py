@@ -12,7 +12,7 @@ from streaming import protocol as p
 from streaming.errors import NotFound
 from streaming.speech import SpeechSettings
 
-LIMITS = c.ConnectionLimits(
+LIMITS = c.ConnectionSettings(
     max_message_bytes=200, max_text_message_chars=20, max_buffered_chars=30, max_contexts=2
 )
 

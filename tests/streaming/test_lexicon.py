@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streaming.text import Lexicon, LexiconError, LexiconLimits, prepare_text
+from streaming.text import Lexicon, LexiconError, LexiconSettings, prepare_text
 from tests.streaming.test_text import check_accounting
 
-LIMITS = LexiconLimits(max_entries=5, max_written_chars=8, max_spoken_chars=12)
+LIMITS = LexiconSettings(max_entries=5, max_written_chars=8, max_spoken_chars=12)
 
 
 def rules_only(text: str) -> str:
@@ -94,7 +94,7 @@ def test_a_context_wins_over_the_file() -> None:
 LEXICON = Lexicon.from_mapping(
     {"行长": "航长", "AI": "人工智能", "12306": "铁路一二三零六", "G7": "G 7"},
     origin="request",
-    limits=LexiconLimits(),
+    limits=LexiconSettings(),
 )
 PIECES = ["行长", "AI", "MAIL", "12306", "G7", "G77", "银行", "说", "，", "。", " ", "3", "😀",
           "**", "-", "A", "I", "行", "长", "123", "06"]  # fmt: skip

@@ -8,7 +8,7 @@ import pytest
 
 from streaming.policy import (
     STEPS_PER_AUDIO_SECOND,
-    BatchPolicy,
+    BatchSettings,
     StepCosts,
     capacity,
     most_urgent,
@@ -105,20 +105,24 @@ def rows(*specs: tuple[str, float, int]) -> list[Row]:
 # (rows at now=10, policy, stepped names)
 PLANS = [
     # Everyone close to running dry: all step, most urgent first.
-    (rows(("a", 10.0, 1), ("b", 10.0, 0), ("c", 10.5, 0)), BatchPolicy(), ["b", "c", "a"]),
+    (rows(("a", 10.0, 1), ("b", 10.0, 0), ("c", 10.5, 0)), BatchSettings(), ["b", "c", "a"]),
     # One far ahead (5 s buffered) sits out while another is about to run dry.
-    (rows(("ahead", 10.0, 5), ("new", 10.0, 0)), BatchPolicy(), ["new"]),
+    (rows(("ahead", 10.0, 5), ("new", 10.0, 0)), BatchSettings(), ["new"]),
     # Everyone far ahead: all step (a batch shares the cost; nobody waits for it).
-    (rows(("a", 10.0, 5), ("b", 10.0, 4)), BatchPolicy(), ["b", "a"]),
+    (rows(("a", 10.0, 5), ("b", 10.0, 4)), BatchSettings(), ["b", "a"]),
     # Sitting out off: all step.
-    (rows(("ahead", 10.0, 5), ("new", 10.0, 0)), BatchPolicy(sit_out_ahead_s=0), ["new", "ahead"]),
+    (
+        rows(("ahead", 10.0, 5), ("new", 10.0, 0)),
+        BatchSettings(sit_out_ahead_s=0),
+        ["new", "ahead"],
+    ),
     # More rows than the batch: the most urgent max_batch.
-    (rows(("a", 12.0, 0), ("b", 10.0, 0), ("c", 11.0, 0)), BatchPolicy(max_batch=2), ["b", "c"]),
+    (rows(("a", 12.0, 0), ("b", 10.0, 0), ("c", 11.0, 0)), BatchSettings(max_batch=2), ["b", "c"]),
 ]
 
 
 @pytest.mark.parametrize(("candidates", "policy", "stepped"), PLANS)
-def test_plan_step(candidates: list[Row], policy: BatchPolicy, stepped: list[str]) -> None:
+def test_plan_step(candidates: list[Row], policy: BatchSettings, stepped: list[str]) -> None:
     """Rows near running dry step; rows far ahead sit out only while another is needy."""
     assert [row.name for row in plan_step(candidates, 10.0, RATE, policy)] == stepped
 
@@ -127,7 +131,7 @@ def test_a_new_streams_first_chunk_is_not_starved_by_a_full_batch() -> None:
     """However many streams are buffered well ahead, a new one (due now) steps at once,
     in a batch of only the needy: its first audio does not wait for the others."""
     buffered = [Row(f"r{i}", 10.0, 3 * RATE, i) for i in range(15)]
-    plan = plan_step([*buffered, Row("new", 10.0, 0, 99)], 10.0, RATE, BatchPolicy(max_batch=16))
+    plan = plan_step([*buffered, Row("new", 10.0, 0, 99)], 10.0, RATE, BatchSettings(max_batch=16))
     assert [row.name for row in plan] == ["new"]
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streaming.segment import Segment, Segmenter, SegmenterConfig
+from streaming.segment import Segment, Segmenter, SegmenterSettings
 
 # Late first cut by default, so that most rows show the sentence rules alone.
 LATE = 1000
@@ -158,7 +158,7 @@ CASES: list[tuple[str, str, int, int, list[tuple[str, str]]]] = [
 ]  # fmt: skip
 
 
-def segment_all(text: str, config: SegmenterConfig, chunk_size: int | None = None) -> list[Segment]:
+def segment_all(text: str, config: SegmenterSettings, chunk_size: int | None = None) -> list[Segment]:
     segmenter = Segmenter(config)
     if chunk_size is None:
         segments = segmenter.push(text)
@@ -183,7 +183,7 @@ def test_table(
     chunk_size: int | None,
 ) -> None:
     """Each row cuts into exactly the listed segments, whether pushed whole or in chunks."""
-    config = SegmenterConfig(max_chars=max_chars, first_min_chars=first_min)
+    config = SegmenterSettings(max_chars=max_chars, first_min_chars=first_min)
     segments = segment_all(text, config, chunk_size)
     assert [(s.text, s.reason) for s in segments] == expected
 
@@ -217,7 +217,7 @@ def test_stop_waits_for_a_closer() -> None:
 
 def test_flush_resets_first_segment() -> None:
     """After flush the next utterance may again cut early at a clause mark."""
-    segmenter = Segmenter(SegmenterConfig(first_min_chars=4))
+    segmenter = Segmenter(SegmenterSettings(first_min_chars=4))
     first = segmenter.push("一二三四，五六七八，九十。") + segmenter.flush()
     assert [s.text for s in first] == ["一二三四，", "五六七八，九十。"]
     second = segmenter.push("一二三四，五六")
@@ -235,9 +235,9 @@ def test_flush_empty() -> None:
 def test_config_rejects_nonsense() -> None:
     """A limit below one character is refused at construction."""
     with pytest.raises(ValueError, match="max_chars"):
-        SegmenterConfig(max_chars=0)
+        SegmenterSettings(max_chars=0)
     with pytest.raises(ValueError, match="first_min_chars"):
-        SegmenterConfig(first_min_chars=-1)
+        SegmenterSettings(first_min_chars=-1)
 
 
 def test_long_paragraph_is_linear() -> None:
@@ -245,7 +245,7 @@ def test_long_paragraph_is_linear() -> None:
     unit = "这是一个没有标点符号的很长的句子而且它一直在继续 and some English words 3.14 "
     text = unit * 60  # about 4,000 characters
     started = time.perf_counter()
-    segments = segment_all(text, SegmenterConfig(), chunk_size=1)
+    segments = segment_all(text, SegmenterSettings(), chunk_size=1)
     elapsed = time.perf_counter() - started
     assert "".join(s.text for s in segments) == text
     assert elapsed < 1.0
@@ -277,7 +277,7 @@ tokens = st.sampled_from(
 token_texts = st.lists(st.one_of(tokens, st.sampled_from(ALPHABET)), max_size=80).map("".join)
 any_text = st.one_of(texts, token_texts)
 configs = st.builds(
-    SegmenterConfig,
+    SegmenterSettings,
     max_chars=st.integers(min_value=1, max_value=40),
     first_min_chars=st.integers(min_value=0, max_value=10),
 )
@@ -290,7 +290,7 @@ def chunked(text: str, cuts: list[int]) -> list[str]:
 
 @settings(max_examples=300, deadline=None)
 @given(text=any_text, config=configs, cuts=st.lists(st.integers(min_value=0), max_size=30))
-def test_any_chunking_equals_one_push(text: str, config: SegmenterConfig, cuts: list[int]) -> None:
+def test_any_chunking_equals_one_push(text: str, config: SegmenterSettings, cuts: list[int]) -> None:
     """Random chunks and 1-, 2-, 4-character chunks segment exactly like one push."""
     expected = segment_all(text, config)
     for size in (1, 2, 4):
@@ -304,7 +304,7 @@ def test_any_chunking_equals_one_push(text: str, config: SegmenterConfig, cuts: 
 
 @settings(max_examples=300, deadline=None)
 @given(text=any_text, config=configs, cuts=st.lists(st.integers(min_value=0), max_size=30))
-def test_nothing_is_lost(text: str, config: SegmenterConfig, cuts: list[int]) -> None:
+def test_nothing_is_lost(text: str, config: SegmenterSettings, cuts: list[int]) -> None:
     """Emitted segments plus pending text equal the pushed text after every step."""
     segmenter = Segmenter(config)
     pushed = ""
@@ -323,7 +323,7 @@ def test_nothing_is_lost(text: str, config: SegmenterConfig, cuts: list[int]) ->
 
 @settings(max_examples=300, deadline=None)
 @given(text=any_text, config=configs)
-def test_no_segment_exceeds_max_chars(text: str, config: SegmenterConfig) -> None:
+def test_no_segment_exceeds_max_chars(text: str, config: SegmenterSettings) -> None:
     """No segment is empty or longer than max_chars."""
     for segment in segment_all(text, config, chunk_size=2):
         assert 0 < len(segment.text) <= config.max_chars
@@ -349,7 +349,7 @@ SPANS = re.compile(
 )
 def test_quotes_and_brackets_stay_whole(text: str, max_chars: int, first_min: int) -> None:
     """No cut falls inside a quoted or bracketed span shorter than max_chars."""
-    config = SegmenterConfig(max_chars=max_chars, first_min_chars=first_min)
+    config = SegmenterSettings(max_chars=max_chars, first_min_chars=first_min)
     inside: set[int] = set()
     for match in SPANS.finditer(text):
         inside |= set(range(match.start() + 1, match.end()))
@@ -363,7 +363,7 @@ NUMBER = re.compile(r"[0-9]+(?:[.,:/-][0-9]+)*")
 
 @settings(max_examples=300, deadline=None)
 @given(text=any_text, config=configs)
-def test_no_cut_inside_words_or_numbers(text: str, config: SegmenterConfig) -> None:
+def test_no_cut_inside_words_or_numbers(text: str, config: SegmenterSettings) -> None:
     """No boundary splits a letter run, a digit run or a number like 3.14 or 1,000.
 
     Only a token longer than max_chars may be split, so such texts are left out.
@@ -426,7 +426,7 @@ def token_sentences() -> list[tuple[str, int, int]]:
 def test_no_cut_inside_tokens_at_any_delta(text: str, start: int, end: int) -> None:
     """Streamed in two deltas split at every position, or one character at a time, the
     segments are those of one push, and none is cut inside the token."""
-    config = SegmenterConfig(max_chars=80, first_min_chars=3)
+    config = SegmenterSettings(max_chars=80, first_min_chars=3)
     whole = [s.text for s in segment_all(text, config)]
     inside = set(range(start + 1, end))
     for segment in segment_all(text, config)[:-1]:
@@ -448,5 +448,5 @@ def test_length_cuts_go_around_tokens(token: str) -> None:
     for filler in range(0, 24):
         text = "天" * filler + token + "地" * 30
         start, end = filler, filler + len(token)
-        for segment in segment_all(text, SegmenterConfig(max_chars=24, first_min_chars=3), 1)[:-1]:
+        for segment in segment_all(text, SegmenterSettings(max_chars=24, first_min_chars=3), 1)[:-1]:
             assert not start < segment.end < end, (text, segment)

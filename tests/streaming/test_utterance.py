@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from streaming import protocol as p
-from streaming.segment import Segment, Segmenter, SegmenterConfig
+from streaming.segment import Segment, Segmenter, SegmenterSettings
 from streaming.speech import SegmentStart
 from streaming.text import Removal
 from streaming.utterance import (
@@ -33,7 +33,7 @@ REMOVED = SegmentStart(
 
 def utterance(rate_hz: int = 24000) -> UtteranceState:
     voice = UtteranceVoice(voice="alto", seed=7, speed=1.0, sample_rate_hz=rate_hz)
-    return UtteranceState("a", 3, voice, Segmenter(SegmenterConfig()))
+    return UtteranceState("a", 3, voice, Segmenter(SegmenterSettings()))
 
 
 def sent(state: UtteranceState, event: SpeechEvent) -> list[dict[str, object] | bytes]:

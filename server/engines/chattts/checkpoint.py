@@ -41,7 +41,13 @@ from safetensors.torch import save_file
 from tokenizers import AddedToken
 from transformers import BertTokenizer, LlamaConfig, LlamaModel
 
-from streaming.errors import TTSError
+from server.engines.chattts.manifest import (
+    MANIFEST_FORMAT,
+    MANIFEST_NAME,
+    ModelDirectory,
+    ModelLoadError,
+    read_manifest,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -54,9 +60,6 @@ __all__ = [
     "read_manifest",
     "write_checkpoint",
 ]
-
-MANIFEST_NAME = "chattts-stream.json"
-MANIFEST_FORMAT = 1
 
 #: The nine files ``Chat.load(source="custom")`` hashes, relative to the model directory.
 ASSET_FILES: tuple[str, ...] = (
@@ -133,12 +136,6 @@ def _size_overrides(size: str) -> dict[str, Any]:
     return overrides
 
 
-class ModelLoadError(TTSError):
-    """A model directory cannot be loaded: missing, incomplete, or rejected by ChatTTS."""
-
-    code = "model_load_failed"
-
-
 def write_checkpoint(
     path: str | Path, *, size: Literal["tiny", "deep", "full"] = "tiny", seed: int = 0
 ) -> Path:
@@ -184,29 +181,19 @@ def write_checkpoint(
     return root
 
 
-def read_manifest(model_dir: str | Path) -> dict[str, Any] | None:
-    """Return the parsed manifest of ``model_dir``, or ``None`` when it has none."""
-    manifest_path = Path(model_dir) / MANIFEST_NAME
-    if not manifest_path.is_file():
-        return None
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"unreadable manifest {manifest_path}: {exc}") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
-        raise ModelLoadError(f"manifest {manifest_path} is not format {MANIFEST_FORMAT}")
-    return manifest
-
-
-def load_chat(model_dir: str | Path, *, device: str, compile: bool = False) -> ChatTTS.Chat:
+def load_chat(
+    model_dir: str | Path | ModelDirectory, *, device: str, compile: bool = False
+) -> ChatTTS.Chat:
     """Load a ChatTTS model directory onto ``device``: the one production loading path.
 
     With a manifest (a generated checkpoint) its config overrides and hashes are applied
     to the new ``Chat`` instance; without one (the real weights from ``2Noise/ChatTTS``)
     ChatTTS's own defaults apply. Raises :class:`ModelLoadError` naming the path when the
-    directory or a file is missing, or when ChatTTS refuses the files.
+    directory or a file is missing, or when ChatTTS refuses the files. A
+    :class:`ModelDirectory` brings the manifest start-up read, which is not read again.
     """
-    root = Path(model_dir)
+    model = model_dir if isinstance(model_dir, ModelDirectory) else ModelDirectory.read(model_dir)
+    root = model.path
     if not root.is_dir():
         raise ModelLoadError(f"model directory {root} does not exist")
     missing = [name for name in ASSET_FILES if not (root / name).is_file()]
@@ -214,7 +201,7 @@ def load_chat(model_dir: str | Path, *, device: str, compile: bool = False) -> C
         raise ModelLoadError(
             f"model directory {root} is missing {', '.join(str(root / m) for m in missing)}"
         )
-    manifest = read_manifest(root)
+    manifest = model.checked_manifest()
 
     chat = ChatTTS.Chat(logging.getLogger("ChatTTS"))
     if manifest is not None:

@@ -25,13 +25,13 @@ import numpy as np
 import torch
 
 from server.engines.chattts.generation import Generation, GenerationParams, Sampler, StepOutput
-from server.engines.chattts.options import (
+from server.engines.chattts.precision import DTYPES, cast_gpt, quantize_linear
+from server.engines.chattts.settings import (
     FRAMES_PER_STEP,
     SAMPLES_PER_FRAME,
     SAMPLES_PER_STEP,
-    ChatTTSOptions,
+    ChatTTSSettings,
 )
-from server.engines.chattts.precision import DTYPES, cast_gpt, quantize_linear
 from server.engines.chattts.static_cache import StaticGPT
 from server.engines.chattts.vocoding import StreamStats, Vocoder, stream_windows
 
@@ -53,12 +53,12 @@ def _never() -> bool:
 class StreamingDecoder:
     """Streams one utterance at a time from a loaded ``Chat``'s GPT, Decoder and Vocos."""
 
-    def __init__(self, chat: Any, options: ChatTTSOptions | None = None) -> None:
+    def __init__(self, chat: Any, options: ChatTTSSettings | None = None) -> None:
         """``options``: how chunks are cut, decoded and joined, on what dtypes, with which
-        KV cache (see :class:`ChatTTSOptions`); its sampling fields are not read here:
+        KV cache (see :class:`ChatTTSSettings`); its sampling fields are not read here:
         each call's :class:`GenerationParams` carry them."""
         self.chat = chat
-        self.options = options = options or ChatTTSOptions()
+        self.options = options = options or ChatTTSSettings()
         self.last_stats = StreamStats()
         device = torch.device(chat.device)
         if device.type != "cuda" and (

@@ -41,7 +41,8 @@ from server.engines.base import (
 from server.engines.chattts.batch import BatchedDecoder
 from server.engines.chattts.checkpoint import load_chat
 from server.engines.chattts.decoder import GenerationParams, StreamingDecoder
-from server.engines.chattts.options import ChatTTSOptions
+from server.engines.chattts.manifest import ModelDirectory
+from server.engines.chattts.settings import ChatTTSSettings
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ class _StopContext:
 
 class ChatTTSEngine:
     """ChatTTS on one device, streaming float32 mono chunks at 24 kHz; ``options``
-    (:class:`ChatTTSOptions`) say how.
+    (:class:`ChatTTSSettings`) say how.
 
     With ``decoder="ours"`` the first chunk comes after ``first_chunk_steps`` GPT steps
     and chunks then grow by ``chunk_growth`` up to ``max_chunk_steps``; each is decoded
@@ -114,8 +115,10 @@ class ChatTTSEngine:
     #: What speed_prompt's [speed_N] covers; beyond, the server time-stretches.
     speed_range = DEFAULT_SPEED_RANGE
 
-    def __init__(self, model_dir: str | Path, options: ChatTTSOptions | None = None) -> None:
-        self.options = options = options or ChatTTSOptions()
+    def __init__(
+        self, model_dir: str | Path | ModelDirectory, options: ChatTTSSettings | None = None
+    ) -> None:
+        self.options = options = options or ChatTTSSettings()
         self.device = resolve_device(options.device)
         self.max_new_token = options.max_new_token
         self._speakers: OrderedDict[tuple[str | None, int], str] = OrderedDict()

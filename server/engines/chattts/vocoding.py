@@ -33,13 +33,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from server.engines.chattts.options import (
+from server.engines.chattts.precision import DTYPES, quantize_linear
+from server.engines.chattts.settings import (
     FRAMES_PER_STEP,
     SAMPLES_PER_FRAME,
     SAMPLES_PER_STEP,
-    ChatTTSOptions,
+    ChatTTSSettings,
 )
-from server.engines.chattts.precision import DTYPES, quantize_linear
 from streaming.crossfade import WindowJoiner
 
 __all__ = [
@@ -144,7 +144,7 @@ class Vocoder:
     up: decoder dtype, INT8 linears, ``torch.compile`` (:class:`CompiledModule`), or the
     ONNX Runtime backend."""
 
-    def __init__(self, chat: Any, options: ChatTTSOptions) -> None:
+    def __init__(self, chat: Any, options: ChatTTSSettings) -> None:
         self.chat = chat
         if options.vocoder_quantization == "int8":
             quantize_linear(chat.decoder)
@@ -199,7 +199,7 @@ class ChunkWindows:
     window and crossfades ``overlap_samples`` at the join.
     """
 
-    def __init__(self, options: ChatTTSOptions, max_steps: int) -> None:
+    def __init__(self, options: ChatTTSSettings, max_steps: int) -> None:
         self.options = options
         self.max_steps = max_steps
         self._schedule = options.schedule
@@ -250,7 +250,7 @@ class ChunkWindows:
 
 def stream_windows(
     vocode: Callable[[torch.Tensor], np.ndarray],
-    options: ChatTTSOptions,
+    options: ChatTTSSettings,
     hiddens: torch.Tensor,
     step_counts: Iterator[int],
     max_steps: int,

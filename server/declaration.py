@@ -1,15 +1,15 @@
-"""How a setting is declared: once, as a dataclass field with its help and group.
+"""How a setting is declared: once, as a dataclass field with its help, group, bounds.
 
 :func:`option` is a ``dataclasses.field`` whose metadata carries the help text, the group
-it is listed under and, for a closed set of values, its choices. Everything else about a
-setting is derived from that one declaration by :func:`specs`: its command-line flag
-(``--max-new-token`` for ``max_new_token``), its environment variable
-(``TTS_MAX_NEW_TOKEN``), how a string becomes its value (from the field's type), and its
-line in ``docs/settings.md`` (:func:`reference_markdown`). A field holding another
-options dataclass (``Settings.chattts``) contributes that class's settings, under the
-same flat names.
-
-``python -m server.config`` prints docs/settings.md.
+it is listed under, for a number the values it may take (``gt``, ``ge``, ``le``: above,
+at least, at most; a bound may name another setting of the same bundle) and, for a closed
+set of values, its choices. Everything else about a setting is derived from that one
+declaration by :func:`specs`: its command-line flag (``--max-new-token`` for
+``max_new_token``), its environment variable (``TTS_MAX_NEW_TOKEN``), how a string
+becomes its value (from the field's type), its line in ``docs/settings.md``
+(:mod:`server.config_reference`), and the refusal of a value out of its bounds
+(:func:`bound_problems`). A field holding another bundle of settings
+(``Settings.chattts``) contributes that bundle's settings, under the same flat names.
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ from typing import Any
 
 __all__ = [
     "GROUPS",
-    "OptionSpec",
+    "Bounds",
+    "SettingSpec",
+    "bound_problems",
     "choice_problems",
     "nested",
     "option",
     "parse_bool",
-    "reference_markdown",
     "specs",
 ]
 
@@ -46,6 +47,55 @@ GROUPS: dict[str, str] = {
 }
 
 
+#: A bound: a number, or the name of another setting of the same bundle.
+Bound = float | str | None
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The values a numeric setting may take: above ``gt``, at least ``ge``, at most
+    ``le``; ``zero`` says what 0 means where it means something (" (0: never)")."""
+
+    gt: Bound = None
+    ge: Bound = None
+    le: Bound = None
+    zero: str = ""
+
+    def problem(self, name: str, value: float, settings: Any) -> str | None:
+        """Why ``value`` is out of bounds for setting ``name`` (None: it is not)."""
+        gt, ge, le = (_bound_value(b, settings) for b in (self.gt, self.ge, self.le))
+        if (
+            (gt is None or value > gt)
+            and (ge is None or value >= ge)
+            and (le is None or value <= le)
+        ):
+            return None
+        return f"{name} must {self.text()}"
+
+    def text(self) -> str:
+        """What the bounds ask for, in words ("be positive", "be between 1 and 8")."""
+        if self.le is not None and self.gt is not None:
+            return f"be in ({_shown(self.gt)}, {_shown(self.le)}]"
+        if self.le is not None:
+            low = "" if self.ge is None else f"between {_shown(self.ge)} and "
+            return f"be {low or 'at most '}{_shown(self.le)}"
+        if self.gt == 0:
+            return "be positive"
+        if self.gt is not None:
+            return f"be above {_shown(self.gt)}"
+        if self.ge == 0:
+            return f"not be negative{self.zero}"
+        return f"be at least {_shown(self.ge)}"
+
+
+def _bound_value(bound: Bound, settings: Any) -> float | None:
+    return getattr(settings, bound) if isinstance(bound, str) else bound
+
+
+def _shown(bound: Bound) -> str:
+    return f"{bound:g}" if isinstance(bound, float) else str(bound)
+
+
 def option(
     default: Any,
     help: str,
@@ -53,20 +103,27 @@ def option(
     group: str,
     choices: tuple[str, ...] | None = None,
     cli: bool = True,
+    gt: Bound = None,
+    ge: Bound = None,
+    le: Bound = None,
+    zero: str = "",
 ) -> Any:
-    """Declare a setting: its default, one line of help, its group, maybe its choices.
+    """Declare a setting: its default, one line of help, its group, for a number its
+    bounds (``gt``: above, ``ge``: at least, ``le``: at most, each a number or another
+    setting's name; ``zero``: what 0 means, for the refusal), maybe its choices.
 
     ``cli=False`` keeps it off the command line and the environment (values set only by
     code: tests, benchmarks).
     """
     if group not in GROUPS:
         raise ValueError(f"unknown option group {group!r}")
-    metadata = {"help": help, "group": group, "choices": choices, "cli": cli}
+    bounds = Bounds(gt, ge, le, zero) if (gt, ge, le) != (None, None, None) else None
+    metadata = {"help": help, "group": group, "choices": choices, "cli": cli, "bounds": bounds}
     return dataclasses.field(default=default, metadata=metadata)
 
 
 def nested(cls: type) -> Any:
-    """A field holding another options dataclass; its settings keep their own names."""
+    """A field holding another bundle of settings; its settings keep their own names."""
     return dataclasses.field(default_factory=cls, metadata={"nested": True})
 
 
@@ -80,7 +137,7 @@ def parse_bool(value: str) -> bool:
 
 
 @dataclass(frozen=True)
-class OptionSpec:
+class SettingSpec:
     """One setting as the command line, the environment and the docs see it."""
 
     name: str
@@ -91,6 +148,8 @@ class OptionSpec:
     help: str
     group: str
     choices: tuple[str, ...] | None
+    #: The values a number may take (None: not a number).
+    bounds: Bounds | None = None
 
     @property
     def flag(self) -> str:
@@ -132,8 +191,8 @@ def _parser(annotation: Any) -> Callable[[str], Any]:
     raise TypeError(f"cannot parse a setting of type {annotation!r}")
 
 
-def specs(cls: type, path: tuple[str, ...] = ()) -> Iterator[OptionSpec]:
-    """Every command-line setting of the options dataclass ``cls``, in declaration order."""
+def specs(cls: type, path: tuple[str, ...] = ()) -> Iterator[SettingSpec]:
+    """Every command-line setting of the settings dataclass ``cls``, in declaration order."""
     hints = typing.get_type_hints(cls)
     for field in dataclasses.fields(cls):
         if field.metadata.get("nested"):
@@ -141,7 +200,7 @@ def specs(cls: type, path: tuple[str, ...] = ()) -> Iterator[OptionSpec]:
             continue
         if not field.metadata.get("cli", False):
             continue
-        yield OptionSpec(
+        yield SettingSpec(
             name=field.name,
             path=(*path, field.name),
             parse=_parser(hints[field.name]),
@@ -149,47 +208,29 @@ def specs(cls: type, path: tuple[str, ...] = ()) -> Iterator[OptionSpec]:
             help=field.metadata["help"],
             group=field.metadata["group"],
             choices=field.metadata["choices"],
+            bounds=field.metadata["bounds"],
         )
 
 
-def choice_problems(options: Any) -> list[str]:
-    """A problem for each field of ``options`` (a dataclass) whose value is not a choice."""
+def choice_problems(settings: Any) -> list[str]:
+    """A problem for each field of ``settings`` (a dataclass) whose value is not a choice."""
     problems = []
-    for field in dataclasses.fields(options):
+    for field in dataclasses.fields(settings):
         choices = field.metadata.get("choices")
-        value = getattr(options, field.name)
+        value = getattr(settings, field.name)
         if choices and value not in choices:
             listed = ", ".join(choices[:-1]) + " or " + choices[-1]
             problems.append(f"{field.name} must be {listed}, not {value!r}")
     return problems
 
 
-def reference_markdown(cls: type) -> str:
-    """docs/settings.md: every setting with its flag, variable, default and help, by group."""
-    lines = [
-        "# Settings",
-        "",
-        "Every setting is a flag of `chattts-stream serve` and a `TTS_*` environment variable",
-        "(flags win over the environment, which wins over the default). This page is generated",
-        "from the declarations in `server/config.py` and `server/engines/*/options.py`",
-        "(`.venv/bin/python -m server.config > docs/settings.md`); a test keeps it current.",
-        "Tokens are not settings here: `--token-file` / `TTS_TOKEN_FILE` and `TTS_TOKENS`.",
-        "A `TTS_*` variable that is none of these (a misspelt one) is named in a warning at",
-        "start, with the closest setting's variable, and ignored; values are never logged.",
-        "Settings that cannot work together stop start-up with one line naming each flag and",
-        "variable (`--gpt-cache static` needs `--max-batch 1`).",
-    ]
-    by_group: dict[str, list[OptionSpec]] = {}
-    for spec in specs(cls):
-        by_group.setdefault(spec.group, []).append(spec)
-    for group, title in GROUPS.items():
-        if group not in by_group:
-            continue
-        lines += ["", f"## {title[0].upper()}{title[1:]}", ""]
-        lines += ["| flag | environment | default | meaning |", "| --- | --- | --- | --- |"]
-        for spec in by_group[group]:
-            meaning = spec.help.replace("|", "\\|")
-            if spec.choices:
-                meaning += f" (one of: {', '.join(spec.choices)})"
-            lines.append(f"| `{spec.flag}` | `{spec.env}` | `{spec.default_text}` | {meaning} |")
-    return "\n".join(lines) + "\n"
+def bound_problems(settings: Any) -> list[str]:
+    """A problem for each field of ``settings`` (a dataclass) out of its bounds."""
+    problems = []
+    for field in dataclasses.fields(settings):
+        bounds = field.metadata.get("bounds")
+        if bounds is not None:
+            problem = bounds.problem(field.name, getattr(settings, field.name), settings)
+            if problem is not None:
+                problems.append(problem)
+    return problems

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from server.options import choice_problems, option
+from server.declaration import bound_problems, choice_problems, option
 from streaming.chunking import ChunkSchedule
 
-__all__ = ["FRAMES_PER_STEP", "SAMPLES_PER_FRAME", "SAMPLES_PER_STEP", "ChatTTSOptions"]
+__all__ = ["FRAMES_PER_STEP", "SAMPLES_PER_FRAME", "SAMPLES_PER_STEP", "ChatTTSSettings"]
 
 #: Mel frames per GPT step and samples per mel frame (Vocos hop at 24 kHz).
 FRAMES_PER_STEP = 2
@@ -21,7 +21,7 @@ _DTYPES = ("float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
-class ChatTTSOptions:
+class ChatTTSSettings:
     """How ChatTTS is loaded, sampled, streamed and cached; see docs/streaming-decoder.md.
 
     Measured choices behind the defaults: ``lookahead_frames`` is what the seam SNR
@@ -34,13 +34,14 @@ class ChatTTSOptions:
     compile: bool = option(
         False, "torch.compile the ChatTTS GPT (the dynamic KV cache only)", group="chattts"
     )
-    temperature: float = option(0.3, "ChatTTS sampling temperature", group="chattts")
-    top_p: float = option(0.7, "ChatTTS nucleus sampling threshold", group="chattts")
-    top_k: int = option(20, "ChatTTS top-k sampling", group="chattts")
+    temperature: float = option(0.3, "ChatTTS sampling temperature", group="chattts", gt=0)
+    top_p: float = option(0.7, "ChatTTS nucleus sampling threshold", group="chattts", gt=0, le=1)
+    top_k: int = option(20, "ChatTTS top-k sampling", group="chattts", gt=0)
     max_new_token: int = option(
         2048,
         "GPT steps per segment at most (46.875 steps per second of audio)",
         group="chattts",
+        gt=0,
     )
     decoder: str = option(
         "ours",
@@ -48,21 +49,24 @@ class ChatTTSOptions:
         group="chattts",
         choices=("ours", "chattts"),
     )
-    first_chunk_steps: int = option(12, "GPT steps before the first audio chunk", group="chattts")
-    chunk_growth: float = option(
-        2.0, "factor by which chunks grow after the first", group="chattts"
+    first_chunk_steps: int = option(
+        12, "GPT steps before the first audio chunk", group="chattts", gt=0
     )
-    max_chunk_steps: int = option(96, "largest chunk, in GPT steps", group="chattts")
+    chunk_growth: float = option(
+        2.0, "factor by which chunks grow after the first", group="chattts", ge=1
+    )
+    max_chunk_steps: int = option(96, "largest chunk, in GPT steps", group="chattts", gt=0)
     left_context_frames: int = option(
-        16, "decoder frames of left context per chunk (16 frames = 0.17 s)", group="chattts"
+        16, "decoder frames of left context per chunk (16 frames = 0.17 s)", group="chattts", ge=0
     )
     lookahead_frames: int = option(
         8,
         "decoder frames held back for right context (8 frames = 85 ms of latency)",
         group="chattts",
+        ge=0,
     )
     overlap_samples: int = option(
-        512, "samples crossfaded at chunk joins (512 = 21 ms)", group="chattts"
+        512, "samples crossfaded at chunk joins (512 = 21 ms)", group="chattts", ge=0
     )
     gpt_dtype: str = option(
         "float32", "CUDA: precision of the GPT", group="chattts", choices=_DTYPES
@@ -93,11 +97,14 @@ class ChatTTSOptions:
         "KV cache positions per segment (prompt + max new tokens), in a batch's rows and in "
         "the static cache (where longer ones use the dynamic cache)",
         group="chattts",
+        ge=2,
     )
     gpt_cache_slots: int = option(
         0,
         "static cache: segments cached at once (0: one per --max-active-segments)",
         group="chattts",
+        ge=0,
+        zero=" (0: max_active_segments)",
     )
     cuda_graphs: bool = option(
         False,
@@ -138,13 +145,18 @@ class ChatTTSOptions:
     # Set by code only (tests, benchmarks): random weights end at random, so fixed-length
     # runs set min_new_token = max_new_token; ChatTTS's own stream's chunking.
     min_new_token: int = option(
-        0, "EOS is forbidden before this many steps", group="chattts", cli=False
+        0,
+        "EOS is forbidden before this many steps",
+        group="chattts",
+        ge=0,
+        le="max_new_token",
+        cli=False,
     )
     stream_batch: int = option(
-        24, "decoder chattts: GPT steps per chunk", group="chattts", cli=False
+        24, "decoder chattts: GPT steps per chunk", group="chattts", ge=1, cli=False
     )
     pass_first_n_batches: int = option(
-        0, "decoder chattts: chunks held back at the start", group="chattts", cli=False
+        0, "decoder chattts: chunks held back at the start", group="chattts", ge=0, cli=False
     )
 
     def __post_init__(self) -> None:
@@ -159,27 +171,13 @@ class ChatTTSOptions:
 
     def problems(self) -> list[str]:
         """Each reason these options cannot work, naming the option."""
-        problems = choice_problems(self)
-        positive = ("temperature", "max_new_token", "first_chunk_steps", "max_chunk_steps")
-        problems += [f"{name} must be positive" for name in positive if getattr(self, name) <= 0]
-        if self.chunk_growth < 1:
-            problems.append("chunk_growth must be at least 1")
+        problems = choice_problems(self) + bound_problems(self)
         if 0 < self.max_chunk_steps < self.first_chunk_steps:
             problems.append("max_chunk_steps must be at least first_chunk_steps")
-        if not 0 <= self.min_new_token <= self.max_new_token:
-            problems.append("min_new_token must be in [0, max_new_token]")
-        if self.stream_batch < 1:
-            problems.append("stream_batch must be at least 1")
-        if self.left_context_frames < 0 or self.lookahead_frames < 0:
-            problems.append("left_context_frames and lookahead_frames must not be negative")
-        if not 0 <= self.overlap_samples <= SAMPLES_PER_STEP * self.first_chunk_steps // 2:
+        if self.overlap_samples > SAMPLES_PER_STEP * self.first_chunk_steps // 2:
             problems.append("overlap_samples must be in [0, half the first chunk]")
         if self.cuda_graphs and self.gpt_cache != "static":
             problems.append("cuda_graphs needs gpt_cache static")
-        if self.gpt_cache_tokens < 2:
-            problems.append("gpt_cache_tokens must be at least 2")
-        if self.gpt_cache_slots < 0:
-            problems.append("gpt_cache_slots must not be negative (0: max_active_segments)")
         if self.gpt_cache == "static":
             if self.gpt_cache_tokens <= self.max_new_token:
                 problems.append(

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from streaming.policy import BatchPolicy
+from streaming.policy import BatchSettings
 
-__all__ = ["WorkerOptions"]
+__all__ = ["WorkerSettings"]
 
 
 @dataclass(frozen=True)
-class WorkerOptions:
+class WorkerSettings:
     """How the engine worker runs its engine (from the settings' engine group)."""
 
     warm_up: bool = True
@@ -20,7 +20,7 @@ class WorkerOptions:
     #: has one segment in flight at a time, and fast engines finish theirs in moments).
     max_active: int = 8
     #: The batching policy; max_batch 1 turns batching off (segments interleave).
-    policy: BatchPolicy = field(default_factory=lambda: BatchPolicy(max_batch=1))
+    policy: BatchSettings = field(default_factory=lambda: BatchSettings(max_batch=1))
     #: Fraction of the engine's measured capacity that admission fills.
     headroom: float = 0.8
     #: Work in flight with no progress for this long means the engine is stuck (0: never).
