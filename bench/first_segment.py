@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from chattts_client import AudioFrame, StreamClient
 
 from server.config import Settings
+from server.runtime.phrase_cache import PhraseCacheSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -122,6 +123,8 @@ def measure(args: argparse.Namespace, engine: str, value: int) -> dict[str, list
         model_dir=args.checkpoint if engine == "chattts" else None,
         first_segment_min_chars=value,
         log_level="warning",
+        # Off: every opener is said again with seed 7, and this measures synthesis.
+        phrase_cache=PhraseCacheSettings(phrase_cache_mb=0),
     )
     factory = engine_factory(engine, args.checkpoint, args.steps)
     interval_s = args.delta_interval_ms / 1000

@@ -22,6 +22,7 @@ long (random weights end at random). Ends with one JSON line of the headline fig
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import multiprocessing
 import socket
@@ -51,6 +52,7 @@ def serve(engine: str, checkpoint: Path, steps: int, port: Any) -> None:
     from server.app import create_app
     from server.config import Settings
     from server.lifecycle import uvicorn_config
+    from server.runtime.phrase_cache import PhraseCacheSettings
 
     factory = None
     if engine == "chattts":
@@ -64,6 +66,9 @@ def serve(engine: str, checkpoint: Path, steps: int, port: Any) -> None:
         settings = Settings(engine="chattts", model_dir=checkpoint, log_level="warning")
     else:
         settings = Settings(engine="espeak", log_level="warning")
+    # The phrase cache off: OpenAI's route speaks the preset alloy (its own seed), so the
+    # repeats would be hits; this measures synthesis.
+    settings = dataclasses.replace(settings, phrase_cache=PhraseCacheSettings(phrase_cache_mb=0))
     app = create_app(settings, engine=factory)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

@@ -36,6 +36,7 @@ from chattts_client import AudioFrame, StreamClient
 
 from server.config import Settings
 from server.engines.chattts.settings import ChatTTSSettings
+from server.runtime.phrase_cache import PhraseCacheSettings
 
 TEXT = (
     "各位用户大家好，欢迎使用流式语音合成服务。这段文字模拟大模型逐字输出的场景，"
@@ -182,6 +183,8 @@ def own_server(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
         max_connections=max(64, max(args.concurrency) * 2, args.max_concurrency * 2),
         max_active_segments=args.max_active_segments,
         max_batch=args.max_batch,
+        # Off: every stream says the same seeded text, and this measures synthesis.
+        phrase_cache=PhraseCacheSettings(phrase_cache_mb=0),
     )
     with run_live_server(settings) as server:
         yield server.ws_url, server.base_url

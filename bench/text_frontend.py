@@ -59,9 +59,11 @@ _CHILD = "--child"
 
 
 def segments_of(text: str) -> list[str]:
-    from streaming.segment import Segmenter, SegmenterSettings
+    import streaming.segment as segment  # the baseline's, in its subprocess
 
-    segmenter = Segmenter(SegmenterSettings(max_chars=MAX_CHARS, first_min_chars=FIRST_MIN_CHARS))
+    # A baseline from before the settings were renamed calls them SegmenterConfig.
+    settings = getattr(segment, "SegmenterSettings", None) or segment.SegmenterConfig  # type: ignore[attr-defined]
+    segmenter = segment.Segmenter(settings(max_chars=MAX_CHARS, first_min_chars=FIRST_MIN_CHARS))
     return [s.text for s in [*segmenter.push(text), *segmenter.flush()]]
 
 
@@ -84,14 +86,17 @@ def speak_and_time(
 ) -> dict[str, Any]:
     """Each sentence spoken (segment by segment) and each segment's cold cost, in ms.
 
-    ``stream``: the front-end takes the previous segment (``before``): this branch's."""
+    ``stream``: the front-end takes the previous segment (``before``) and the codes the
+    segments before read (``codes``), as a context's stream does: this branch's."""
     spoken = []
     for sentence in job["sentences"]:
-        said, before = "", ""
+        said, before, codes = "", "", ()
         for segment in segments_of(sentence):
-            extra = {"before": before} if stream else {}
-            said += prepare(segment, normalizer=normalizer, **extra).spoken
+            extra = {"before": before, "codes": codes} if stream else {}
+            prepared = prepare(segment, normalizer=normalizer, **extra)
+            said += prepared.spoken
             before = segment
+            codes = (*codes, *getattr(prepared, "codes", ()))
         spoken.append(said)
     timings: dict[str, list[float]] = {}
     for name, segments in job["segments"].items():

@@ -79,6 +79,7 @@ def _lifespan(
             uvicorn_log.removeFilter(denials)
             await asyncio.to_thread(state.worker.stop)
             await state.voices.registry.close()
+            await state.phrases.close()
 
     return lifespan
 

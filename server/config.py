@@ -25,6 +25,7 @@ from server.connection_guard import GuardSettings
 from server.declaration import nested, option
 from server.engines.chattts.settings import ChatTTSSettings
 from server.runtime.admission import AdmissionSettings
+from server.runtime.phrase_cache import PhraseCacheSettings
 from server.runtime.worker_settings import WorkerSettings
 from streaming.connection import ConnectionSettings
 from streaming.policy import BatchSettings
@@ -161,6 +162,7 @@ class Settings:
         group="engine",
     )
     chattts: ChatTTSSettings = nested(ChatTTSSettings)
+    phrase_cache: PhraseCacheSettings = nested(PhraseCacheSettings)
 
     # Auth: no tokens means open (with a warning in the log). Not an option: tokens come
     # from --token-file / TTS_TOKEN_FILE and TTS_TOKENS (see build_settings).

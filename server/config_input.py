@@ -20,6 +20,7 @@ from server.config import Settings
 from server.config_checks import refusal, validate
 from server.declaration import GROUPS, specs
 from server.engines.chattts.settings import ChatTTSSettings
+from server.runtime.phrase_cache import PhraseCacheSettings
 
 __all__ = ["add_arguments", "build_settings", "read_token_file", "unknown_variables"]
 
@@ -111,9 +112,14 @@ def build_settings(
         chattts = ChatTTSSettings(
             **{path[1]: value for path, value in values.items() if path[0] == "chattts"}
         )
+        phrase_cache = PhraseCacheSettings(
+            **{path[1]: value for path, value in values.items() if path[0] == "phrase_cache"}
+        )
     except ValueError as exc:
         raise SystemExit(refusal(str(exc).split("; "))) from None
     top = {path[0]: value for path, value in values.items() if len(path) == 1}
-    settings = Settings(**top, chattts=chattts, tokens=tuple(dict.fromkeys(tokens)))
+    settings = Settings(
+        **top, chattts=chattts, phrase_cache=phrase_cache, tokens=tuple(dict.fromkeys(tokens))
+    )
     validate(settings)
     return settings

@@ -43,6 +43,7 @@ GROUPS: dict[str, str] = {
     "limits": "limits: what one client may ask for, and how long work may take",
     "audio": "audio: segmentation, frames and segment joins",
     "text": "text: what is read aloud",
+    "cache": "cache: phrases spoken before",
     "observability": "observability: logs and metrics",
 }
 

@@ -18,7 +18,9 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        for declare in (self._traffic, self._streams, self._speech, self._engine, self._steps):
+        declares = (self._traffic, self._streams, self._speech, self._engine, self._steps,
+                    self._phrase_cache)  # fmt: skip
+        for declare in declares:
             declare(self.registry)
 
     def _traffic(self, r: CollectorRegistry) -> None:
@@ -125,7 +127,9 @@ class Metrics:
             registry=r,
         )
         self.audio_seconds = Counter("tts_audio_seconds_total", "audio produced", registry=r)
-        self.segments = Counter("tts_segments_total", "segments synthesised", registry=r)
+        self.segments = Counter(
+            "tts_segments_total", "segments spoken (phrase-cache hits included)", registry=r
+        )
         self.characters = Counter("tts_characters_total", "characters spoken", registry=r)
         self.removed_characters = Counter(
             "tts_removed_characters_total",
@@ -172,6 +176,40 @@ class Metrics:
         )
         self.engine_ready = Gauge(
             "tts_engine_ready", "1 when the engine is loaded and warm", ["engine"], registry=r
+        )
+
+    def _phrase_cache(self, r: CollectorRegistry) -> None:
+        """The phrase cache (server.runtime.phrase_cache)."""
+        self.phrase_hits = Counter(
+            "tts_phrase_cache_hits_total",
+            "segments served from the phrase cache instead of the engine, by where the "
+            "entry was found (local: this process; shared: the fleet's Redis)",
+            ["tier"],
+            registry=r,
+        )
+        self.phrase_misses = Counter(
+            "tts_phrase_cache_misses_total",
+            "cacheable segments (fixed seed, deterministic engine) not found in the phrase "
+            "cache: synthesised, then kept",
+            registry=r,
+        )
+        self.phrase_bytes = Gauge(
+            "tts_phrase_cache_bytes", "audio held by the phrase cache in this process", registry=r
+        )
+        self.phrase_entries = Gauge(
+            "tts_phrase_cache_entries", "segments held by the phrase cache in this process",
+            registry=r,
+        )  # fmt: skip
+        self.phrase_evictions = Counter(
+            "tts_phrase_cache_evictions_total",
+            "entries dropped to stay within --phrase-cache-mb",
+            registry=r,
+        )
+        self.phrase_store_errors = Counter(
+            "tts_phrase_cache_store_errors_total",
+            "phrase-cache look-ups and writes in Redis that failed or took longer than "
+            "--phrase-cache-store-timeout-ms (the segment was synthesised, or kept locally)",
+            registry=r,
         )
 
     def _steps(self, r: CollectorRegistry) -> None:
@@ -226,13 +264,16 @@ class Metrics:
         return generate_latest(self.registry)
 
     def observe_segment(
-        self, *, engine_seconds: float, audio_seconds: float, characters: int
+        self, *, engine_seconds: float, audio_seconds: float, characters: int, cached: bool = False
     ) -> None:
-        """One segment synthesised (WebSocket or HTTP): latency, real-time factor, volume."""
+        """One segment spoken (WebSocket or HTTP): volume, and, when the engine made it
+        (not the phrase cache), its latency and real-time factor."""
         if audio_seconds <= 0:
             return
         self.segments.inc()
         self.characters.inc(characters)
         self.audio_seconds.inc(audio_seconds)
+        if cached:
+            return
         self.segment_latency.observe(engine_seconds)
         self.segment_rtf.observe(engine_seconds / audio_seconds)

@@ -33,6 +33,7 @@ from server.engines.select import (
 from server.lexicon import LexiconFile
 from server.metrics import Metrics
 from server.runtime.admission import Admission
+from server.runtime.phrase_cache import PhraseCache, build_phrase_cache
 from server.runtime.worker import EngineWorker
 from server.textnorm import TextFrontend
 from server.transport import pending_bytes
@@ -83,6 +84,10 @@ class AppState:
         self.frontend = frontend
         self.voices = voices
         self.encoders = Encoders()
+        #: Segments spoken before, served without the engine (server.runtime.phrase_cache).
+        self.phrases: PhraseCache = build_phrase_cache(
+            settings.phrase_cache, metrics, settings.voices_store
+        )
         #: Connections still to send a request head (uvicorn's protocol, server.lifecycle).
         self.guard = ConnectionGuard(settings.connection_guard, metrics)
         #: The named model is a random-weight checkpoint (reported by /ready).

@@ -34,7 +34,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -67,6 +67,8 @@ _FST_OPTIONS = {
 _CACHE_VERSION = "wetext-1.2.0-keepzh-1"
 # Normalised strings remembered (list numbers, units and years repeat in LLM output).
 _CACHE_ENTRIES = 4096
+# Digit strings an utterance remembers to say the same way again (a reply names a few).
+_MAX_CODES = 64
 
 
 def default_cache_dir() -> Path:
@@ -224,9 +226,16 @@ class TextFrontend:
         self.load()
         return self._normalizer(text) if self._normalizer is not None else text
 
-    def prepare(self, text: str, lexicon: Lexicon | None = None, before: str = "") -> PreparedText:
+    def prepare(
+        self,
+        text: str,
+        lexicon: Lexicon | None = None,
+        before: str = "",
+        codes: Iterable[tuple[str, str, str]] = (),
+    ) -> PreparedText:
         """Prepare one segment (blocking), with ``lexicon``'s entries (all of them:
-        :meth:`UtteranceText.lexicon`) and the utterance's text ``before`` it (cue words).
+        :meth:`UtteranceText.lexicon`), the utterance's text ``before`` it (cue words) and the
+        digit strings its segments before read digit by digit (``codes``).
 
         The normaliser is loaded on first need, so a text without digits or symbols
         never waits for it; :meth:`start` loads it ahead of time.
@@ -240,6 +249,7 @@ class TextFrontend:
             allow_tags=self.allow_control_tags,
             lexicon=lexicon,
             before=before,
+            codes=codes,
         )
 
     def file_lexicon(self) -> Lexicon | None:
@@ -307,6 +317,9 @@ class UtteranceText:
         self._own = lexicon
         self._merged: tuple[Lexicon | None, Lexicon | None] = (None, lexicon)
         self._previous = ""  # the last segment given, for the cue words before the next
+        # Digit strings read digit by digit so far (the latest _MAX_CODES): said the same
+        # way when they come back bare.
+        self._codes: dict[str, tuple[str, str, str]] = {}
 
     def lexicon(self) -> Lexicon | None:
         """The file's entries (as they are now) with this utterance's over them."""
@@ -324,7 +337,13 @@ class UtteranceText:
     def prepare_now(self, text: str, before: str) -> PreparedText:
         """Prepare a segment that is no code, after ``before`` (blocking; the front-end
         thread)."""
-        return self._frontend.prepare(text, self.lexicon(), before)
+        prepared = self._frontend.prepare(text, self.lexicon(), before, self._codes.values())
+        for code in prepared.codes:
+            self._codes.pop(code[0], None)
+            self._codes[code[0]] = code
+        while len(self._codes) > _MAX_CODES:
+            del self._codes[next(iter(self._codes))]
+        return prepared
 
     def prepare(self, text: str) -> PreparedText:
         """Prepare the next segment (blocking)."""

@@ -300,14 +300,9 @@ class Connection:
         seed = self._seed(message)
         lexicon = self._lexicon(message)
         fallback = self._admit(message.context_id)  # last: nothing refused after it
-        voice = UtteranceVoice(
-            message.voice,
-            seed,
-            message.speed,
-            message.sample_rate or self.engine_rate_hz,
-            fallback,
-            message.seed is not None,
-        )
+        rate = message.sample_rate or self.engine_rate_hz
+        voice = UtteranceVoice(message.voice, seed, message.speed, rate, fallback,
+                               message.seed is not None, message.volume)  # fmt: skip
         context = UtteranceState(
             message.context_id,
             self._next_stream,
@@ -325,6 +320,7 @@ class Connection:
             voice=voice.voice,
             seed=voice.seed,
             speed=voice.speed,
+            volume=voice.volume,
         )
         events: list[Event] = [Opened(context), Reply(started)]
         if fallback:

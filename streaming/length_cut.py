@@ -48,14 +48,15 @@ _NUMERIC_SPAN = re.compile(
 )
 # Tokens read as one (streaming/text): e-mail addresses, dotted names (app.py, v1.2.3,
 # 192.168.1.1, H.264, U.S.), an abbreviation and its word (Mr. Smith, No. 1), a name and
-# its model number (RTX 4090), digits grouped by blanks (+86 138 1234 5678).
+# its model number (RTX 4090, Llama 3.1 405B, Windows 11 23H2, PCIe 4.0 x4), digits grouped by blanks
+# (+86 138 1234 5678).
 _TOKEN_SPAN = re.compile(
     r"\d+(?:\.\d+)+[节章条款]"
     r"|[A-Za-z0-9_%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+"
     r"|[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)+"
     r"|(?:[A-Za-z]\.){2,}"
     r"|(?<![A-Za-z])(?:Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|No|NO|vs|Vs|VS)\. ?[A-Za-z0-9]+"
-    r"|(?<![A-Za-z])[A-Za-z]+ \d+(?:\.\d+)*"
+    r"|(?<![A-Za-z])[A-Za-z]+ \d+(?:\.\d+)*(?: \d+[A-Za-z]+\d*| [xX]\d+)?"
     r"|\+?\d+(?: \d{2,})+(?![0-9])"
 )
 # Characters looked at past a length cut's limit, so that a token across it is seen whole.

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from streaming import limiter
 from streaming.errors import ClientError, TTSError, public_message
 from streaming.text import Removal
 
@@ -61,6 +62,8 @@ class Start:
     timestamps: bool = False
     #: Pronunciation lexicon entries (written, spoken) for this context (docs/text.md).
     lexicon: tuple[tuple[str, str], ...] | None = None
+    #: Loudness factor (1: as the engine made it), peaks limited below full scale.
+    volume: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,7 @@ def parse_client_message(raw: str | bytes) -> ClientMessage:
             sample_rate=_optional_sample_rate(obj, context_id),
             timestamps=_optional_bool(obj, "timestamps", context_id),
             lexicon=_optional_lexicon(obj, context_id),
+            volume=_volume(obj, context_id),
         )
     return cls(context_id)  # type: ignore[call-arg]
 
@@ -242,6 +246,11 @@ def _speed(obj: dict[str, Any], context_id: str) -> float:
     return 1.0 if value is None else check_speed(value, context_id=context_id)
 
 
+def _volume(obj: dict[str, Any], context_id: str) -> float:
+    value = obj.get("volume", 1.0)
+    return 1.0 if value is None else limiter.check_volume(value, context_id=context_id)
+
+
 def speed_in_body(data: Any) -> Any:
     """An HTTP body (a dict, before its schema) with its ``speed`` checked as the
     WebSocket's is: null means the default, anything else is refused by
@@ -330,6 +339,7 @@ class Started(ServerMessage):
     voice: str | None
     seed: int
     speed: float
+    volume: float = 1.0
     type: str = field(init=False, default="started")
 
 

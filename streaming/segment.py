@@ -87,6 +87,8 @@ _CLAUSE_MARKS = CJK_CLAUSE_MARKS | ASCII_CLAUSE_MARKS
 _MAX_BLANK_LOOKAHEAD = 16
 # Longest abbreviation word looked back over before a ".".
 _MAX_ABBREVIATION_CHARS = 12
+# Words that may end an English sentence but not a Chinese one: "Apple Inc. 发布了".
+_JOIN_BEFORE_CHINESE = frozenset({"etc", "inc", "ltd", "co", "corp"})
 _ACRONYM = re.compile(r"[A-Za-z](?:\.[A-Za-z])+")
 # Marks after which "1. " opens a list item inline ("步骤：1. 打开").
 _LIST_OPENERS = frozenset("：:；;，,、")
@@ -289,7 +291,12 @@ class Segmenter:
         if not nxt.isspace():
             if nxt.isascii():
                 return k, False  # glued: 3.14, v1.2, example.com, ?q=1, e.g.,
-            return k, not (single_dot and (self._is_abbreviation(i) or self._joins(i, nxt)))
+            return k, not (
+                single_dot
+                and (
+                    self._is_abbreviation(i) or self._joins(i, nxt) or self._is_list_number(i, nxt)
+                )
+            )  # "1.不要外传": a list item glued to its text
         if set(marks) != {"."}:
             return k, True
         following = self._next_word_char(k, final)
@@ -306,7 +313,8 @@ class Segmenter:
         return k, True
 
     def _joins(self, dot: int, following: str) -> bool:
-        """A word whose dot joins what follows: "No. 1" (a number), "etc. 都" (Chinese)."""
+        """A word whose dot joins what follows: "No. 1" (a number), "etc. 都", "Inc. 发布"
+        (Chinese)."""
         buf = self._buf
         j = dot
         while j > self._start and is_ascii_letter(buf[j - 1]) and dot - j < 4:
@@ -315,7 +323,7 @@ class Segmenter:
             return False
         word = buf[j:dot].lower()
         return (word == "no" and is_ascii_digit(following)) or (
-            word == "etc" and not following.isascii()
+            word in _JOIN_BEFORE_CHINESE and not following.isascii()
         )
 
     def _next_word_char(self, k: int, final: bool) -> str | None:

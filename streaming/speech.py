@@ -6,12 +6,14 @@ written (:attr:`SegmentStart.removed`, offsets in the whole utterance's text), t
 turns the engine's chunks into frames at the client's rate:
 
     engine chunks -> TimeStretcher -> SegmentJoiner (trim, fade, loudness) -> Resampler
-                  -> FrameChunker
+                  -> VolumeLimiter -> FrameChunker
 
 The stretcher (``tempo`` other than 1: speeds beyond the engine's own rate control, see
 :func:`streaming.stretch.split_speed`) changes the duration, not the pitch, of each
 segment's audio on its own; everything after it, pauses and timestamps included, is in
-the stretched time the listener hears.
+the stretched time the listener hears. The limiter (``volume`` other than 1, see
+:mod:`streaming.limiter`) scales each segment and keeps its peaks below full scale; it
+holds back a few milliseconds, released at the segment's end.
 
 and after the segment adds the pause its punctuation asks for (``streaming.joins``).
 A streamed utterance gets every pause at once (its listener should not wait for it); a
@@ -32,6 +34,7 @@ import numpy as np
 
 from streaming.audio import FrameChunker, Resampler
 from streaming.joins import JoinSettings, SegmentJoiner, pause_ms_for
+from streaming.limiter import VolumeLimiter
 from streaming.segment import Segment, Segmenter, SegmenterSettings
 from streaming.stretch import TimeStretcher
 from streaming.text import PreparedText, Removal
@@ -150,6 +153,7 @@ class SpeechPipeline:
         *,
         whole_text: bool = False,
         tempo: float = 1.0,
+        volume: float = 1.0,
     ) -> None:
         self.settings = settings
         self.engine_rate_hz = engine_rate_hz
@@ -165,6 +169,7 @@ class SpeechPipeline:
         self._resampler = (
             Resampler(engine_rate_hz, output_rate_hz) if engine_rate_hz != output_rate_hz else None
         )
+        self._limiter = VolumeLimiter(output_rate_hz, volume) if volume != 1.0 else None
         self._chunker = FrameChunker(
             output_rate_hz * settings.frame_ms // 1000,
             first_frame_samples=output_rate_hz * settings.first_frame_ms // 1000,
@@ -213,6 +218,8 @@ class SpeechPipeline:
             self._stretcher.reset()
         if self._resampler is not None:
             self._resampler.flush()
+        if self._limiter is not None:
+            self._limiter.reset()
         self._chunker.flush()
         self._segment_samples = self._segment_out = 0
         self._held_pause = self._begun_at[1]
@@ -246,7 +253,9 @@ class SpeechPipeline:
             rest = stretched
         body = self._resample(rest)
         if self._resampler is not None:
-            body = np.concatenate((body, self._resampler.flush()))
+            body = np.concatenate((body, self._limit(self._resampler.flush())))
+        if self._limiter is not None:
+            body = np.concatenate((body, self._limiter.flush()))
         self._segment_out += int(body.size)
         # The joiner trims stretched samples: in the engine's, that is tempo times more.
         lead_trim = self._joiner.last_lead_dropped if self._joiner is not None else 0
@@ -274,9 +283,11 @@ class SpeechPipeline:
             self._stretcher.reset()
         if self._joiner is not None:
             self._joiner.abandon()
-        # Resetting both drops what they hold of the abandoned segment.
+        # Resetting them drops what they hold of the abandoned segment.
         if self._resampler is not None:
             self._resampler.flush()
+        if self._limiter is not None:
+            self._limiter.reset()
         self._chunker.flush()
 
     def _pause_samples(self, segment: Segment) -> int:
@@ -286,7 +297,11 @@ class SpeechPipeline:
         return max(0, round(pause_ms * self.output_rate_hz / 1000))
 
     def _resample(self, samples: np.ndarray) -> np.ndarray:
-        return self._resampler.process(samples) if self._resampler is not None else samples
+        resampled = self._resampler.process(samples) if self._resampler is not None else samples
+        return self._limit(resampled)
+
+    def _limit(self, samples: np.ndarray) -> np.ndarray:
+        return self._limiter.process(samples) if self._limiter is not None else samples
 
     def _frames(self, samples: np.ndarray) -> list[np.ndarray]:
         if samples.size and self._held_pause:

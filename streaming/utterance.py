@@ -173,6 +173,8 @@ class UtteranceVoice:
     fallback: bool = False
     #: The client's own seed (False: the voice's, or one picked for it).
     seed_given: bool = True
+    #: Loudness factor (streaming.limiter).
+    volume: float = 1.0
 
 
 class UtteranceState:

@@ -251,16 +251,19 @@ class StreamClient:
         sample_rate: int | None = None,
         timestamps: bool = False,
         lexicon: Mapping[str, str] | None = None,
+        volume: float | None = None,
     ) -> str:
         """Open a context (do not wait for ``started``); returns its id.
 
         ``lexicon``: pronunciation entries for this context, written form to spoken form
         (``{"行长": "航长"}``), applied before the server's own rules and its lexicon file.
+        ``volume``: a loudness factor, 0-4 (None: the server's 1), peaks limited below
+        full scale.
         """
         context_id = context_id or uuid.uuid4().hex[:8]
         params = {"voice": voice, "seed": seed, "speed": speed, "sample_rate": sample_rate,
                   "timestamps": timestamps or None,
-                  "lexicon": dict(lexicon) if lexicon else None}  # fmt: skip
+                  "lexicon": dict(lexicon) if lexicon else None, "volume": volume}  # fmt: skip
         if self._resumer is not None:
             await self._resumer.start(await self._usable_link(), context_id, params)
         else:
@@ -277,6 +280,7 @@ class StreamClient:
         sample_rate: int | None = None,
         timestamps: bool = False,
         lexicon: Mapping[str, str] | None = None,
+        volume: float | None = None,
         attempts: int = 5,
         busy_within_s: float = 10.0,
         timeout_s: float = 30.0,
@@ -310,6 +314,7 @@ class StreamClient:
                 sample_rate=sample_rate,
                 timestamps=timestamps,
                 lexicon=lexicon,
+                volume=volume,
             )
             answer = await self._answer_to_start(context_id, timeout_s)
             if answer["type"] == "started":

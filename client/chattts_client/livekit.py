@@ -64,12 +64,14 @@ class TTS(tts.TTS):
         seed: int | None = None,
         speed: float = 1.0,
         sample_rate: int = 24000,
+        volume: float | None = None,
         resume: ResumePolicy | None = ResumePolicy(),  # noqa: B008 (frozen: shared safely)
     ) -> None:
         """``url``: one server or a load balancer (or a list of servers, tried in turn);
         ``voice``: a name from the server's ``GET /v1/voices`` (OpenAI's names are
         presets) or a raw speaker string; ``sample_rate``: 8000, 16000, 22050, 24000,
-        44100 or 48000 (the server resamples); ``resume``: how a turn continues when its
+        44100 or 48000 (the server resamples); ``volume``: 0-4 (None: the server's 1;
+        peaks are limited, never clipped); ``resume``: how a turn continues when its
         server drains or goes away (None: the stream fails there)."""
         super().__init__(
             capabilities=tts.TTSCapabilities(streaming=True, aligned_transcript=True),
@@ -81,6 +83,7 @@ class TTS(tts.TTS):
         self._voice = voice
         self._seed = seed
         self._speed = speed
+        self._volume = volume
         self._resume = resume
 
     @property
@@ -144,6 +147,7 @@ class SynthesizeStream(tts.SynthesizeStream):
             speed=options._speed,
             sample_rate=options.sample_rate,
             timestamps=True,
+            volume=options._volume,
             timeout_s=self._conn_options.timeout,
         )
         emitter.start_segment(segment_id=ctx)

@@ -66,6 +66,7 @@ class ChatTTSStreamTTSService(TTSService):
         seed: int | None = None,
         speed: float = 1.0,
         sample_rate: int | None = None,
+        volume: float | None = None,
         resume: ResumePolicy | None = ResumePolicy(),  # noqa: B008 (frozen: shared safely)
         text_aggregation_mode: TextAggregationMode = TextAggregationMode.TOKEN,
         settings: TTSSettings | None = None,
@@ -74,8 +75,9 @@ class ChatTTSStreamTTSService(TTSService):
         """``url``: one server or a load balancer (or a list of servers, tried in turn);
         ``voice``: a name from the server's ``GET /v1/voices`` (OpenAI's names are
         presets) or a raw speaker string; ``sample_rate``: the pipeline's by default (the
-        server resamples to 8, 16, 22.05, 24, 44.1 or 48 kHz); ``resume``: how a turn
-        continues when its server drains or goes away (None: it ends there)."""
+        server resamples to 8, 16, 22.05, 24, 44.1 or 48 kHz); ``volume``: 0-4 (None: the
+        server's 1; peaks are limited, never clipped); ``resume``: how a turn continues
+        when its server drains or goes away (None: it ends there)."""
         default = TTSSettings(model="chattts", voice=voice, language=Language.ZH)
         if settings is not None:
             default.apply_update(settings)
@@ -92,6 +94,7 @@ class ChatTTSStreamTTSService(TTSService):
         self._token = token
         self._seed = seed
         self._speed = speed
+        self._volume = volume
         self._resume = resume
         self._client: StreamClient | None = None
         self._connection: contextlib.AsyncExitStack | None = None
@@ -188,7 +191,7 @@ class ChatTTSStreamTTSService(TTSService):
                 voice = self._settings.voice if isinstance(self._settings.voice, str) else None
                 await self._client.start(
                     context_id, voice=voice, seed=self._seed, speed=self._speed,
-                    sample_rate=self.sample_rate, timestamps=True,
+                    sample_rate=self.sample_rate, timestamps=True, volume=self._volume,
                 )  # fmt: skip
                 await self.start_ttfb_metrics()
             await self._client.send_text(text, context_id)

@@ -78,6 +78,18 @@ def voice_for_seed(seed: int, voice: str | None = None) -> tuple[str, int]:
     return name, _DEFAULT_PITCH + offset
 
 
+def identity(chunk_samples: int = 2400) -> str:
+    """What, besides the request, decides this engine's samples (the phrase cache's key):
+    the packaged library's version and the chunking."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        library = version("espeakng-loader")
+    except PackageNotFoundError:
+        library = "unknown"
+    return f"espeak-ng/espeakng-loader {library}/24000 Hz/{chunk_samples} a chunk"
+
+
 def check_voice(voice: str) -> None:
     """Raise ValueError unless ``voice`` is one of :data:`VOICES`, listing them."""
     if voice not in VOICES:
@@ -271,6 +283,11 @@ class EspeakEngine:
     def check_voice(self, voice: str) -> None:
         """Raise ValueError unless ``voice`` is one of :data:`VOICES` (the error lists them)."""
         check_voice(voice)
+
+    @property
+    def identity(self) -> str:
+        """Deterministic (see the class docstring): the phrase cache may serve it."""
+        return identity(self.chunk_samples)
 
     def release_idle_memory(self) -> None:
         """Nothing to free: the library's buffers are a few hundred KB."""

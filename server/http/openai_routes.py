@@ -54,6 +54,7 @@ from server.lexicon import request_lexicon
 from server.state import AppState
 from streaming import protocol as p
 from streaming.errors import ClientError, NotFound, TTSError, outcome, public_message
+from streaming.limiter import MAX_VOLUME, MIN_VOLUME, volume_in_body
 
 __all__ = ["OPENAI_MODEL_ALIASES", "openai_routes"]
 
@@ -96,6 +97,12 @@ class SpeechRequest(BaseModel):
         description="0.25-4; beyond the engine's own range (ChatTTS: 0.5-2): time-stretched",
         json_schema_extra={"minimum": p.MIN_SPEED, "maximum": p.MAX_SPEED},
     )
+    volume: float = Field(
+        1.0,
+        description="loudness factor (1: as made), 0-4 (an extension of this server); "
+        "peaks are limited below full scale, never clipped",
+        json_schema_extra={"minimum": MIN_VOLUME, "maximum": MAX_VOLUME},
+    )
     stream_format: Literal["audio", "sse"] = "audio"
     lexicon: dict[StrictStr, StrictStr] | None = Field(
         None,
@@ -105,7 +112,8 @@ class SpeechRequest(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _speed(cls, data: Any) -> Any:
-        return p.speed_in_body(data)  # the WebSocket's check and message, raised as is
+        # The WebSocket's checks and messages, raised as they are.
+        return volume_in_body(p.speed_in_body(data))
 
 
 class Model(BaseModel):
@@ -187,6 +195,7 @@ async def _speak(
         name,
         OUTPUT_RATE_HZ,
         speed=body.speed,
+        volume=body.volume,
         request=request,
         lexicon=lexicon,
         timestamps=bool(timestamps) and body.stream_format == "sse",

@@ -33,9 +33,11 @@ from fastapi.responses import StreamingResponse
 from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope, Send
 
+from server.auth import bearer_token
 from server.engines.base import VoiceSpec
 from server.errors import report
 from server.http.middleware import SUMMARY_KEY
+from server.runtime.phrase_cache import PhraseScope, utterance_scope
 from server.runtime.utterance import Utterance
 from server.state import AppState
 from server.transport import SCOPE_KEY
@@ -108,6 +110,8 @@ class TextRequest:
         tempo: float = 1.0,
         *,
         timestamps: bool = False,
+        volume: float = 1.0,
+        phrases: PhraseScope | None = None,
     ) -> None:
         self.state = state
         self.text = text
@@ -115,6 +119,8 @@ class TextRequest:
         self.fallback = fallback
         #: The time-stretch beyond the engine's own rate (``voice.speed``): 1 for none.
         self.tempo = tempo
+        #: Loudness factor (streaming.limiter).
+        self.volume = volume
         self.started = time.perf_counter()
         self.utterance = Utterance(
             state.worker,
@@ -129,6 +135,8 @@ class TextRequest:
             whole_text=True,
             timestamps=timestamps,
             removals_counted=True,
+            volume=volume,
+            phrases=phrases,
         )
         self.utterance.first_text_at = self.started
         self.tally = self.utterance.tally
@@ -299,6 +307,7 @@ async def start_speech(
     request: Request | None = None,
     lexicon: Lexicon | None = None,
     timestamps: bool = False,
+    volume: float = 1.0,
 ) -> TextRequest:
     """Admit and prepare a text (errors here are the request's HTTP status).
 
@@ -318,8 +327,12 @@ async def start_speech(
             spec = state.voices.for_utterance(
                 voice, seed=seed, speed=engine_speed, fallback=True, seed_given=seed is not None
             )
+        token = bearer_token(request.headers) if request is not None else None
+        phrases = utterance_scope(
+            state, voice, seed_given=seed is not None, fallback=fallback, token=token
+        )
         speech = TextRequest(state, text, spec, output_rate_hz, fallback, tempo,
-                             timestamps=timestamps)  # fmt: skip
+                             timestamps=timestamps, volume=volume, phrases=phrases)  # fmt: skip
         speech.voice_name = voice
         speech.lexicon = lexicon
         if request is not None:

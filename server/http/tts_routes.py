@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import numpy as np
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -44,6 +44,7 @@ from server.state import AppState
 from streaming import protocol as p
 from streaming.audio import float32_json_array
 from streaming.errors import ClientError
+from streaming.limiter import MAX_VOLUME, MIN_VOLUME, volume_in_body
 
 SampleRate = Literal[8000, 16000, 22050, 24000, 44100, 48000]  # = p.SUPPORTED_SAMPLE_RATES_HZ
 AudioFormat = Literal["wav", "pcm", "json", "mp3", "ogg", "opus", "aac", "flac"]
@@ -68,6 +69,12 @@ class TTSRequest(BaseModel):
         "(ChatTTS: 0.5-2) the audio is time-stretched at the same pitch",
         json_schema_extra={"minimum": p.MIN_SPEED, "maximum": p.MAX_SPEED},
     )
+    volume: float = Field(
+        1.0,
+        description="loudness factor (1: as made), 0-4 (an extension of this server); "
+        "peaks are limited below full scale, never clipped",
+        json_schema_extra={"minimum": MIN_VOLUME, "maximum": MAX_VOLUME},
+    )
     format: AudioFormat | None = Field(
         None,
         description="wav (default; json when Accept asks for application/json), pcm (s16le), "
@@ -84,7 +91,8 @@ class TTSRequest(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _speed(cls, data: Any) -> Any:
-        return p.speed_in_body(data)  # the WebSocket's check and message, raised as is
+        # The WebSocket's checks and messages, raised as they are.
+        return volume_in_body(p.speed_in_body(data))
 
     @property
     def voice_name(self) -> str | None:
@@ -186,6 +194,7 @@ async def synthesize_http(state: AppState, body: TTSRequest, request: Request) -
         rate,
         seed=body.seed,
         speed=body.speed,
+        volume=body.volume,
         request=request,
         lexicon=lexicon,
     )

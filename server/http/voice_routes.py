@@ -1,9 +1,10 @@
 """The named voices over HTTP: ``GET/POST /v1/voices``, ``GET/DELETE /v1/voices/{name}``.
 
 A voice is made from a seed (the speaker ChatTTS samples from it), from a speaker
-string a user already has (``Chat.sample_random_speaker()``), or from a short reference
-clip with its transcript (ChatTTS's ``sample_audio_speaker``, run on the engine thread);
-for the fallback voice, from one of its variants. See :mod:`server.voices`.
+string a user already has (``Chat.sample_random_speaker()``), from a short reference
+clip with its transcript (ChatTTS's ``sample_audio_speaker``, run on the engine thread),
+or as a weighted mix of other voices (:mod:`server.voices.mix`); for the fallback
+voice, from one of its variants. See :mod:`server.voices`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from server.engines import espeak
 from server.http.schemas import VOICE_ERROR_RESPONSES
 from server.state import AppState
 from server.voices import FALLBACK_ENGINE, Voice
+from server.voices.mix import MIX_MAX_VOICES, mix_description, mixed_speaker
 from streaming import protocol as p
 from streaming.audio import sounding_seconds
 from streaming.errors import ClientError, LimitExceeded, Unavailable
@@ -40,8 +42,18 @@ _DECODE_TIMEOUT_S = 30
 _ONE_CLIP_AT_A_TIME = asyncio.Semaphore(1)
 
 
+class MixPart(BaseModel):
+    """One voice of a mix and its weight."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    voice: StrictStr = Field(min_length=1, max_length=p.MAX_VOICE_CHARS,
+                             description="a voice name (or a raw speaker string)")  # fmt: skip
+    weight: float = Field(gt=0, le=1000, description="its share (weights are normalised)")
+
+
 class VoiceCreate(BaseModel):
-    """Body of POST /v1/voices: a name, and at most one of speaker, speaker_seed, clip."""
+    """Body of POST /v1/voices: a name, and at most one of speaker, speaker_seed, clip, mix."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -69,6 +81,12 @@ class VoiceCreate(BaseModel):
     )
     transcript: StrictStr | None = Field(
         None, min_length=1, max_length=500, description="what the clip says (with clip)"
+    )
+    mix: list[MixPart] | None = Field(
+        None,
+        min_length=1,
+        max_length=MIX_MAX_VOICES,
+        description="ChatTTS: a voice blended from these voices' speakers, by weight",
     )
     seed: StrictInt | None = Field(None, ge=0, le=p.MAX_SEED, description="its sampling seed")
     temperature: float | None = Field(None, gt=0, le=2)
@@ -145,10 +163,11 @@ def voice_routes(state: AppState) -> APIRouter:
 
 
 async def _make_voice(state: AppState, body: VoiceCreate, engine: str) -> Voice:
-    given = [k for k in ("speaker", "speaker_seed", "clip") if getattr(body, k) is not None]
+    kinds = ("speaker", "speaker_seed", "clip", "mix")
+    given = [k for k in kinds if getattr(body, k) is not None]
     if len(given) > 1:
-        raise ClientError(f"give one of speaker, speaker_seed and clip, not {' and '.join(given)}",
-                          code="invalid_field", param=given[1])  # fmt: skip
+        raise ClientError(f"give one of speaker, speaker_seed, clip and mix, not "
+                          f"{' and '.join(given)}", code="invalid_field", param=given[1])  # fmt: skip
     if (body.clip is None) != (body.transcript is None):
         raise ClientError("a clip comes with its transcript, and a transcript with its clip",
                           code="invalid_field", param="transcript")  # fmt: skip
@@ -163,6 +182,11 @@ async def _make_voice(state: AppState, body: VoiceCreate, engine: str) -> Voice:
         check = espeak.check_voice
     else:
         check = state.worker.check_voice
+    if body.mix is not None:
+        parts = [(part.voice, part.weight) for part in body.mix]
+        speaker = await mixed_speaker(state, engine, parts)
+        fields["description"] = body.description or mix_description(parts)
+        return Voice(body.name, engine, speaker=speaker, **fields)
     if body.speaker is not None:
         try:
             check(body.speaker)

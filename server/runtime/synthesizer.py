@@ -13,6 +13,10 @@ ChatTTS ends early on some short inputs and seeds, and a random-weight model end
 random. Each retry and each report is logged and counted
 (``tts_segments_without_audio_total{outcome}``); what the client is told is the caller's.
 
+A segment spoken before (the phrase cache, :mod:`server.runtime.phrase_cache`, when the
+caller gives a :class:`~server.runtime.phrase_cache.PhraseScope`) comes from the cache:
+the same events, its engine chunks at once, no engine work and no batch row.
+
 Failures are raised (:class:`~streaming.errors.SynthesisTimeout`, the engine's errors);
 the caller decides what they mean to its client. Leaving the iteration early (a cancel,
 a client gone) cancels the engine's work for it; iterate with :func:`contextlib.aclosing`.
@@ -26,8 +30,11 @@ import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
+import numpy as np
+
 from server.engines.base import SynthesisRequest, VoiceSpec
 from server.metrics import Metrics
+from server.runtime.phrase_cache import CachedJob, CachedPhrase, PhraseScope
 from server.runtime.worker import EngineWorker, Job
 from streaming import timestamps
 from streaming.segment import Segment
@@ -50,18 +57,16 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class _Tries:
-    """One segment's engine tries so far."""
+    """What the tries at one segment came to so far."""
 
-    #: Seconds spent waiting for the engine's audio, every try included.
     waited_s: float = 0.0
-    #: Engine seconds, every try included.
     engine_s: float = 0.0
-    #: Engine samples the last try made.
+    #: Engine samples of the last try.
     produced: int = 0
-    #: The last try's job (None before the first).
-    job: Job | None = None
-    #: The last try was abandoned (cancelled by its caller).
     abandoned: bool = False
+    #: Every try came from the phrase cache.
+    cached: bool = True
+    job: Job | CachedJob | None = None
 
 
 class SegmentSynthesizer:
@@ -77,6 +82,7 @@ class SegmentSynthesizer:
         output_rate_hz: int,
         on_fallback: bool = False,
         timestamps: bool = False,
+        phrases: PhraseScope | None = None,
     ) -> None:
         self.worker = worker
         self.metrics = metrics
@@ -87,14 +93,19 @@ class SegmentSynthesizer:
         self.on_fallback = on_fallback
         self.timestamps = timestamps
         #: The job of the segment speaking now, if any.
-        self.job: Job | None = None
+        self.job: Job | CachedJob | None = None
         #: Seconds spent waiting for the engine's audio, over every segment so far.
         self.waited_s = 0.0
+        #: The phrase cache as this utterance may use it (None: not at all).
+        self.phrases = phrases
+        self._looking_up = self._dropped = False
 
     def abandon(self) -> None:
         """Drop the segment speaking now (call on the event loop): its iteration ends."""
         if self.job is not None:
             self.job.abandon()
+        elif self._looking_up:
+            self._dropped = True
 
     async def synthesize(
         self,
@@ -117,28 +128,25 @@ class SegmentSynthesizer:
         without: WithoutAudio | None = None
         try:
             while True:
-                async with contextlib.aclosing(
-                    self._try(prepared, voice, tries, timeout_s - tries.waited_s, deadline)
-                ) as events:
-                    async for event in events:
+                request = SynthesisRequest(prepared.spoken, voice, fallback=self.on_fallback)
+                attempt = self._attempt(request, timeout_s, deadline, tries)
+                async with contextlib.aclosing(attempt):
+                    async for event in attempt:
                         yield event
-                if tries.abandoned:
+                if tries.abandoned or tries.job is None:
                     return  # a cancelled segment is not a synthesised one
-                if not self._too_little(prepared, voice, tries):
-                    break
-                if (
-                    retried is None
-                    and not self.pipeline.segment_sent
-                    and tries.waited_s < timeout_s
-                ):
-                    retried = self._retry(segment, prepared, voice, tries)
+                job = tries.job
+                verdict = self._judge(segment, prepared, voice, tries, retried, timeout_s)
+                if isinstance(verdict, Retried):
+                    retried = verdict
+                    self.pipeline.restart()
                     voice = voice.retry()
-                    yield retried
+                    yield verdict
                     continue
-                without = self._without_audio(segment, prepared, voice, tries, retried)
+                without = verdict
                 break
             frames = self.pipeline.finish()
-            timed = self._timed(segment, prepared, tries.job) if self.timestamps else None
+            timed = self._timed(segment, prepared, job) if self.timestamps else None
             yield Frames(frames)
             if without is not None:
                 yield without
@@ -151,28 +159,67 @@ class SegmentSynthesizer:
             engine_seconds=tries.engine_s,
             audio_seconds=tries.produced / self.worker.sample_rate_hz,
             characters=len(prepared.spoken),
+            cached=tries.cached,
         )
 
-    async def _try(
+    def _judge(
         self,
+        segment: Segment,
         prepared: PreparedText,
         voice: VoiceSpec,
         tries: _Tries,
-        budget_s: float,
+        retried: Retried | None,
+        timeout_s: float,
+    ) -> Retried | WithoutAudio | None:
+        """What a finished try comes to: None when its audio will do, :class:`Retried`
+        when the segment is made again, :class:`WithoutAudio` when it is reported."""
+        assert tries.job is not None
+        audio_s = tries.produced / self.worker.sample_rate_hz
+        settings = self.pipeline.settings
+        if tries.job.fell_back or not settings.too_little_audio(
+            prepared.spoken, voice.speed, audio_s
+        ):
+            return None
+        least_s = settings.least_audio_s(prepared.spoken, voice.speed)
+        if retried is None and not self.pipeline.segment_sent and tries.waited_s < timeout_s:
+            again = Retried(segment.index, voice.seed, voice.retry().seed,
+                            round(audio_s, 3), round(least_s, 3))  # fmt: skip
+            logger.info("%s", again.describe())
+            self.metrics.segments_without_audio.labels(outcome="retried").inc()
+            return again
+        without = WithoutAudio(
+            segment.index, round(audio_s, 3), round(least_s, 3), retried is not None
+        )
+        logger.warning("%s", without.describe())
+        self.metrics.segments_without_audio.labels(outcome="reported").inc()
+        return without
+
+    async def _attempt(
+        self,
+        request: SynthesisRequest,
+        timeout_s: float,
         deadline: float | None,
-    ) -> AsyncGenerator[FellBack | Frames]:
-        """One engine try of the segment with ``voice``, within ``budget_s`` of waiting."""
-        request = SynthesisRequest(prepared.spoken, voice, fallback=self.on_fallback)
-        job = self.worker.submit(request, deadline=deadline)
-        self.job = tries.job = job
+        tries: _Tries,
+    ) -> AsyncGenerator[SpeechEvent]:
+        """One try at a segment: its frames as the engine (or the phrase cache) makes
+        them; what it came to goes into ``tries``."""
+        key, job = await self._job(request, deadline)
+        if job is None:
+            tries.abandoned = True  # while the cache was asked
+            return
+        tries.cached = tries.cached and isinstance(job, CachedJob)
+        tries.job = self.job = job
         tries.produced = 0
+        kept: list[np.ndarray] | None = [] if key is not None else None
         try:
             resumed = time.perf_counter()
-            async for chunk in job.chunks(budget_s):
+            async for chunk in job.chunks(timeout_s - tries.waited_s):
                 tries.waited_s += time.perf_counter() - resumed
                 if job.fell_back and not tries.produced:
                     yield FellBack()
                 tries.produced += chunk.size
+                if kept is not None:
+                    kept.append(chunk)
                 yield Frames(self.pipeline.push(chunk))
                 resumed = time.perf_counter()
             tries.waited_s += time.perf_counter() - resumed
@@ -183,50 +230,38 @@ class SegmentSynthesizer:
             job.cancel()
             self.job = None
             tries.engine_s += job.engine_seconds
+        keep = kept is not None and not tries.abandoned and not job.fell_back
+        if keep and key is not None and self.phrases is not None:
+            self.phrases.cache.keep(key, CachedPhrase(tuple(kept or ()), job.marks))
 
-    def _too_little(self, prepared: PreparedText, voice: VoiceSpec, tries: _Tries) -> bool:
-        """The last try made implausibly little audio (the fallback voice is not judged)."""
-        assert tries.job is not None
-        audio_s = tries.produced / self.worker.sample_rate_hz
-        return not tries.job.fell_back and self.pipeline.settings.too_little_audio(
-            prepared.spoken, voice.speed, audio_s
-        )
+    async def _job(
+        self, request: SynthesisRequest, deadline: float | None
+    ) -> tuple[str | None, Job | CachedJob | None]:
+        """The segment's job: a hit of the phrase cache, else the engine's (then the key
+        to keep its audio under, when it may be kept); None when abandoned meanwhile."""
+        if self.phrases is None:
+            return None, self.worker.submit(request, deadline=deadline)
+        key = self.phrases.key(request)
+        self._looking_up = True
+        try:
+            found = await self.phrases.cache.find(key)
+        finally:
+            self._looking_up = False
+        if self._dropped:
+            self._dropped = False
+            return None, None
+        if found is not None:
+            return None, CachedJob(found)
+        return key, self.worker.submit(request, deadline=deadline)
 
-    def _retry(
-        self, segment: Segment, prepared: PreparedText, voice: VoiceSpec, tries: _Tries
-    ) -> Retried:
-        audio_s = tries.produced / self.worker.sample_rate_hz
-        least_s = self.pipeline.settings.least_audio_s(prepared.spoken, self.voice.speed)
-        retried = Retried(segment.index, voice.seed, voice.retry().seed,
-                          round(audio_s, 3), round(least_s, 3))  # fmt: skip
-        logger.info("%s", retried.describe())
-        self.metrics.segments_without_audio.labels(outcome="retried").inc()
-        self.pipeline.restart()
-        return retried
-
-    def _without_audio(
-        self,
-        segment: Segment,
-        prepared: PreparedText,
-        voice: VoiceSpec,
-        tries: _Tries,
-        retried: Retried | None,
-    ) -> WithoutAudio:
-        audio_s = tries.produced / self.worker.sample_rate_hz
-        least_s = self.pipeline.settings.least_audio_s(prepared.spoken, self.voice.speed)
-        without = WithoutAudio(
-            segment.index, round(audio_s, 3), round(least_s, 3), retried is not None
-        )
-        logger.warning("%s", without.describe())
-        self.metrics.segments_without_audio.labels(outcome="reported").inc()
-        return without
-
-    def _timed(self, segment: Segment, prepared: PreparedText, job: Job | None) -> Timed | None:
+    def _timed(
+        self, segment: Segment, prepared: PreparedText, job: Job | CachedJob
+    ) -> Timed | None:
         span = self.pipeline.last_span
         if span is None:
             return None
         rate = self.output_rate_hz
-        marks = job.marks.marks if job is not None and job.marks is not None else None
+        marks = job.marks.marks if job.marks is not None else None
         items, estimated = timestamps.for_segment(
             segment.text, segment.start, prepared.pieces, span, rate, marks
         )

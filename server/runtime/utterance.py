@@ -19,6 +19,7 @@ from typing import Any
 from server.engines.base import VoiceSpec
 from server.metrics import Metrics
 from server.runtime.admission import Admission
+from server.runtime.phrase_cache import PhraseScope
 from server.runtime.synthesizer import SegmentSynthesizer
 from server.runtime.worker import EngineWorker
 from streaming.policy import playback_deadline
@@ -37,7 +38,8 @@ class Utterance:
     fallback voice (the main engine was busy), so it holds no admission slot;
     ``tally``: the tally to count into (the WebSocket core's own, which also counts the
     samples it frames); ``removals_counted``: the interface counted the removed
-    characters up front (HTTP, for its headers).
+    characters up front (HTTP, for its headers); ``volume``: its loudness factor
+    (streaming.limiter); ``phrases``: how it may use the phrase cache (None: not at all).
     """
 
     def __init__(
@@ -56,6 +58,8 @@ class Utterance:
         timestamps: bool = False,
         tally: UtteranceTally | None = None,
         removals_counted: bool = False,
+        volume: float = 1.0,
+        phrases: PhraseScope | None = None,
     ) -> None:
         self.worker = worker
         self.metrics = metrics
@@ -63,7 +67,12 @@ class Utterance:
         self.output_rate_hz = output_rate_hz
         self.fallback = fallback
         self.pipeline = SpeechPipeline(
-            speech, worker.sample_rate_hz, output_rate_hz, whole_text=whole_text, tempo=tempo
+            speech,
+            worker.sample_rate_hz,
+            output_rate_hz,
+            whole_text=whole_text,
+            tempo=tempo,
+            volume=volume,
         )
         self.synthesizer = SegmentSynthesizer(
             worker,
@@ -73,6 +82,7 @@ class Utterance:
             output_rate_hz=output_rate_hz,
             on_fallback=fallback,
             timestamps=timestamps,
+            phrases=phrases,
         )
         self.tally = tally if tally is not None else UtteranceTally()
         self._removals_counted = removals_counted

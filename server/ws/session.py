@@ -27,6 +27,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from server import logs
 from server.errors import report
+from server.runtime.phrase_cache import context_scope
 from server.runtime.utterance import Utterance
 from server.state import AppState
 from server.transport import SCOPE_KEY, drain_then_abort, unblock_writes
@@ -76,6 +77,8 @@ class UtteranceTask:
             fallback=voice.fallback,
             timestamps=state.timestamps,
             tally=state.tally,
+            volume=voice.volume,
+            phrases=context_scope(session.app_state, voice, session.websocket),
         )
         self.segments: asyncio.Queue[Segment | None] = asyncio.Queue()
         # Each segment is normalised as soon as it is cut, while earlier ones speak.

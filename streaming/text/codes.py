@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from streaming.text.context import (
     alternatives,
     code_cue_before,
+    count_cue_before,
     dial_cue_before,
     measure_after,
     unit_after,
@@ -28,6 +29,7 @@ from streaming.text.tables import (
     CODE_CUES_AFTER,
     GENERATIONS,
     LABELS,
+    MAGNITUDE_CUES,
     NAMED_DAYS,
     ROOM_WORDS,
     SERVICE_NUMBERS,
@@ -41,7 +43,7 @@ RULE_MODEL = "digits.model"
 
 _OPEN, _CLOSE = "(（", ")）"
 _PHONE = re.compile(
-    r"(?<![0-9+A-Za-z])(?:"
+    r"(?<![0-9+A-Za-z])(?<![0-9][ -])(?:"
     r"(?:(?:\+|00)86[ -]?)?1[3-9][0-9](?:[ -]?[0-9]{4}){2}"  # mobile, 3-4-4
     r"|(?:(?:\+|00)86[ -]?)?(?:[(（]0[0-9]{2,3}[)）]|0[0-9]{2,3})[ -]?[0-9]{3,4}[ -]?[0-9]{4}"  # land line
     r"(?:[ ]?(?:转|ext\.?|EXT\.?|Ext\.?)[ ]?[0-9]{1,5})?"  # and its extension
@@ -71,7 +73,29 @@ def read_code(code: str) -> str:
     return re.sub(r" {2,}", " ", "".join(out)).strip()
 
 
+# A gate, a seat or a counter: a letter and a number of one or two digits, perhaps a
+# range of them (登机口C12-C15 C十二到C十五, as B12登机口 is B十二).
+_GATE_RANGE = re.compile(r"([A-Za-z])([0-9]{1,2})(?:-([A-Za-z])([0-9]{1,2}))?")
+
+
+def _read_cued_code(code: str) -> str:
+    """A code after its cue word: digit by digit, but a gate's number as a number."""
+    gate = _GATE_RANGE.fullmatch(code)
+    if gate is None:
+        return read_code(code)
+    said = gate[1].upper() + read_cardinal(gate[2])
+    if gate[3]:
+        said += "到" + gate[3].upper() + read_cardinal(gate[4])
+    return said
+
+
+# A bank card number in groups of four (6222 0212 3456 7890): digit by digit.
+_CARD = re.compile(r"(?<![0-9A-Za-z])[0-9]{4}(?:[ -][0-9]{4}){3}(?:[ -][0-9]{1,4})?(?![0-9])")
+
+
 def phone_rule(spans: Spans) -> Iterator[Token]:
+    for match in _CARD.finditer(spans.text):
+        yield word(match.start(), match.end(), read_code(match.group()), RULE_CODE)
     for match in _PHONE.finditer(spans.text):
         if _quantity_after(spans.text, match.end()):
             continue  # "400 000 0000元"? a quantity, however long
@@ -154,7 +178,7 @@ def code_rule(spans: Spans) -> Iterator[Token]:
             continue  # 手机2台, 订单300个, 拨打了300次: a quantity
         if start and text[start - 1] in "#＃":
             start -= 1  # "#20240521": the sign says "number", the code says it
-        yield word(start, end, read_code(code), RULE_CODE)
+        yield word(start, end, _read_cued_code(code), RULE_CODE)
     for match in _CODE_AFTER.finditer(text):
         group = 1 if match[1] is not None else 2
         counted = measure_after(text, match.end())
@@ -165,6 +189,65 @@ def code_rule(spans: Spans) -> Iterator[Token]:
             continue  # 2楼200平: a quantity (1208号, 612床 name a room)
         said = read_code(match[group])
         yield word(match.start(group), match.end(group), said, RULE_CODE)
+
+
+# A stock code after the company's name with no brackets (贵州茅台600519, 比亚迪 002594):
+# six digits in the ranges the Shanghai and Shenzhen exchanges give (60x, 688, 000-003,
+# 300, 301), not round (600000 alone is a count more often than a code).
+_BARE_STOCK = re.compile(
+    r"(?<=[\u4e00-\u9fff])[ \t]?((?:60[0-5]|68[89]|00[0-3]|30[01])(?!000)[0-9]{3})"
+    r"(?![0-9]|\.[0-9])"
+)
+
+
+def stock_rule(spans: Spans) -> Iterator[Token]:
+    """Stock codes after a name: 六零零五幺九 (a count cue or a measure word keeps a count)."""
+    text = spans.text
+    for match in _BARE_STOCK.finditer(text):
+        if (
+            _quantity_after(text, match.end())
+            or count_cue_before(text, match.end())
+            or _NOT_A_NAME.search(text, max(0, match.start() - 4), match.start())
+        ):
+            continue  # 涨了600519元, 销量600519: a quantity
+        yield word(match.start(1), match.end(1), read_digits(match[1]), RULE_CODE)
+
+
+# Service numbers by shape: 95xxx(x) (nationwide companies), 96xxx (local services), 12xxx
+# (government hotlines); read as digits after a name (顺丰95338) or before a hotline
+# word in the clause (95338是顺丰的电话), not after a count cue (用户数为95338).
+_SERVICE_SHAPE = re.compile(
+    r"(?<![0-9.,:A-Za-z¥$€£+\-])(95[0-9]{3,4}|96[0-9]{3}|12[0-9]{3})(?<!00)"
+    r"(?![0-9,:%A-Za-z]|\.[0-9])"
+)
+# Any number of 3 to 6 digits before a hotline word, a few words between (12356心理援助热线).
+_BEFORE_HOTLINE = re.compile(r"(?<![0-9.,:A-Za-z¥$€£+\-])([0-9]{3,6})(?![0-9,:%A-Za-z]|\.[0-9])")
+_HOTLINE_AFTER = re.compile(
+    r"[ \t]?[\u4e00-\u9fff]{0,8}?(?:热线|专线|服务电话|监督电话|客服电话|电话|查号台|客服号|服务号)"
+)
+_HOTLINE_IN_CLAUSE = re.compile(r"[^，。；！？,;!?\n]{0,12}?(?:热线|专线|电话|客服)")
+# Words before a number that make it a value, not a name's number (数量是95338, 营收95610).
+_NOT_A_NAME = re.compile(rf"(?:[是的了在和与或及到至约超第]|{alternatives(MAGNITUDE_CUES)})[ \t]?$")
+
+
+def hotline_rule(spans: Spans) -> Iterator[Token]:
+    """Numbers to call known by their shape or by the hotline word after them."""
+    text = spans.text
+    for match in _BEFORE_HOTLINE.finditer(text):
+        if _HOTLINE_AFTER.match(text, match.end()) and not _quantity_after(text, match.end()):
+            yield word(match.start(), match.end(), read_digits(match[1]), RULE_CODE)
+    for match in _SERVICE_SHAPE.finditer(text):
+        start, end = match.start(), match.end()
+        if _quantity_after(text, end) or count_cue_before(text, end):
+            continue
+        k = start - (text[start - 1 : start] in (" ", "\t"))
+        named = (
+            k > 0
+            and "\u4e00" <= text[k - 1] <= "\u9fff"
+            and not _NOT_A_NAME.search(text, max(0, k - 4), k)
+        )
+        if named or _HOTLINE_IN_CLAUSE.match(text, end):
+            yield word(start, end, read_digits(match[1]), RULE_CODE)
 
 
 # Letters glued to three or more digits ("CA1234", "RTX4090", "x264", "4090Ti"), or a
@@ -185,6 +268,8 @@ _ROUND_NUMBERS_AFTER = frozenset({"ISO"})
 _STOCK = re.compile(r"(?<![0-9A-Za-z.])([0-9]{4,6})\.(SH|SZ|HK|BJ|SS|US|TW|KS|T|L|N|O)(?![A-Za-z])")
 _HEX = re.compile(r"(?<![0-9A-Za-z])0[xX][0-9A-Fa-f]+(?![0-9A-Za-z])")
 _YEAR_LIKE = re.compile(r"(?:19|20)[0-9][0-9]")
+# A half-year release (Windows 11 23H2, 24H2): the year's digits, H, the half.
+_HALF_YEAR = re.compile(r"(?<![0-9A-Za-z])([0-9]{2})H([12])(?![0-9A-Za-z])")
 _RESOLUTION = re.compile(r"(?<![0-9A-Za-z])([0-9]{3,4})([pPiI])(?![A-Za-z0-9])")
 # Letters that may follow a model number's digits though they are also units.
 _MODEL_SUFFIXES = frozenset({"x", "X", "K", "G", "M", "B", "T", "k"})
@@ -193,6 +278,9 @@ _MODEL_SUFFIXES = frozenset({"x", "X", "K", "G", "M", "B", "T", "k"})
 def model_rule(spans: Spans) -> Iterator[Token]:
     """Model numbers and resolutions: 四零九零, 幺零八零P; a unit keeps a quantity (3000mAh)."""
     text = spans.text
+    for match in _HALF_YEAR.finditer(text):
+        said = read_year(match[1]) + "H" + read_year(match[2])
+        yield word(match.start(), match.end(), said, RULE_MODEL)
     for match in _RESOLUTION.finditer(text):
         said = read_digits(match[1]) + match[2].upper()
         yield word(match.start(), match.end(), said, RULE_MODEL)

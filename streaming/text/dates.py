@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from streaming.text.context import alternatives, measure_after, unit_after
+from streaming.text.context import alternatives, code_cue_before, measure_after, unit_after
 from streaming.text.readings import read_cardinal, read_number, read_year
 from streaming.text.spans import Spans
 from streaming.text.tables import MATCH_CUES, NUMBERED_NOUNS, SCORE_AFTER, SCORE_CUES
@@ -34,6 +34,20 @@ _ISO_DATE = re.compile(
     r"(?<![0-9.\-/])((?:1[0-9]|20)[0-9][0-9])([-/.])(0?[1-9]|1[0-2])\2(0?[1-9]|[12][0-9]|3[01])(?![0-9\-/]|\.[0-9])"
     r"(?:[ \t]?[日号])?"
 )
+# A range of dates written with dots, slashes or dashes (2024.01.01-2024.12.31,
+# 2024/3/1~3/5): 到 between them, the second year said only if written.
+_ISO_DATE_RANGE = re.compile(
+    r"(?<![0-9.\-/])((?:1[0-9]|20)[0-9][0-9])([-/.])(0?[1-9]|1[0-2])\2(0?[1-9]|[12][0-9]|3[01])"
+    r"[ \t]?(?P<to>[-–—~～〜至到])[ \t]?"
+    r"(?:((?:1[0-9]|20)[0-9][0-9])\2)?(0?[1-9]|1[0-2])\2(0?[1-9]|[12][0-9]|3[01])"
+    r"(?![0-9\-/]|\.[0-9])"
+)
+# A month and a day with a dash, zero-padded or before a time (03-15, 3-15 14:22), as
+# logs and bank messages write them: a date, not a range.
+_MONTH_DASH_DAY = re.compile(
+    r"(?<![0-9.\-/])(0[1-9]|1[0-2]|[1-9])-(0[1-9]|[12][0-9]|3[01]|[1-9])(?![0-9\-/]|\.[0-9])"
+    r"(?=(?P<time>[ \t]+[0-2]?[0-9][:：][0-5][0-9])?)"
+)
 _YEAR_MONTH = re.compile(
     r"(?<![0-9.\-/])((?:19|20)[0-9][0-9])[-/.](0?[1-9]|1[0-2])(?![0-9\-/]|\.[0-9])"
 )
@@ -53,9 +67,36 @@ _DAY_WORD = (
     r"(?:凌晨|早上|早晨|上午|中午|下午|傍晚|晚上|夜间|夜里|半夜|早|晚)?"
 )
 # A dash from a date or a time to the next ("5月1日-5月5日", "9点-11点", "晚8点-次日6点"):
-# 到, not 负.
+# 到, not 负. What follows must be a date or a time too: "今天-12°C" is 负.
 _DATE_DASH = re.compile(
-    rf"(?<=[日号月年点分秒天周])[ \t]?[-–—~～〜][ \t]?(?={_DAY_WORD}[ \t]?[0-9])"
+    rf"(?<=[日号月年点分秒天周])[ \t]?[-–—~～〜][ \t]?"
+    rf"(?={_DAY_WORD}[ \t]?[0-9]{{1,4}}[ \t]?(?:[年月日号点时分秒天周:：]|/[0-9]))"
+)
+# Dates written with slashes or dots and the year last (15/03/2024, 03/15/2025,
+# 15.03.2024): the day first when the first number cannot be a month, the month first
+# when the second cannot be; when both can, slashes are read month first (as US
+# software writes them) and dots day first (as Europe does). Dashes are not dates in
+# that order (取件码8-3-2051 is a code).
+_DAY_MONTH_YEAR = re.compile(
+    r"(?<![0-9/.\-:])([0-9]{1,2})([/.])([0-9]{1,2})\2((?:19|20)[0-9]{2})(?![0-9/\-]|\.[0-9])"
+)
+# A month and a day with a slash (3/15, 6/1) is a date, not a fraction, when a date
+# word stands before or after it, or another such date is its range's other end
+# (3/15-3/20, forward: 1/3-1/2 are fractions); a month of 10 to 12 always is
+# (_SLASH_DATE).
+_MONTH_SLASH_DAY = r"(?:0?[1-9]|1[0-2])/(?:0?[1-9]|[12][0-9]|3[01])"
+_SLASH_DATE_RANGE = re.compile(
+    rf"(?<![0-9/.:])({_MONTH_SLASH_DAY})[ \t]?([-–—~～〜至到])[ \t]?({_MONTH_SLASH_DAY})(?![0-9/.:%])"
+)
+_CUED_SLASH_DATE = re.compile(rf"(?<![0-9/.:])({_MONTH_SLASH_DAY})(?![0-9/.:%])")
+_DATE_WORD_AFTER = re.compile(
+    r"[ \t]?(?:[(（]?(?:周|星期|礼拜)[一二三四五六日天]|前|之前|以前|当天|当日|那天|起|开始|截止|到期|"
+    r"发货|上线|发布|开售|开抢|生效|零点|凌晨|上午|中午|下午|晚上|[0-9]{1,2}[:：][0-9]{2})"
+)
+_DATE_WORD_BEFORE = re.compile(
+    r"(?:截止|截至|日期|时间|有效期至|有效期|(?<![大小等低高少多过对属处位关由基鉴])于|定于|预计"
+    r"|生日|截止到|截止至|还款日|到期日)"
+    r"[ \t：:是为]{0,2}$"
 )
 
 
@@ -63,6 +104,21 @@ def date_rule(spans: Spans) -> Iterator[Token]:
     text = spans.text
     for match in _DATE_DASH.finditer(text):
         yield word(match.start(), match.end(), "到", RULE_DATE)
+    for match in _ISO_DATE_RANGE.finditer(text):
+        to = match["to"] if match["to"] in "至到" else "到"
+        said = read_year(match[1]) + "年" + _month_day(match[3], match[4]) + to
+        if match[6]:
+            said += read_year(match[6]) + "年"
+        yield word(match.start(), match.end(), said + _month_day(match[7], match[8]), RULE_DATE)
+    for match in _MONTH_DASH_DAY.finditer(text):
+        if (
+            text[match.start() - 1 : match.start()] == "第"
+            or measure_after(text, match.end())
+            or code_cue_before(*spans.lookbehind(match.start()))
+        ):
+            continue  # 第01-05集, 型号01-05: numbers of things, codes
+        if match[1].startswith("0") or match["time"]:
+            yield word(match.start(), match.end(), _month_day(match[1], match[2]), RULE_DATE)
     for match in _ISO_DATE.finditer(text):
         said = read_year(match[1]) + "年" + _month_day(match[3], match[4])
         yield word(match.start(), match.end(), said, RULE_DATE)
@@ -81,6 +137,39 @@ def date_rule(spans: Spans) -> Iterator[Token]:
         yield word(match.start(), match.end(), said, RULE_DATE)
     for match in _SLASH_DATE.finditer(text):
         yield word(match.start(), match.end(), _month_day(match[1], match[2]), RULE_DATE)
+    yield from _slash_dates(spans)
+
+
+def _slash_month_day(written: str) -> str:
+    month, day = written.split("/")
+    return _month_day(month, day)
+
+
+def _slash_dates(spans: Spans) -> Iterator[Token]:
+    """Dates with the year last (15/03/2024), and a month and a day with a slash where
+    a date word or a range says it is one (3/15前, 3/15-3/20)."""
+    text = spans.text
+    if "/" not in text and "." not in text:
+        return
+    for match in _DAY_MONTH_YEAR.finditer(text):
+        first, second = int(match[1]), int(match[3])
+        day_first = first > 12 or (second <= 12 and match[2] == ".")
+        day, month = (first, second) if day_first else (second, first)
+        if 1 <= month <= 12 and 1 <= day <= 31:
+            said = read_year(match[4]) + "年" + _month_day(str(month), str(day))
+            yield word(match.start(), match.end(), said, RULE_DATE)
+    for match in _SLASH_DATE_RANGE.finditer(text):
+        low, high = (tuple(int(n) for n in m.split("/")) for m in (match[1], match[3]))
+        if high <= low:
+            continue  # 1/3-1/2: fractions (a range of dates goes forward)
+        said = _slash_month_day(match[1]) + "到" + _slash_month_day(match[3])
+        yield word(match.start(), match.end(), said, RULE_DATE)
+    for match in _CUED_SLASH_DATE.finditer(text):
+        behind, at = spans.lookbehind(match.start())
+        if _DATE_WORD_AFTER.match(text, match.end()) or _DATE_WORD_BEFORE.search(
+            behind, max(0, at - 8), at
+        ):
+            yield word(match.start(), match.end(), _slash_month_day(match[1]), RULE_DATE)
 
 
 _CLOCK = r"([01]?[0-9]|2[0-4])[ \t]?[:：][ \t]?([0-5][0-9])(?:[:：]([0-5][0-9]))?"
@@ -102,6 +191,15 @@ _DURATION = re.compile(
     r"(?<![0-9.])([0-9]+)[ \t]?(?:h|hr|小时)[ \t]?([0-9]+)[ \t]?(min|m|分钟?)"
     r"(?:[ \t]?([0-9]+)[ \t]?(?:s|秒))?(?![A-Za-z])"
 )
+# A length of time written as a clock after a word that says so (视频时长1:23:45,
+# 倒计时00:59:59, 成绩2:05:30, 用时3:45): hours, minutes and seconds, not o'clock.
+_CLOCK_DURATION = re.compile(
+    r"(?<![0-9:.])(?:([0-9]{1,2})[:：])?([0-5]?[0-9])[:：]([0-5][0-9])(?![0-9:])"
+)
+_DURATION_CUE = re.compile(
+    r"(?:时长|倒计时|用时|耗时|历时|成绩|跑出|游出|完赛|净时间|片长|剩余|还剩|长度|总长)"
+    r"[ \t是为：:了]{0,3}$"
+)
 _SCORE_CUE = re.compile(rf"(?:{alternatives(SCORE_CUES)})[\s是为了：:]{{0,3}}$")
 
 
@@ -117,14 +215,48 @@ def _clock(hour: str, minute: str, second: str | None, meridiem: str | None) -> 
     return said
 
 
+# A 分 written after a clock time (not "14:30分15秒", a time of its own shape).
+_MINUTE_WORD = re.compile(r"[ \t]?分(?![ \t]?[0-9])")
+
+
 def _minutes(minutes: str) -> str:
     if len(minutes) == 2 and minutes[0] == "0":
         return "零" + read_cardinal(minutes[1])
     return read_cardinal(minutes)
 
 
+# A race time with its hundredths after 秒 (9秒83, 23秒61): the hundredths digit by digit,
+# as announcers say them (九秒八三).
+_RACE_TIME = re.compile(r"(?<![0-9.])([0-9]{1,2})[ \t]?秒[ \t]?([0-9]{2})(?![0-9]|[ \t]?[秒分])")
+
+
+def _clock_durations(spans: Spans) -> Iterator[Token]:
+    text = spans.text
+    if "秒" not in text and ":" not in text:  # full-width colons are folded to ":"
+        return
+    for match in _RACE_TIME.finditer(text):
+        said = read_cardinal(match[1], count=True) + "秒" + read_year(match[2])
+        yield word(match.start(), match.end(), said, RULE_TIME)
+    for match in _CLOCK_DURATION.finditer(text):
+        behind, at = spans.lookbehind(match.start())
+        if not _DURATION_CUE.search(behind, max(0, at - 6), at):
+            continue
+        hours, minutes, seconds = match[1], match[2], match[3]
+        said = read_cardinal(hours, count=True) + "小时" if hours and int(hours) else ""
+        # After a larger unit 05 is 零五 (两小时零五分), and a gap one 零 (一小时零五秒).
+        if int(minutes):
+            said += (_minutes(minutes) if said else read_cardinal(minutes, count=True)) + "分"
+        elif said and int(seconds):
+            said += "零"
+        if int(seconds) or not said:
+            late = said and not said.endswith("零")
+            said += (_minutes(seconds) if late else read_cardinal(seconds, count=True)) + "秒"
+        yield word(match.start(), match.end(), said, RULE_TIME)
+
+
 def time_rule(spans: Spans) -> Iterator[Token]:
     text = spans.text
+    yield from _clock_durations(spans)
     for match in _TIME_RANGE.finditer(text):
         low = _clock(match[1], match[2], match[3], match[4] or match[9])
         high = _clock(match[6], match[7], match[8], match[9])
@@ -133,7 +265,12 @@ def time_rule(spans: Spans) -> Iterator[Token]:
         if _is_score(*spans.lookbehind(match.start())) or (match[1] == "24" and match[2] != "00"):
             continue
         said = _clock(match[1], match[2], match[3], match[4])
-        yield word(match.start(), match.end(), said, RULE_TIME)
+        end = match.end()
+        minute_word = _MINUTE_WORD.match(text, end)
+        if minute_word is not None:
+            end = minute_word.end()  # "3:05分" 三点零五分, "10:00 分" 十点零分: one 分
+            said += "" if said.endswith("分") else "零分"
+        yield word(match.start(), end, said, RULE_TIME)
     for match in _MERIDIEM_DASH.finditer(text):
         yield word(match.start(), match.end(), "到", RULE_TIME)
     for match in _BARE_MERIDIEM.finditer(text):

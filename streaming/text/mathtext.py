@@ -182,7 +182,8 @@ _POWER = re.compile(
 )
 _ROOT = re.compile(r"([√∛∜])([0-9]+(?:\.[0-9]+)?|[A-Za-z]|\([^()\n]{1,40}\)|\{[^{}\n]{1,40}\})")
 _FACTOR = r"[0-9]+(?:\.[0-9]+)?"
-_TIMES = r"[ \t]?[xX*×][ \t]?"
+# Blanks on both sides of the sign or on neither: "4.0 x4" is a version and a lane width.
+_TIMES = r"(?:[ \t][xX*×][ \t]|[xX*×])"
 _PRODUCT = re.compile(
     rf"(?<![A-Za-z0-9_.])({_FACTOR}(?:{_TIMES}{_FACTOR}){{1,3}})(?![0-9_.]|{_TIMES}[0-9])"
 )
@@ -191,7 +192,7 @@ _FACTORS = re.compile(_FACTOR)
 _LENGTH_AFTER = re.compile(
     r"[ \t]?(?:mm|cm|m|km|in|inch|ft|毫米|厘米|公分|分米|米|英寸|寸|尺)(?![A-Za-z])"
 )
-_COMPARISON = re.compile(r"(?<=[0-9A-Za-z])[ \t]?(<=|>=|<|>)[ \t]?(?=-?[0-9])")
+_COMPARISON = re.compile(r"(?<=[0-9A-Za-z\u4e00-\u9fff])[ \t]?(<=|>=|<|>)[ \t]?(?=-?[0-9])")
 
 
 # Scientific notation as engineers say it: 1e-4 一e负四, 3.2E8 三点二E八.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from streaming.punctuation import (
     CJK_CLAUSE_MARKS,
@@ -14,7 +15,15 @@ from streaming.punctuation import (
     STRAIGHT_QUOTES,
 )
 from streaming.text.align import normalized_spans
-from streaming.text.codes import code_rule, key_rule, label_rule, model_rule, phone_rule
+from streaming.text.codes import (
+    code_rule,
+    hotline_rule,
+    key_rule,
+    label_rule,
+    model_rule,
+    phone_rule,
+    stock_rule,
+)
 from streaming.text.dates import date_rule, score_rule, time_rule
 from streaming.text.dotted import abbreviation_rule, address_number_rule, name_rule
 from streaming.text.formulas import formula_rule, subscript_rule
@@ -27,11 +36,13 @@ from streaming.text.quantities import (
     hyphen_rule,
     number_rule,
     ordinal_rule,
+    pair_rule,
     per_rule,
     range_rule,
     unit_rule,
 )
 from streaming.text.render import reason_alone, removals, render, tidy
+from streaming.text.repeats import Code, codes_read, remembered, said_again
 from streaming.text.spans import Normalizer, SpanRule, Spans
 from streaming.text.tokens import (
     REASON_CODE,
@@ -67,6 +78,8 @@ _SPAN_RULES: tuple[SpanRule, ...] = (
     time_rule,
     phone_rule,
     code_rule,
+    stock_rule,
+    hotline_rule,
     name_rule,
     label_rule,
     amount_rule,
@@ -74,6 +87,7 @@ _SPAN_RULES: tuple[SpanRule, ...] = (
     product_rule,
     model_rule,
     math_rule,
+    pair_rule,
     range_rule,
     ordinal_rule,
     unit_rule,
@@ -119,8 +133,10 @@ def strip_tags(text: str) -> str:
     return re.sub(r" {2,}", " ", stripped).strip()
 
 
-def _tokenize(spans: Spans) -> list[Token]:
-    """Tokens covering text in order; span rules win over the normaliser and characters."""
+def _tokenize(spans: Spans, earlier: Iterable[Code] = ()) -> tuple[list[Token], tuple[Code, ...]]:
+    """Tokens covering text in order (span rules win over the normaliser and characters),
+    and the digit strings read digit by digit; a bare number that is one of them, or
+    one of ``earlier``'s, is said as it was."""
     text = spans.original
     claimed: dict[int, Token] = {}
     covered = [False] * len(text)
@@ -130,6 +146,8 @@ def _tokenize(spans: Spans) -> list[Token]:
                 continue
             covered[token.start : token.end] = [True] * (token.end - token.start)
             claimed[token.start] = token
+    codes = codes_read(spans.text, sorted(claimed.values(), key=lambda t: t.start))
+    said_again(spans.text, claimed, remembered(earlier, codes))
     tokens: list[Token] = []
     i = 0
     while i < len(text):
@@ -148,7 +166,7 @@ def _tokenize(spans: Spans) -> list[Token]:
             j += 1
         tokens += _plain_tokens(spans.text, i, j, spans.normalizer)
         i = j
-    return spell_acronyms(tokens)
+    return spell_acronyms(tokens), codes
 
 
 # Clause and sentence marks split a run before it goes to the normaliser: no reading
@@ -196,6 +214,7 @@ def prepare_text(
     allow_tags: bool = False,
     lexicon: Lexicon | None = None,
     before: str = "",
+    codes: Iterable[Code] = (),
 ) -> PreparedText:
     """Prepare one segment for ChatTTS: what it can say, and what it cannot.
 
@@ -206,21 +225,24 @@ def prepare_text(
     ``normalizer`` reads numbers, dates, units and symbols (see the module docstring);
     ``lexicon``'s entries are applied before any other rule. ``before`` is the text of
     the stream before this segment: a cue word there still tells what a number is
-    ("验证码：" then "826491" in the next segment).
+    ("验证码：" then "826491" in the next segment); ``codes`` are the digit strings its
+    segments before read digit by digit (their ``PreparedText.codes``): the same number
+    bare here is said the same way.
     """
     context = _folded(before[-_BEFORE_CHARS:])
-    tokens = _tokenize(Spans(_folded(text), text, normalizer, allow_tags, lexicon, context))
+    spans = Spans(_folded(text), text, normalizer, allow_tags, lexicon, context)
+    tokens, read = _tokenize(spans, codes)
     kept, dropped_tokens = tidy(tokens)
     if not any(token.kind is Kind.WORD for token in kept):
         everything = [
             t if t.kind is Kind.DROPPED else dropped(t.start, t.end, reason_alone(t))
             for t in tokens
         ]
-        return PreparedText("", removals(text, everything))
+        return PreparedText("", removals(text, everything), codes=read)
     pieces = render(text, kept)
     spoken = "".join(piece.spoken for piece in pieces)
     tags = tuple(token.text for token in kept if token.kind is Kind.TAG)
-    return PreparedText(spoken, removals(text, dropped_tokens), tuple(pieces), tags)
+    return PreparedText(spoken, removals(text, dropped_tokens), tuple(pieces), tags, read)
 
 
 # A Markdown code fence opens or closes at the start of a line.

@@ -96,6 +96,9 @@ def range_rule(spans: Spans) -> Iterator[Token]:
         )
         if unit is not None:
             after, before, end = unit
+            per = _per_unit(text, end)
+            if per is not None:
+                after, end = after + per[0], per[1]  # 10-15mg/kg 十到十五毫克每千克
             said = before + said + after
         yield word(match.start(), end, said, RULE_RANGE)
 
@@ -141,14 +144,23 @@ def unit_rule(spans: Spans) -> Iterator[Token]:
         said = _SIGNS.get(match[1], "") + read_number(
             _plain(match[2]), count=counts and not match[1]
         )
-        per = _PER_UNIT.match(text, end)
-        if per is not None and (
-            per_unit := _unit(text, per.end(1) if per[1] else per.start() + 1, per=not per[1])
-        ):
-            count = read_number(per[1], count=True) if per[1] else ""
-            after += "每" + count + per_unit[1] + per_unit[0]  # mg/kg 毫克每千克, L/100km
-            end = per_unit[2]
+        per = _per_unit(text, end)
+        if per is not None:
+            after, end = after + per[0], per[1]
         yield word(match.start(), end, before + said + after, RULE_UNIT)
+
+
+def _per_unit(text: str, end: int) -> tuple[str, int] | None:
+    """("每" and the unit, end) of a "/" and a unit after a unit: mg/kg 每千克, L/100km
+    每一百公里."""
+    per = _PER_UNIT.match(text, end)
+    if per is None:
+        return None
+    per_unit = _unit(text, per.end(1) if per[1] else per.start() + 1, per=not per[1])
+    if per_unit is None:
+        return None
+    count = read_number(per[1], count=True) if per[1] else ""
+    return "每" + count + per_unit[1] + per_unit[0], per_unit[2]
 
 
 def fraction_rule(spans: Spans) -> Iterator[Token]:
@@ -180,8 +192,8 @@ def number_rule(spans: Spans) -> Iterator[Token]:
         counts = _counts(text, end)
         rule = RULE_COUNT if counts else RULE_NUMBER
         said = _SIGNS.get(sign, "") + read_number(number, count=counts and not sign)
-        if more:
-            said += "多"
+        if more:  # 10+ 十多; a version's or a decimal's (Python 3.10+, 4.5+) 以上
+            said += "以上" if "." in number or latin_before(text, match.start()) else "多"
         yield word(match.start(), match.end(), said, rule)
 
 
@@ -194,6 +206,22 @@ def _is_code_like(number: str, text: str, end: int) -> bool:
     if len(number) >= 12:
         return True
     return len(number) >= 8 and not number.endswith("000") and not _counts(text, end)
+
+
+# A tilde between two quantities each with its unit (20℃~25℃, 5kg～10kg): 到.
+_UNIT_TILDE = re.compile(r"(?<=[℃°%‰²³A-Za-zμΩ])[ \t]?[~～〜][ \t]?(?=[-−+]?[0-9])")
+# Blood pressure, systolic over diastolic (120/80mmHg): two values, a pause between.
+_PRESSURE = re.compile(r"(?<![0-9./])([0-9]{2,3})/([0-9]{2,3})(?=[ \t]?(?:mmHg|kPa|毫米汞柱))")
+
+
+def pair_rule(spans: Spans) -> Iterator[Token]:
+    """20℃~25℃ 二十摄氏度到二十五摄氏度; 120/80mmHg 一百二十，八十毫米汞柱."""
+    text = spans.text
+    for match in _UNIT_TILDE.finditer(text):
+        yield word(match.start(), match.end(), "到", RULE_RANGE)
+    for match in _PRESSURE.finditer(text):
+        said = read_cardinal(match[1]) + "，"
+        yield word(match.start(), match.end(2) - len(match[2]), said, RULE_NUMBER)
 
 
 _WORD_HYPHEN_DIGIT = re.compile(
@@ -214,6 +242,7 @@ __all__ = [
     "hyphen_rule",
     "number_rule",
     "ordinal_rule",
+    "pair_rule",
     "per_rule",
     "range_rule",
     "read_cardinal",

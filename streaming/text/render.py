@@ -46,7 +46,9 @@ class _Tidier:
         if self.pause is not None:
             self.keep_pause(self.pause)
         if self.seen_word and self.blank is not None:
-            if not (_is_space(self.blank) and _inside_phrase(self.kept[-1], token)):
+            if _is_space(self.blank) and _numbers_apart(self.kept[-1], token):
+                self.kept.append(Token(self.blank.start, self.blank.end, Kind.ENUMERATION))
+            elif not (_is_space(self.blank) and _inside_phrase(self.kept[-1], token)):
                 self.kept.append(self.blank)
         elif self.blank is not None and self.blank.kind is Kind.GAP:
             self.drop(self.blank)
@@ -109,6 +111,25 @@ def _inside_phrase(before: Token, after: Token) -> bool:
     )
 
 
+# How a number read out in Chinese starts and ends.
+_NUMERALS = frozenset("零幺一二两三四五六七八九十百千万亿点")
+
+
+def _numbers_apart(before: Token, after: Token) -> bool:
+    """Whether a blank parts two numbers read out ("Llama 3.1 405B", "DDR5 6000MHz"), or a
+    code read digit by digit and a number written in Chinese ("验证码 826491 五分钟"): said
+    together they would be one number (三点一四百零五, 五六千, 八二六四九幺五), and ChatTTS
+    does not hear a blank between ideographs, so it is said as a short pause."""
+    return (
+        before.kind is Kind.WORD
+        and after.kind is Kind.WORD
+        and bool(after.rule or before.rule.startswith("digits"))
+        and bool(before.rule)
+        and before.text[-1:] in _NUMERALS
+        and after.text[:1] in _NUMERALS
+    )
+
+
 def tidy(tokens: list[Token]) -> tuple[list[Token], list[Token]]:
     """(kept tokens, dropped tokens): one pause per run of marks, no stray blanks.
 
@@ -116,7 +137,9 @@ def tidy(tokens: list[Token]) -> tuple[list[Token], list[Token]]:
     "！？" become one stop, "，。" a stop); marks before the first word are dropped.
     A run of blanks survives as one blank, and only between a word or kept mark and
     the next word, unless it joins a rewrite (a number read out) to Chinese: "下午 3 点"
-    is said 下午三点, one phrase. A gap ("-" in "well-known") is the blank it stands for when kept.
+    is said 下午三点, one phrase; between two numbers read out it is a short pause
+    ("Llama 3.1 405B": 三点一、四百零五B). A gap ("-" in "well-known") is the blank it
+    stands for when kept.
     """
     tidier = _Tidier()
     for token in tokens:

@@ -21,7 +21,7 @@ from streaming.text.symbols import SYMBOL_READINGS
 REASON_UNSPEAKABLE = "unspeakable"  # no reading for it (a symbol, a rare script)
 REASON_EMOJI = "emoji"
 REASON_MARKUP = "markup"  # markdown syntax, removed on purpose
-REASON_URL = "url"  # the scheme, path and query of a URL (its host is read)
+REASON_URL = "url"  # a URL's scheme, a long path, its query (its host, port, short path are read)
 REASON_TAG = "tag"  # a control tag while control tags are not allowed
 REASON_PUNCTUATION = "punctuation"  # a mark in a run of marks, or before any word
 REASON_NUMBER = "number"  # digits, when no normaliser is configured
@@ -68,13 +68,16 @@ class PreparedText:
     """``spoken`` for the engine; ``removed`` lists every dropped non-blank character.
 
     ``pieces`` maps input spans to what is said for them (the preview shows them);
-    ``tags`` are the control tags passed to the engine inside ``spoken``.
+    ``tags`` are the control tags passed to the engine inside ``spoken``; ``codes`` the
+    digit strings read digit by digit, ``(digits, said, rule)``, for the segments after
+    it (the same number said the same way: :mod:`.repeats`).
     """
 
     spoken: str
     removed: tuple[Removal, ...]
     pieces: tuple[Piece, ...] = ()
     tags: tuple[str, ...] = ()
+    codes: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def rewrites(self) -> tuple[Piece, ...]:

@@ -129,7 +129,7 @@ def test_speaker_and_voice_are_one_name(http: httpx.Client) -> None:
     [
         ({"text": "你好", "seed": False}, "seed"),
         ({"text": "你好", "seed": 1.5}, "seed"),
-        ({"text": "你好", "volume": 2}, "volume"),
+        ({"text": "你好", "pitch": 2}, "pitch"),
         ({"text": 5}, "text"),
     ],
 )

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("livekit.agents")
@@ -54,6 +55,18 @@ async def test_synthesize_speaks_one_text(espeak: LiveServer) -> None:
     async with tts.synthesize("再见，明天见。") as stream:
         frames = [event.frame async for event in stream]
     assert sum(f.samples_per_channel for f in frames) / 24000 > 0.8
+
+
+async def test_volume_reaches_the_server(espeak: LiveServer) -> None:
+    """TTS(volume=0.5) speaks the same text at half the level (alloy fixes its seed)."""
+    levels = []
+    for volume in (None, 0.5):
+        tts = TTS(url=espeak.ws_url, voice="alloy", volume=volume)
+        async with tts.synthesize("再见，明天见。") as stream:
+            frames = [event.frame async for event in stream]
+        pcm = np.frombuffer(b"".join(bytes(f.data) for f in frames), "<i2").astype(np.float64)
+        levels.append(np.sqrt(np.mean(pcm**2)))
+    assert levels[1] == pytest.approx(levels[0] / 2, rel=0.01)
 
 
 async def test_closing_the_stream_cancels_the_context_on_the_server() -> None:

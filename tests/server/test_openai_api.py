@@ -152,9 +152,9 @@ def test_a_bad_format_is_refused_naming_the_field(client: openai.OpenAI) -> None
 def test_an_unknown_field_or_model_is_refused(client: openai.OpenAI) -> None:
     with pytest.raises(openai.UnprocessableEntityError) as extra:
         client.audio.speech.create(
-            model="tts-1", voice="alloy", input="你好。", extra_body={"volume": 3}
+            model="tts-1", voice="alloy", input="你好。", extra_body={"pitch": 3}
         )
-    assert isinstance(extra.value.body, dict) and extra.value.body["param"] == "volume"
+    assert isinstance(extra.value.body, dict) and extra.value.body["param"] == "pitch"
     with pytest.raises(openai.BadRequestError) as model:
         client.audio.speech.create(model="whisper-1", voice="alloy", input="你好。")
     assert isinstance(model.value.body, dict) and model.value.body["code"] == "model_not_found"

@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("pipecat")
@@ -48,6 +49,19 @@ async def test_a_turn_is_spoken_with_its_words(espeak: LiveServer) -> None:
     assert sum(len(f.audio) for f in audio) / 2 / 16000 > 1.5
     # Word timestamps became the transcript, unit by unit, punctuation kept.
     assert "".join(f.text for f in down if isinstance(f, TTSTextFrame)) == TEXT
+
+
+async def test_volume_reaches_the_server(espeak: LiveServer) -> None:
+    """volume=0.5 speaks the same turn at half the level (alloy fixes its seed)."""
+    levels = []
+    for volume in (None, 0.5):
+        tts = ChatTTSStreamTTSService(
+            url=espeak.ws_url, voice="alloy", sample_rate=24000, volume=volume
+        )
+        down, _ = await run_test(tts, frames_to_send=[TTSSpeakFrame(TEXT)])
+        pcm = b"".join(f.audio for f in down if isinstance(f, TTSAudioRawFrame))
+        levels.append(np.sqrt(np.mean(np.frombuffer(pcm, "<i2").astype(np.float64) ** 2)))
+    assert levels[1] == pytest.approx(levels[0] / 2, rel=0.01)
 
 
 async def test_turns_share_one_socket(espeak: LiveServer) -> None:

@@ -12,6 +12,7 @@ import pytest
 from chattts_client import ContextResult, StreamClient
 
 from server.config import Settings
+from server.runtime.phrase_cache import PhraseCacheSettings
 from tests.conftest import fixed_length_chattts
 from tests.live import TIMEOUT_S, LiveServer, run_live_server
 from tests.scripted_engine import ScriptedEngine
@@ -71,9 +72,15 @@ async def speak_default(server: LiveServer, text: str) -> ContextResult:
 @pytest.fixture(scope="module")
 def chattts_server(tiny_checkpoint: Path) -> Iterator[LiveServer]:
     factory = fixed_length_chattts(tiny_checkpoint)
-    with run_live_server(
-        Settings(engine="chattts", model_dir=tiny_checkpoint), engine=factory
-    ) as server:
+    # Without the phrase cache: a seed said twice is made twice (the engine's own
+    # determinism is what test_chattts_same_seed_same_audio checks; the cache's is
+    # tests/server/test_phrase_cache.py's).
+    settings = Settings(
+        engine="chattts",
+        model_dir=tiny_checkpoint,
+        phrase_cache=PhraseCacheSettings(phrase_cache_mb=0),
+    )
+    with run_live_server(settings, engine=factory) as server:
         yield server
 
 

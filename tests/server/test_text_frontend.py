@@ -197,7 +197,10 @@ CASES: list[tuple[str, str, str]] = [
     ("underline-bold", "__下划线__", "下划线"),
     ("citation", "结论[1]。", "结论。"),
     # URLs, e-mail, emoji, symbols
-    ("url", "访问https://www.example.com/path?q=1。", "访问example点com。"),
+    ("url", "访问https://www.example.com/path?q=1。", "访问example点com斜杠 path。"),
+    ("url-long-path", "访问https://www.example.com/a/b/c/d?q=1。", "访问example点com。"),
+    ("url-port", "打开http://localhost:8080/api/v1。", "打开localhost冒号 八零八零斜杠 api 斜杠 v一。"),
+    ("url-no-scheme", "源码在github.com/2noise/ChatTTS。", "源码在github点com斜杠 二noise 斜杠 ChatTTS。"),
     ("www", "见www.baidu.com", "见baidu点com"),
     ("email", "邮箱test@example.com", "邮箱test 艾特 example点com"),
     ("emoji", "好的😀", "好的"),
@@ -271,7 +274,8 @@ def test_reading(frontend: TextFrontend, text: str, spoken: str) -> None:
     [
         ("我有3个苹果，价格是12.5元", []),
         ("**好**", [(0, "**", "markup"), (3, "**", "markup")]),
-        ("见https://a.io/x。", [(1, "https://", "url"), (13, "/x", "url")]),
+        ("见https://a.io/x?y=1。", [(1, "https://", "url"), (15, "?y=1", "url")]),
+        ("见https://a.io/a/b/c/d。", [(1, "https://", "url"), (13, "/a/b/c/d", "url")]),
         ("好的😀", [(2, "😀", "emoji")]),
         ("好[laugh]", [(1, "[laugh]", "tag")]),
         ("你好。。。", [(3, "。。", "punctuation")]),

@@ -51,6 +51,7 @@ def test_serialize_then_parse_gives_back_the_message(message: p.ClientMessage) -
     [
         p.Start("a"),
         p.Start("a", voice="spk", seed=42, speed=1.5, sample_rate=16000),
+        p.Start("a", volume=2.5),
         p.Text("a", "你好，世界。"),
         p.Text("a", ""),
         p.Flush("a"),
@@ -79,6 +80,9 @@ def test_each_of_the_five_client_types_round_trips(message: p.ClientMessage) -> 
         (f'{{"type":"start","context_id":"a","seed":{p.MAX_SEED}}}', p.Start("a", seed=p.MAX_SEED)),
         ('{"type":"start","context_id":"a","speed":0.5}', p.Start("a", speed=0.5)),
         ('{"type":"start","context_id":"a","speed":2.0}', p.Start("a", speed=2.0)),
+        ('{"type":"start","context_id":"a","volume":null}', p.Start("a", volume=1.0)),
+        ('{"type":"start","context_id":"a","volume":0}', p.Start("a", volume=0.0)),
+        ('{"type":"start","context_id":"a","volume":4}', p.Start("a", volume=4.0)),
         ('{"type":"flush","context_id":"' + "c" * 64 + '"}', p.Flush("c" * 64)),
         (
             '{"type":"start","context_id":"a","voice":"' + "v" * p.MAX_VOICE_CHARS + '"}',
@@ -146,6 +150,9 @@ MALFORMED: list[tuple[str, str | bytes, str, str | None]] = [
     ("speed Infinity", '{"type":"start","context_id":"a","speed":Infinity}', "invalid_field", "a"),
     ("speed string", '{"type":"start","context_id":"a","speed":"1.0"}', "invalid_field", "a"),
     ("speed bool", '{"type":"start","context_id":"a","speed":true}', "invalid_field", "a"),
+    ("volume too high", '{"type":"start","context_id":"a","volume":4.01}', "invalid_field", "a"),
+    ("volume negative", '{"type":"start","context_id":"a","volume":-1}', "invalid_field", "a"),
+    ("volume string", '{"type":"start","context_id":"a","volume":"2"}', "invalid_field", "a"),
     ("sample_rate unsupported", '{"type":"start","context_id":"a","sample_rate":12345}', "invalid_field", "a"),
     ("sample_rate string", '{"type":"start","context_id":"a","sample_rate":"24000"}', "invalid_field", "a"),
     ("sample_rate bool", '{"type":"start","context_id":"a","sample_rate":true}', "invalid_field", "a"),
@@ -223,9 +230,11 @@ SERVER_MESSAGES: list[tuple[p.ServerMessage, str, set[str]]] = [
         },
     ),
     (
-        p.Started(context_id="a", stream=1, sample_rate=24000, voice=None, seed=42, speed=1.0),
+        p.Started(
+            context_id="a", stream=1, sample_rate=24000, voice=None, seed=42, speed=1.0, volume=2.0
+        ),
         "started",
-        {"context_id", "stream", "sample_rate", "voice", "seed", "speed"},
+        {"context_id", "stream", "sample_rate", "voice", "seed", "speed", "volume"},
     ),
     (
         p.SegmentEvent(

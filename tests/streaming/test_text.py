@@ -64,11 +64,24 @@ CASES: list[tuple[str, str, str, list[tuple[int, str]]]] = [
     ("less-than-is-a-reported-pause", "甲<乙", "甲，乙", [(1, "<")]),
     ("replacement-character-reported", "你\ufffd好", "你好", [(1, "\ufffd")]),
     (
-        "url-host-read",
-        "见https://www.example.com/a?b=1。",
+        "url-host-read-long-path-removed",
+        "见https://www.example.com/a/b/c/d?e=1。",
         "见example点com。",
-        [(1, "https://www."), (24, "/a?b=1")],
+        [(1, "https://www."), (24, "/a/b/c/d?e=1")],
     ),
+    (
+        "url-short-path-read-query-removed",
+        "见https://www.example.com/a?b=1。",
+        "见example点com斜杠 a。",
+        [(1, "https://www."), (26, "?b=1")],
+    ),
+    (
+        "url-port-read",
+        "开http://127.0.0.1:7860/ui",
+        "开一二七点零点零点一冒号 七八六零斜杠 ui",
+        [(1, "http://")],
+    ),
+    ("url-without-scheme-path-read", "见a.io/docs。", "见a点io斜杠 docs。", []),
     ("email-read", "写信到a@b.cn", "写信到a 艾特 b点cn", []),
     ("citation-dropped", "结论[1]。", "结论。", [(2, "[1]")]),
     ("id-digit-by-digit", "号码123456789012", "号码一二三四五六七八九零一二", []),
@@ -268,14 +281,14 @@ def test_normaliser_changes_to_ideographs_are_undone() -> None:
 
 def test_removal_reasons() -> None:
     """Each removal says why: markup, url, emoji, tag, punctuation, number, unspeakable."""
-    prepared = prepare_text("**好**😀[laugh]见http://a.io/x。。5¤")
+    prepared = prepare_text("**好**😀[laugh]见http://a.io/x?y。。5¤")
     assert [(r.chars, r.reason) for r in prepared.removed] == [
         ("**", "markup"),
         ("**", "markup"),
         ("😀", "emoji"),
         ("[laugh]", "tag"),
         ("http://", "url"),
-        ("/x", "url"),
+        ("?y", "url"),
         ("。", "punctuation"),
         ("5", "number"),
         ("¤", "unspeakable"),

@@ -19,6 +19,8 @@ ChatTTS has; it does not say how fast each one is.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 import time
@@ -69,6 +71,27 @@ def speed_prompt(speed: float) -> str:
         raise ValueError(f"speed must be finite, not {speed!r}")
     level = min(9, max(0, math.floor(5 * speed + 0.5)))
     return f"[speed_{level}]"
+
+
+def model_identity(chat: Any, options: ChatTTSSettings, device: str) -> str:
+    """A digest of the checkpoint (the file hashes ChatTTS checked as it loaded), every
+    engine option, the device type and the library versions."""
+    from dataclasses import asdict
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        chattts_version = version("chattts")
+    except PackageNotFoundError:
+        chattts_version = "unknown"
+    described = {
+        "files": dict(sorted(chat.sha256_map.items())),
+        "options": asdict(options),
+        "device": device.split(":")[0],
+        "torch": torch.__version__,
+        "chattts": chattts_version,
+    }
+    digest = hashlib.sha256(json.dumps(described, sort_keys=True, default=repr).encode())
+    return f"chattts/{digest.hexdigest()[:32]}"
 
 
 class _StopContext:
@@ -129,6 +152,8 @@ class ChatTTSEngine:
         self._stream: StreamingDecoder | None = None
         if options.decoder == "ours":
             self._stream = StreamingDecoder(self._chat, options)
+        #: What, besides a request, decides its samples (the phrase cache's key).
+        self.identity = model_identity(self._chat, options, self.device)
 
     def warm_up(self) -> None:
         """Run one short synthesis so the first real request pays no lazy start-up cost."""
@@ -306,6 +331,29 @@ class ChatTTSEngine:
             torch.manual_seed(seed)
             speaker: str = self._loaded().sample_random_speaker()
         return speaker
+
+    def mix_speakers(self, parts: Sequence[tuple[VoiceSpec, float]]) -> str:
+        """A speaker string blended from the speakers of ``parts`` (voice, weight > 0):
+        each speaker embedding (decoded from its string, or sampled from its seed) is
+        scaled to unit length, the weighted mean taken, and scaled back to the parents'
+        weighted mean length (ChatTTS normalises an embedding before use, so the weights
+        set the direction: how much of each voice). On the engine thread."""
+        chat = self._loaded()
+        weights = np.array([weight for _, weight in parts], dtype=np.float64)
+        if not parts or not np.all(weights > 0):
+            raise ValueError("a mix needs voices with positive weights")
+        weights /= weights.sum()
+        vectors = [
+            np.asarray(chat.speaker._decode(self.speaker(voice)), np.float64) for voice, _ in parts
+        ]
+        norms = np.array([max(float(np.linalg.norm(v)), 1e-12) for v in vectors])
+        direction = sum(w * v / n for w, v, n in zip(weights, vectors, norms, strict=True))
+        length = float(np.linalg.norm(direction))
+        if length < 1e-6:
+            raise ValueError("these voices cancel out: give other weights or voices")
+        mixed = direction / length * float(weights @ norms)
+        encoded: str = chat.speaker._encode(torch.from_numpy(mixed.astype(np.float32)))
+        return encoded
 
     def voice_from_clip(self, audio: np.ndarray, sample_rate_hz: int) -> str:
         """ChatTTS's reference-voice encoding of a clip (``Chat.sample_audio_speaker``):
