@@ -27,6 +27,13 @@ these 2 cores by bench/batch_step.py), or ``--a-ms/--b-ms``;
     .venv/bin/python bench/capacity.py --preset cpu
     .venv/bin/python bench/capacity.py --engine chattts
     .venv/bin/python bench/capacity.py --smoke            # 1 and 2 streams (a test)
+    .venv/bin/python bench/capacity.py --quick --a-ms 2 --b-ms 0.02 --designs batched \
+        --compare ws_direct_send=false coalesce_wakeups=false   # a change, before and after
+
+Each trial also reports the server process's own CPU per stream (the clients share the
+cores, so a capacity gained by a lighter client shows there). ``--set NAME=VALUE`` gives
+every server a setting; ``--compare NAME=VALUE`` measures each design a second time
+with those settings ("DESIGN before"), in the same run.
 
 The server runs in a child process (its own GIL); the clients run here. Prints a table
 and a final JSON line: capacity per design and the ratios.
@@ -38,6 +45,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing
+import os
 import statistics
 import sys
 import time
@@ -77,13 +85,36 @@ TTFA_LIMIT_S = 1.0
 PREBUFFER_S = 0.2
 CHARS_PER_DELTA = 3
 DELTA_INTERVAL_S = 0.06
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
 # -- the server (child process) --------------------------------------------------------
 
 
+def server_settings(pairs: list[str]) -> dict[str, Any]:
+    """``NAME=VALUE`` settings (as the command line writes them) as Settings fields."""
+    from server.declaration import specs
+
+    by_name = {spec.name: spec for spec in specs(Settings) if len(spec.path) == 1}
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        name, _, raw = pair.partition("=")
+        name = name.strip().lstrip("-").replace("-", "_")
+        if name not in by_name:
+            raise SystemExit(f"--set: {name!r} is not a server setting")
+        values[name] = by_name[name].parse(raw)
+    return values
+
+
 def serve(
-    design: str, engine_kind: str, a_ms: float, b_ms: float, checkpoint: str, port: Any
+    design: str,
+    engine_kind: str,
+    a_ms: float,
+    b_ms: float,
+    checkpoint: str,
+    overrides: dict[str, Any],
+    host_share: float,
+    port: Any,
 ) -> None:
     import socket
 
@@ -95,7 +126,9 @@ def serve(
 
     if engine_kind == "modelled":
         mode = {"seed": "whole", "interleave": "interleave", "batched": "batched"}[design]
-        engine = ModelledEngine(step_a_s=a_ms / 1000, step_b_s=b_ms / 1000, mode=mode)
+        engine = ModelledEngine(
+            step_a_s=a_ms / 1000, step_b_s=b_ms / 1000, mode=mode, host_share=host_share
+        )
 
         def factory() -> Any:
             return engine, False, None
@@ -120,7 +153,7 @@ def serve(
         max_connections=4096,
         fallback_on_synthesis_failure=False,
         log_level="warning",
-    )
+    ).replace(**overrides)
     app = create_app(settings, engine=factory)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -302,26 +335,38 @@ async def settle(port: int) -> None:
             await asyncio.sleep(0.05)
 
 
+def server_cpu_s(pid: int) -> float:
+    """User + system CPU of the server process so far (from /proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
 async def capacity(
-    design: str, port: int, args: argparse.Namespace
+    design: str, server: multiprocessing.Process, port: int, args: argparse.Namespace, label: str
 ) -> tuple[int, list[dict[str, Any]]]:
     """Doubling until a level fails, then bisection between the last pass and that."""
     text = TEXT[: args.chars]
     log: list[dict[str, Any]] = []
+    assert server.pid is not None
+    pid = server.pid
 
     async def run(n: int) -> bool:
         started = time.perf_counter()
+        cpu_before = server_cpu_s(pid)
         result = await trial(design, port, n, text, args.spread_s)
+        # The server's own CPU (the clients share the cores): per stream of the trial.
+        result["server_cpu_ms_per_stream"] = round((server_cpu_s(pid) - cpu_before) * 1000 / n, 2)
         result["seconds"] = round(time.perf_counter() - started, 1)
-        result["design"] = design
+        result["design"] = label
         log.append(result)
         print(
-            f"  {design:10} {n:5d} streams: TTFA p50 {result['ttfa_p50_ms']} ms, p95 "
+            f"  {label:10} {n:5d} streams: TTFA p50 {result['ttfa_p50_ms']} ms, p95 "
             f"{result['ttfa_p95_ms']} ms ({result['late_first_audio']} late), underruns "
             f"{result['underruns']} (longest "
             f"{result['max_stall_ms']} ms), errors "
             f"{result['errors']} -> {'pass' if result['passed'] else 'FAIL'}"
-            f"{' (cut short)' if result['cut_short'] else ''} ({result['seconds']} s)",
+            f"{' (cut short)' if result['cut_short'] else ''} ({result['seconds']} s; server "
+            f"CPU {result['server_cpu_ms_per_stream']} ms a stream)",
             flush=True,
         )
         return bool(result["passed"])
@@ -343,12 +388,24 @@ async def capacity(
     return low, log
 
 
-def start_server(design: str, args: argparse.Namespace) -> tuple[multiprocessing.Process, int]:
+def start_server(
+    design: str, args: argparse.Namespace, overrides: dict[str, Any] | None = None
+) -> tuple[multiprocessing.Process, int]:
+    overrides = server_settings(args.set) if overrides is None else overrides
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     process = context.Process(
         target=serve,
-        args=(design, args.engine, args.a_ms, args.b_ms, str(args.checkpoint), queue),
+        args=(
+            design,
+            args.engine,
+            args.a_ms,
+            args.b_ms,
+            str(args.checkpoint),
+            overrides,
+            args.host_share,
+            queue,
+        ),
         daemon=True,
     )
     process.start()
@@ -371,6 +428,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--preset", choices=sorted(PRESETS), default="gpu")
     parser.add_argument("--a-ms", type=float, help="fixed cost of a step (overrides the preset)")
     parser.add_argument("--b-ms", type=float, help="cost per utterance in a step")
+    parser.add_argument(
+        "--host-share",
+        type=float,
+        default=0.0,
+        help="share of each modelled step spent holding the GIL (the host's work), the rest "
+        "asleep (the device's); the gpu preset's host share is 0.78",
+    )
     parser.add_argument("--chars", type=int, default=31, help="characters each stream speaks")
     parser.add_argument(
         "--spread-s", type=float, default=2.0, help="streams start spread over this"
@@ -379,6 +443,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--growth", type=int, default=2, help="ramp factor between levels")
     parser.add_argument("--bisect", type=int, default=4, help="bisection steps after the ramp")
     parser.add_argument("--checkpoint", type=Path, default=ROOT / "checkpoints" / "tiny")
+    parser.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="NAME=VALUE",
+        help="server settings for every design (as flags: prefills_per_step=4)",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs="*",
+        default=[],
+        metavar="NAME=VALUE",
+        help="also measure each design with these settings ('DESIGN before'), in the same run",
+    )
+    parser.add_argument(
+        "--designs", nargs="+", choices=DESIGNS, default=list(DESIGNS), help="designs to measure"
+    )
     parser.add_argument(
         "--quick",
         action="store_true",
@@ -411,25 +492,40 @@ def main(argv: list[str] | None = None) -> int:
     print(f"capacity: {args.engine} engine ({model}), {args.chars} characters per stream")
     capacities: dict[str, int] = {}
     trials: list[dict[str, Any]] = []
-    for design in DESIGNS:
-        starting = time.perf_counter()
-        process, port = start_server(design, args)
-        print(f"  {design} server ready in {time.perf_counter() - starting:.1f} s", flush=True)
-        try:
-            capacities[design], log = asyncio.run(capacity(design, port, args))
-            trials += log
-        finally:
-            process.terminate()
-            process.join(10)
+    variants = {"": server_settings(args.set)}
+    if args.compare:
+        variants[" before"] = {**variants[""], **server_settings(args.compare)}
+    for design in args.designs:
+        for suffix, overrides in variants.items():
+            label = design + suffix
+            starting = time.perf_counter()
+            process, port = start_server(design, args, overrides)
+            print(f"  {label} server ready in {time.perf_counter() - starting:.1f} s", flush=True)
+            try:
+                capacities[label], log = asyncio.run(capacity(design, process, port, args, label))
+                trials += log
+            finally:
+                process.terminate()
+                process.join(10)
     elapsed = time.perf_counter() - began
 
     def ratio(base: str) -> float | None:
-        return round(capacities["batched"] / capacities[base], 2) if capacities[base] else None
+        if capacities.get(base) and "batched" in capacities:
+            return round(capacities["batched"] / capacities[base], 2)
+        return None
+
+    def cpu_per_stream(label: str) -> float | None:
+        """The server's CPU per stream in the largest trial that passed."""
+        passed = [t for t in trials if t["design"] == label and t["passed"]]
+        best = max(passed, key=lambda t: t["streams"], default=None)
+        return None if best is None else best["server_cpu_ms_per_stream"]
 
     print()
-    print(f"{'design':12} {'capacity (streams)':>18}")
-    for design in DESIGNS:
-        print(f"{design:12} {capacities[design]:>18}")
+    print(f"{'design':16} {'capacity (streams)':>18} {'server CPU ms a stream':>24}")
+    for label, streams in capacities.items():
+        print(f"{label:16} {streams:>18} {cpu_per_stream(label)!s:>24}")
+    if args.compare:
+        print(f"before: {' '.join(args.compare)}")
     print(f"batched / seed: {ratio('seed')}, batched / interleave: {ratio('interleave')}")
     print(f"({elapsed:.0f} s)")
     print(
@@ -440,8 +536,12 @@ def main(argv: list[str] | None = None) -> int:
                 "engine": args.engine,
                 "a_ms": args.a_ms if args.engine == "modelled" else None,
                 "b_ms": args.b_ms if args.engine == "modelled" else None,
+                "host_share": args.host_share,
                 "chars": args.chars,
                 "capacity": capacities,
+                "server_cpu_ms_per_stream": {label: cpu_per_stream(label) for label in capacities},
+                "settings": args.set,
+                "compare": args.compare,
                 "ratio_vs_seed": ratio("seed"),
                 "ratio_vs_interleave": ratio("interleave"),
                 "seconds": round(elapsed, 1),

@@ -5,7 +5,8 @@ The batcher here costs nothing and gives every row a chunk of audio at every ste
 worst case for delivery: a real decoder gives a row a chunk once every several steps),
 so what is measured is the worker's Python: ``Scheduler.run_once`` minus the batcher's
 own time. The hand-offs to the event loop are counted (``call_soon_threadsafe`` calls per
-round): one per round for all rows, not one per chunk.
+round): one per round for all rows, not one per chunk (and, when the loop has not yet
+taken the last round's, none: the next round's audio goes with it).
 
     .venv/bin/python bench/scheduler_overhead.py            # batches 1, 8, 32, 64, 128
     .venv/bin/python bench/scheduler_overhead.py --smoke    # a few rounds
@@ -112,6 +113,9 @@ def measure(batch: int, rounds: int) -> tuple[float, float]:
             )
         )
     scheduler.run_once()  # seat and prefill
+    # The loop takes that round's audio too: a hand-over still pending would carry the
+    # next round's with it (coalesced), one wake-up short.
+    loop.run_until_complete(asyncio.sleep(0))
     wakeups = 0
     samples = []
     for _ in range(rounds):

@@ -11,12 +11,27 @@ frames (sizes copied from what our server sent in a first pass), straight from a
 
 Reported: server CPU (user + system, from /proc) per 100 ms of audio sent, and time to
 first audio (text sent -> first frame received) p50/p99 for both; the server-added
-time is ours minus the bare server's at each percentile. All connections are opened
-first (they stay open together); the streams then start spread over ``--spread-s``.
+time is ours minus the bare server's at each percentile. Our server's CPU is also split
+by thread: the event loop's (the main thread) and the others' (the engine thread, the
+text front-end): what moving the engine out of the process could give the loop. All
+connections are opened first (they stay open together); the streams then start spread
+over ``--spread-s``.
+
+``--compare NAME=VALUE ...`` measures our server a second time with those settings
+("before": e.g. ``ws_direct_send=false coalesce_wakeups=false``), in the same run,
+alternating with the defaults for ``--rounds`` rounds (each figure is the median over
+the rounds), so that a change is judged on the same machine at the same moment.
 
     .venv/bin/python bench/server_overhead.py                # 1,000 streams
     .venv/bin/python bench/server_overhead.py --streams 200
+    .venv/bin/python bench/server_overhead.py --compare ws_direct_send=false --rounds 3
     .venv/bin/python bench/server_overhead.py --smoke   # does it run? (40 streams)
+
+``--profile`` samples our server with py-spy (``pip install py-spy``; ``--nonblocking``,
+250 Hz, every thread) while the streams run, sorts the event loop's samples into what
+they were doing (:data:`PROFILE_CATEGORIES`: the first that matches a frame of the
+sample's stack) and reports each as microseconds of the loop's CPU per stream (its share
+of the samples times the loop's CPU per stream, from /proc).
 
 Ends with one JSON line of the headline figures. Goal: CPU <= 1.3x the bare server's,
 p99 added time to first audio <= 20 ms.
@@ -29,9 +44,15 @@ import asyncio
 import json
 import multiprocessing
 import os
+import re
+import shutil
+import signal
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +63,83 @@ TEXT = "你好，欢迎使用流式语音合成。"
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
+#: What the event loop was doing in a profile sample, by the frames of its stack.
+PROFILE_CATEGORIES = [
+    ("socket writes", r"^Wire\.flush|^WebSocketsSansIOProtocol\.send |^Protocol\.send_|^Frame\.ser"),
+    ("float to PCM16", r"^float_to_pcm16"),
+    ("speech pipeline (joins, resampling, framing)", r"^SpeechPipeline\."),
+    ("JSON events", r"^encode_event|^ServerMessage\.to_json"),
+    ("sending a message (ASGI layers or the wire)", r"^Wire\.send_|^AsgiWire\.|^Session\.send|^Session\._send|^WebSocket\.send |sender "),
+    ("engine hand-over", r"^_hand_over|^Handoff\._hand_over|^Job\.receive|^Job\.chunks"),
+    ("text front-end hand-off", r"^UtteranceText\.|^TextFrontend\.submit|^wrap_future|^_chain_future|_copy_future_state|_call_set_state"),
+    ("connection set-up (upgrade, handshake, accept, session objects)", r"handle_websocket_upgrade|^WebSocketsSansIOProtocol\.(handle_connect|__init__)|^WebSocket\.accept|^UtteranceTask\.__init__|^Utterance\.__init__|^Session\.__init__|^HttpToolsProtocol|connection_made|^GuardedHttp"),
+    ("client messages (parse, segmenter, core)", r"^Session\._read|^WebSocketsSansIOProtocol\.data_received|^Session\._apply"),
+    ("job submission", r"^EngineWorker\.submit"),
+    ("session and context tasks (read loop, timers, speaker loop, teardown)", r"connection_lost|handle_close|^Session\.run|^run_websocket|^UtteranceTask\.|^Utterance\.|^UtteranceState\.|^SegmentSynthesizer|^pack_audio_header"),
+    ("ASGI app entry per connection (middleware, routing)", r"Middleware|TransportTap|Router|solve_dependencies|websocket_session|get_websocket_app|RequestLog|BodyLimit|JsonBodies|FastAPI"),
+]  # fmt: skip
+LOOP_ITSELF = "the event loop itself (uvloop: polling, reading sockets, callbacks)"
+
+
+def start_profiler(pid: int, path: Path) -> subprocess.Popen[bytes]:
+    """py-spy recording every thread of ``pid`` into ``path`` (raw) until SIGINT."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists():
+        raise SystemExit("--profile needs py-spy (pip install py-spy)")
+    command = [spy, "record", "--nonblocking", "--threads", "--rate", "250", "--pid", str(pid)]
+    command += ["--output", str(path), "--format", "raw"]
+    profiler = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # attached
+    return profiler
+
+
+def _category(names: list[str]) -> str:
+    for category, pattern in PROFILE_CATEGORIES:
+        if any(re.search(pattern, name) for name in names):
+            return category
+    return LOOP_ITSELF if names and names[-1].startswith("Runner.run") else "other"
+
+
+def loop_profile(path: Path, loop_us_per_stream: float) -> dict[str, float]:
+    """The main thread's samples in ``path`` by category, as microseconds per stream."""
+    counts: Counter[str] = Counter()
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        if not frames or not frames[0].endswith("MainThread"):
+            continue
+        names = [frame.split(" (", 1)[0] + " " for frame in frames[1:]]
+        counts[_category(names)] += int(count)
+    total = sum(counts.values()) or 1
+    return {k: round(n * loop_us_per_stream / total) for k, n in counts.most_common()}
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU of a process so far (from /proc/PID/stat)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def loop_cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process's main thread (its event loop's) so far."""
+    fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def settings_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``NAME=VALUE`` server settings (as their flags write them) as Settings fields."""
+    from server.config import Settings
+    from server.declaration import specs
+
+    by_name = {spec.name: spec for spec in specs(Settings) if len(spec.path) == 1}
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        name, _, raw = pair.partition("=")
+        name = name.strip().lstrip("-").replace("-", "_")
+        if name not in by_name:
+            raise SystemExit(f"--compare: {name!r} is not a server setting")
+        values[name] = by_name[name].parse(raw)
+    return values
 
 
 # -- the two servers (child processes) --------------------------------------------------
@@ -90,7 +184,7 @@ class InstantEngine:
         pass
 
 
-def serve_ours(port_queue: Any) -> None:
+def serve_ours(port_queue: Any, overrides: dict[str, Any] | None = None) -> None:
     import socket
 
     import uvicorn
@@ -106,7 +200,7 @@ def serve_ours(port_queue: Any) -> None:
         max_streams=100_000,
         fallback_on_synthesis_failure=False,
         log_level="warning",
-    )
+    ).replace(**(overrides or {}))
     app = create_app(settings, engine=lambda: (engine, False, None))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -242,19 +336,34 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def measure(
-    process: multiprocessing.Process, url: str, streams: int, spread_s: float
+    process: multiprocessing.Process,
+    url: str,
+    streams: int,
+    spread_s: float,
+    profiles: dict[str, float] | None = None,
 ) -> dict[str, float]:
-    """Server CPU over the streams (their connections' handshakes included)."""
+    """Server CPU over the streams (their connections' handshakes included); with
+    ``profiles`` (a dict to fill), where the event loop's CPU went."""
     import uvloop
 
     assert process.pid is not None
     uvloop.run(run_streams(url, min(streams, 20), 0.1))  # warm: caches, first connections
-    before = cpu_seconds(process.pid)
+    raw = Path(tempfile.mkstemp(suffix=".txt")[1])
+    profiler = start_profiler(process.pid, raw) if profiles is not None else None
+    before, loop_before = cpu_seconds(process.pid), loop_cpu_seconds(process.pid)
     ttfas, audio_bytes = uvloop.run(run_streams(url, streams, spread_s))
     cpu = cpu_seconds(process.pid) - before
+    loop_cpu = loop_cpu_seconds(process.pid) - loop_before
+    if profiler is not None and profiles is not None:
+        profiler.send_signal(signal.SIGINT)
+        profiler.wait(60)
+        profiles.update(loop_profile(raw, loop_cpu * 1e6 / streams))
+    raw.unlink(missing_ok=True)
     audio_s = audio_bytes / 2 / 24000
     return {
         "cpu_s": cpu,
+        "loop_cpu_s": loop_cpu,
+        "other_threads_cpu_s": cpu - loop_cpu,
         "audio_s": audio_s,
         "cpu_ms_per_100ms_audio": cpu * 1000 / (audio_s / 0.1),
         "ttfa_p50_ms": percentile(ttfas, 50) * 1000,
@@ -262,33 +371,63 @@ def measure(
     }
 
 
+def against_bare(figures: dict[str, dict[str, float]], name: str) -> dict[str, float]:
+    """``name``'s CPU as a multiple of the bare server's, and its added time to first audio."""
+    ours, bare = figures[name], figures["bare"]
+    return {
+        "cpu_ratio": ours["cpu_ms_per_100ms_audio"] / bare["cpu_ms_per_100ms_audio"],
+        "p50": ours["ttfa_p50_ms"] - bare["ttfa_p50_ms"],
+        "p99": ours["ttfa_p99_ms"] - bare["ttfa_p99_ms"],
+    }
+
+
 def report(args: argparse.Namespace, figures: dict[str, dict[str, float]], messages: int) -> None:
     """Print the figures and the final JSON line."""
-    cpu_ratio = (
-        figures["ours"]["cpu_ms_per_100ms_audio"] / figures["bare"]["cpu_ms_per_100ms_audio"]
-    )
-    added = {
-        q: figures["ours"][f"ttfa_{q}_ms"] - figures["bare"][f"ttfa_{q}_ms"] for q in ("p50", "p99")
-    }
+    compared = {name: against_bare(figures, name) for name in figures if name != "bare"}
+    ratio, added = compared["ours"]["cpu_ratio"], compared["ours"]
     print(f"{args.streams} concurrent streams, {messages} messages each")
+    if args.compare:
+        print(f"before: our server with {' '.join(args.compare)}; median of {args.rounds} round(s)")
     for name, row in figures.items():
-        print(
-            f"{name:5}: {row['cpu_ms_per_100ms_audio']:.3f} ms CPU per 100 ms of audio "
-            f"({row['cpu_s']:.2f} s for {row['audio_s']:.0f} s of audio); time to first audio "
-            f"p50 {row['ttfa_p50_ms']:.1f} ms, p99 {row['ttfa_p99_ms']:.1f} ms"
+        threads = (
+            f"; event loop {row['loop_cpu_s']:.2f} s, other threads "
+            f"{row['other_threads_cpu_s']:.2f} s"
+            if "loop_cpu_s" in row
+            else ""
         )
-    print(
-        f"CPU: {cpu_ratio:.2f}x the bare server; added time to first audio p50 "
-        f"{added['p50']:.1f} ms, p99 {added['p99']:.1f} ms"
-    )
+        print(
+            f"{name:6}: {row['cpu_ms_per_100ms_audio']:.3f} ms CPU per 100 ms of audio "
+            f"({row['cpu_s']:.2f} s for {row['audio_s']:.0f} s of audio{threads}); time to "
+            f"first audio p50 {row['ttfa_p50_ms']:.1f} ms, p99 {row['ttfa_p99_ms']:.1f} ms"
+        )
+    for name, row in compared.items():
+        print(
+            f"{name}: CPU {row['cpu_ratio']:.2f}x the bare server; added time to first audio "
+            f"p50 {row['p50']:.1f} ms, p99 {row['p99']:.1f} ms"
+        )
+    if "before" in figures:
+        change = figures["ours"]["cpu_s"] / figures["before"]["cpu_s"]
+        print(f"CPU, ours / before: {change:.2f}")
     print(
         json.dumps(
             {
                 "bench": "server_overhead",
                 "smoke": args.smoke,
                 "streams": args.streams,
-                "cpu_ratio_vs_bare": round(cpu_ratio, 2),
-                "added_ttfa_ms": {q: round(v, 1) for q, v in added.items()},
+                "compare": args.compare,
+                "rounds": args.rounds,
+                "cpu_ratio_vs_bare": round(ratio, 2),
+                "added_ttfa_ms": {q: round(added[q], 1) for q in ("p50", "p99")},
+                "before": (
+                    {
+                        "cpu_ratio_vs_bare": round(compared["before"]["cpu_ratio"], 2),
+                        "added_ttfa_ms": {
+                            q: round(compared["before"][q], 1) for q in ("p50", "p99")
+                        },
+                    }
+                    if "before" in compared
+                    else None
+                ),
                 "figures": {
                     name: {k: round(v, 3) for k, v in row.items()} for name, row in figures.items()
                 },
@@ -308,25 +447,62 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--spread-s", type=float, default=5.0, help="the streams start spread over this"
     )
+    parser.add_argument("--compare", nargs="*", default=[], metavar="NAME=VALUE",
+                        help="also measure our server with these settings (before)")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measurements of each server, alternating; medians reported")  # fmt: skip
+    parser.add_argument("--profile", action="store_true",
+                        help="where our server's event loop spends its CPU (py-spy)")  # fmt: skip
     parser.add_argument("--smoke", action="store_true",
                         help="40 streams over 0.5 s: checks it runs (the suite runs it)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.smoke:
         # Enough streams that the bare server's CPU spans several clock ticks (10 ms).
         args.streams, args.spread_s = 40, 0.5
-    ours, port = start(serve_ours)
-    url = f"ws://127.0.0.1:{port}/v1/stream"
-    wait_ready(port)
-    script = uvloop.run(record_script(url))
-    figures = {"ours": measure(ours, url, args.streams, args.spread_s)}
-    ours.terminate()
-    ours.join(10)
-    bare, port = start(serve_bare, script)
-    figures["bare"] = measure(bare, f"ws://127.0.0.1:{port}", args.streams, args.spread_s)
-    bare.terminate()
-    bare.join(10)
+    variants: dict[str, dict[str, Any]] = {"ours": {}}
+    if args.compare:
+        variants["before"] = settings_overrides(args.compare)
+    script: list[Any] = []
+    profiles: dict[str, dict[str, float]] = {}
+    rows: dict[str, list[dict[str, float]]] = {name: [] for name in [*variants, "bare"]}
+    for _ in range(args.rounds):
+        for name, overrides in variants.items():
+            server, port = start(serve_ours, overrides)
+            url = f"ws://127.0.0.1:{port}/v1/stream"
+            wait_ready(port)
+            if not script:
+                script = uvloop.run(record_script(url))
+            profile: dict[str, float] | None = {} if args.profile else None
+            rows[name].append(measure(server, url, args.streams, args.spread_s, profile))
+            if profile is not None:
+                profiles[name] = profile  # the last round's
+            server.terminate()
+            server.join(10)
+        bare, port = start(serve_bare, script)
+        rows["bare"].append(measure(bare, f"ws://127.0.0.1:{port}", args.streams, args.spread_s))
+        bare.terminate()
+        bare.join(10)
+    figures = {
+        name: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+        for name, runs in rows.items()
+    }
     report(args, figures, len(script) - 1)
+    if profiles:
+        print_profiles(profiles, figures)
     return 0
+
+
+def print_profiles(profiles: dict[str, dict[str, float]], figures: dict[str, Any]) -> None:
+    """Where the event loop's CPU went, microseconds per stream, ours beside before."""
+    names = list(profiles)
+    print(f"event loop CPU per stream, us ({', '.join(names)}):")
+    categories = dict.fromkeys(k for profile in profiles.values() for k in profile)
+    for category in categories:
+        values = " | ".join(str(profiles[n].get(category, 0)) for n in names)
+        print(f"| {category} | {values} |")
+    totals = " | ".join(str(round(sum(profiles[n].values()))) for n in names)
+    print(f"| total | {totals} |")
+    print(json.dumps({"bench": "server_overhead_profile", "us_per_stream": profiles}))
 
 
 if __name__ == "__main__":

@@ -105,7 +105,8 @@ class Settings:
     )
     prefills_per_step: int = option(
         1,
-        "batching: prompts of joining segments run between two steps at most",
+        "batching: prompts of joining segments run between two steps at most; beyond the "
+        "first, only while they and the step take less than the audio a step makes",
         group="engine",
         gt=0,
     )
@@ -309,6 +310,12 @@ class Settings:
         ge=0,
         zero=" (0: the OS default)",
     )
+    coalesce_wakeups: bool = option(
+        True, "a busy event loop is woken once for several engine rounds, not each", group="engine"
+    )
+    ws_direct_send: bool = option(
+        True, "frame and write WebSocket messages once a round (false: ASGI)", group="connections"
+    )
     drain_timeout_s: float = option(
         30.0,
         "on SIGTERM, refuse new work and let audio in progress finish for up to this long "
@@ -438,6 +445,7 @@ class Settings:
             policy=self.batch_policy,
             headroom=self.admission_headroom,
             stall_timeout_s=self.engine_stall_timeout_s,
+            coalesce_wakeups=self.coalesce_wakeups,
         )
 
     @property

@@ -88,6 +88,9 @@ class DrainingServer(uvicorn.Server):
         # A client that stopped reading would hold its connection open until uvicorn
         # cancels it with an error: let it go first, with a close code that says why.
         await self._state.release_blocked_sessions(_GOING_AWAY_GRACE_S)
+        # One round of the loop: messages queued by sessions' wires (server.ws.wire) are
+        # written before uvicorn's close frames.
+        await asyncio.sleep(0)
         await super().shutdown(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:

@@ -243,5 +243,7 @@ def quiet_dependencies() -> None:
 def summary(kind: str, message: str, *, level: int = logging.INFO, **fields: Any) -> None:
     """The one summary line of an HTTP request or a WebSocket context: ``message`` for
     people, ``fields`` as keys of their own in JSON (and ``key=value`` in text)."""
+    if not _summary_log.isEnabledFor(level):
+        return  # below the threshold: not even the text is built
     shown = " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
     _summary_log.log(level, "%s %s %s", kind, message, shown, extra={"summary": kind, **fields})

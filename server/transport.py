@@ -19,8 +19,10 @@ ASGI gives an app no handle on its connection's transport, but two things need o
 
 uvicorn passes its protocol's own bound ``send`` method as the ASGI ``send`` callable;
 :class:`TransportTap`, the outermost middleware, reads the transport off it and puts it
-in the scope under :data:`SCOPE_KEY`. With another server (or a wrapped ``send``) the
-key is absent and both features quietly do nothing more than ASGI allows.
+in the scope under :data:`SCOPE_KEY` (and, for a WebSocket, the protocol itself under
+:data:`PROTOCOL_KEY`: :mod:`server.ws.wire` writes frames through it). With another
+server (or a wrapped ``send``) the keys are absent and these features quietly do nothing
+more than ASGI allows.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 __all__ = [
+    "PROTOCOL_KEY",
     "SCOPE_KEY",
     "TransportTap",
     "bound_send_buffer",
@@ -45,6 +48,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 SCOPE_KEY = "chattts_stream.transport"
+PROTOCOL_KEY = "chattts_stream.ws_protocol"
 _TRANSPORT_METHODS = ("get_write_buffer_size", "set_write_buffer_limits", "abort", "is_closing")
 
 
@@ -57,10 +61,13 @@ class TransportTap:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("websocket", "http"):
-            transport = getattr(getattr(send, "__self__", None), "transport", None)
+            protocol = getattr(send, "__self__", None)
+            transport = getattr(protocol, "transport", None)
             # uvloop's transports are not asyncio.WriteTransport subclasses: duck-type.
             if all(hasattr(transport, name) for name in _TRANSPORT_METHODS):
                 scope[SCOPE_KEY] = transport
+                if scope["type"] == "websocket":
+                    scope[PROTOCOL_KEY] = protocol
         await self.app(scope, receive, send)
 
 

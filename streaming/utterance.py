@@ -32,6 +32,7 @@ from streaming.speech import SegmentStart
 from streaming.text import Lexicon
 
 __all__ = [
+    "AudioOut",
     "FellBack",
     "Frames",
     "Retried",
@@ -116,6 +117,10 @@ class Timed:
 
 
 SpeechEvent = SegmentStarted | FellBack | Retried | Frames | WithoutAudio | Timed
+
+#: A binary audio frame as it is sent: its header (:func:`streaming.protocol.pack_audio_header`)
+#: and its PCM (16-bit little-endian), kept apart so the sender need not join them.
+AudioOut = tuple[bytes, bytes]
 
 
 @dataclass
@@ -221,10 +226,10 @@ class UtteranceState:
 
     def heard(
         self, segment: Segment, spoken: str, event: SpeechEvent
-    ) -> Iterable[p.ServerMessage | bytes]:
+    ) -> Iterable[p.ServerMessage | AudioOut]:
         """What the client is sent of one event of ``segment`` (``spoken``: its text as
-        the engine says it), in order: messages, and audio frames as bytes. Frames are
-        made as they are taken, each counted then; none after a cancel."""
+        the engine says it), in order: messages, and audio frames (header, PCM). Frames
+        are made as they are taken, each counted then; none after a cancel."""
         if isinstance(event, Frames):
             return self._frames(segment.index, event.frames) if event.frames else ()
         if isinstance(event, SegmentStarted):
@@ -265,14 +270,14 @@ class UtteranceState:
             return (p.removed_warning(self.id, start.removed), announced)
         return (announced,)
 
-    def _frames(self, segment_index: int, frames: list[np.ndarray]) -> Iterator[bytes]:
+    def _frames(self, segment_index: int, frames: list[np.ndarray]) -> Iterator[AudioOut]:
         for frame in frames:
             if self.cancelled or not frame.size:
                 continue
             header = p.pack_audio_header(self.stream, segment_index, self.sequence)
             self.sequence += 1
             self.tally.samples += int(frame.size)
-            yield header + float_to_pcm16(frame)
+            yield header, float_to_pcm16(frame)
 
     def failed(self, segment: Segment, code: str, message: str) -> p.ErrorEvent:
         """The ``error`` that reports ``segment``'s failure (``message``: what the client

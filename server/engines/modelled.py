@@ -23,8 +23,10 @@ class ModelledEngine:
     A GPT step of a batch of ``n`` rows costs ``step_a_s + step_b_s * n`` seconds
     (slept, so the GIL is free); a segment of ``c`` characters takes
     ``round(c * steps_per_char)`` steps, each 512 samples of tone (ChatTTS's 46.875
-    steps per second of audio); a prefill costs ``prefill_s`` (default ``step_a_s``). ``mode`` picks the
-    design it serves:
+    steps per second of audio); a prefill costs ``prefill_s`` (default ``step_a_s``). A
+    batched step or prefill spends ``host_share`` of its cost holding the GIL (Python
+    busy work, as an engine's host work dispatching a step's operations does) and sleeps
+    the rest (a device's time, the GIL free). ``mode`` picks the design it serves:
 
     - ``"batched"``: continuous batching (:meth:`batcher`), chunks on ChatTTS's schedule;
     - ``"interleave"``: a ``synthesize`` generator per segment, one row per step, chunks on
@@ -44,6 +46,7 @@ class ModelledEngine:
         mode: str = "batched",
         steps_per_char: float = 10.4,
         prefill_s: float | None = None,
+        host_share: float = 0.0,
         schedule: ChunkSchedule | None = None,
     ) -> None:
         if mode not in ("batched", "interleave", "whole"):
@@ -54,6 +57,9 @@ class ModelledEngine:
         self.steps_per_char = steps_per_char
         # A prompt is one forward: as overhead-bound as a step on a GPU.
         self.prefill_s = step_a_s if prefill_s is None else prefill_s
+        if not 0.0 <= host_share <= 1.0:
+            raise ValueError("host_share must be between 0 and 1")
+        self.host_share = host_share
         self.schedule = schedule or ChunkSchedule()
 
     @property
@@ -121,12 +127,12 @@ class _ModelledBatcher:
         )
 
     def prefill(self, row: BatchRow) -> None:
-        time.sleep(self.engine.prefill_s)
+        self._spend(self.engine.prefill_s)
         self._advance(row)
 
     def step(self, rows: Sequence[BatchRow]) -> None:
         self.max_batch_seen = max(self.max_batch_seen, len(rows))
-        time.sleep(self.engine.step_a_s + self.engine.step_b_s * len(rows))
+        self._spend(self.engine.step_a_s + self.engine.step_b_s * len(rows))
         for row in rows:
             self._advance(row)
 
@@ -145,6 +151,15 @@ class _ModelledBatcher:
 
     def close(self, row: BatchRow) -> None:
         pass
+
+    def _spend(self, cost_s: float) -> None:
+        """``cost_s``: the host's share holding the GIL, then the device's asleep."""
+        host_s = cost_s * self.engine.host_share
+        if host_s > 0:
+            end = time.perf_counter() + host_s
+            while time.perf_counter() < end:
+                pass
+        time.sleep(cost_s - host_s)
 
     def memory_bytes(self) -> int | None:
         return None

@@ -35,11 +35,23 @@ def engine_stopped() -> Unavailable:
 
 class Handoff:
     """Items for jobs, gathered on the engine thread and handed to their event loops in
-    one wake-up each per :meth:`flush`."""
+    one wake-up each per :meth:`flush`.
 
-    def __init__(self) -> None:
+    With ``coalesce`` (the default), a loop that has not yet run its last wake-up is not
+    woken again: what later rounds flush joins the hand-over already scheduled (in
+    order), so an engine whose rounds outpace the loop costs the loop one wake-up (a
+    ``call_soon_threadsafe``: a lock, a pipe write, a callback) per turn of the loop,
+    not one per round. Without it, every flush schedules its own hand-over.
+    """
+
+    def __init__(self, *, coalesce: bool = True) -> None:
+        self.coalesce = coalesce
         self._items: list[tuple[Job, object]] = []
+        #: Items flushed, per loop, that its scheduled hand-over has not taken yet.
+        self._flushed: dict[asyncio.AbstractEventLoop, list[tuple[Job, object]]] = {}
         self._lock = threading.Lock()
+        #: Hand-overs scheduled on the loops so far (wake-ups).
+        self.wakeups = 0
 
     def put(self, job: Job, item: object) -> None:
         with self._lock:
@@ -49,13 +61,34 @@ class Handoff:
         """Wake the loops of every job that got something since the last flush."""
         with self._lock:
             items, self._items = self._items, []
-        if not items:
-            return
-        loops = {job.loop for job, _ in items}
-        for loop in loops:
-            mine = items if len(loops) == 1 else [(j, i) for j, i in items if j.loop is loop]
-            with contextlib.suppress(RuntimeError):  # the loop has closed at shutdown
-                loop.call_soon_threadsafe(_hand_over, mine)
+            if not items:
+                return
+            loops = {job.loop for job, _ in items}
+            wake: list[tuple[asyncio.AbstractEventLoop, list[tuple[Job, object]] | None]] = []
+            for loop in loops:
+                mine = items if len(loops) == 1 else [(j, i) for j, i in items if j.loop is loop]
+                if not self.coalesce:
+                    wake.append((loop, mine))
+                elif loop in self._flushed:  # its hand-over is scheduled and not yet run
+                    self._flushed[loop] += mine
+                else:
+                    self._flushed[loop] = mine
+                    wake.append((loop, None))
+            self.wakeups += len(wake)
+        for loop, given in wake:
+            try:
+                if given is not None:
+                    loop.call_soon_threadsafe(_hand_over, given)
+                else:
+                    loop.call_soon_threadsafe(self._hand_over_flushed, loop)
+            except RuntimeError:  # the loop has closed at shutdown: nobody will take them
+                with self._lock:
+                    self._flushed.pop(loop, None)
+
+    def _hand_over_flushed(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            items = self._flushed.pop(loop, [])
+        _hand_over(items)
 
 
 def _hand_over(items: list[tuple[Job, object]]) -> None:

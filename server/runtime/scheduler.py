@@ -104,9 +104,16 @@ class Scheduler:
         self.active[job] = row
 
     def _prefill(self) -> None:
-        """Start at most ``prefills_per_step`` joining rows, the most urgent first."""
+        """Start joining rows, the most urgent first: one, then more (up to
+        ``prefills_per_step``) while the round, its prefills (the next one taken to cost
+        what the earlier ones did on average) and its step, stays within the audio a step
+        makes, so that rows already speaking do not fall behind real time."""
         joining = [job for job, row in self.active.items() if not row.prefilled]
-        for job in sorted(joining, key=urgency)[: self.policy.prefills_per_step]:
+        budget_s = self._prefill_budget_s()
+        spent_s = 0.0
+        for count, job in enumerate(sorted(joining, key=urgency)[: self.policy.prefills_per_step]):
+            if count and spent_s * (count + 1) / count > budget_s:
+                break
             row = self.active[job]
             started = time.perf_counter()
             try:
@@ -116,8 +123,16 @@ class Scheduler:
                 logger.exception("synthesis failed to start for %r", job.request.text[:40])
                 row.error = exc
             job.engine_seconds += time.perf_counter() - started
+            spent_s += time.perf_counter() - started
             self._progress()
             self._collect(job)
+
+    def _prefill_budget_s(self) -> float:
+        """The time a round may spend on prefills: what a step's audio lasts, less what
+        the next step of the rows speaking is expected to take."""
+        speaking = sum(1 for row in self.active.values() if _steps(row))
+        step_s = self.costs.estimate(speaking) if speaking else 0.0
+        return self.costs.audio_per_row_step() - (step_s or 0.0)
 
     def _step(self, plan: list[Job]) -> None:
         """One step for the jobs of ``plan``, timed and shared out among them."""

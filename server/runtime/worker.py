@@ -86,7 +86,7 @@ class EngineWorker:
         #: Rows one step takes.
         self.step_rows = 1
         self.inbox = Inbox()
-        self.handoff = Handoff()
+        self.handoff = Handoff(coalesce=self.options.coalesce_wakeups)
         self.watchdog = Watchdog(self.options.stall_timeout_s)
         self._submitted = itertools.count()
         body = EngineThread(self, factory, fallback)

@@ -25,3 +25,5 @@ class WorkerSettings:
     headroom: float = 0.8
     #: Work in flight with no progress for this long means the engine is stuck (0: never).
     stall_timeout_s: float = 30.0
+    #: One wake-up of a busy event loop for several rounds' audio (runtime.jobs.Handoff).
+    coalesce_wakeups: bool = True

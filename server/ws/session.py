@@ -20,10 +20,10 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from server import logs
 from server.errors import report
@@ -31,12 +31,13 @@ from server.runtime.phrase_cache import context_scope
 from server.runtime.utterance import Utterance
 from server.state import AppState
 from server.transport import SCOPE_KEY, drain_then_abort, unblock_writes
+from server.ws.wire import WireClosed, open_wire
 from streaming import connection as c
 from streaming import protocol as p
 from streaming.errors import CLOSE_GOING_AWAY
 from streaming.segment import Segment
 from streaming.text import PreparedText
-from streaming.utterance import UtteranceState
+from streaming.utterance import AudioOut, UtteranceState
 
 logger = logging.getLogger(__name__)
 
@@ -200,6 +201,7 @@ class Session:
         #: The connection's asyncio transport, when the server exposes it (server.transport).
         self.transport: asyncio.WriteTransport | None = websocket.scope.get(SCOPE_KEY)
         self.settings = settings = state.settings
+        self.wire = open_wire(websocket, direct=settings.ws_direct_send)  # server.ws.wire
         self.worker = worker = state.worker
         self.metrics = state.metrics
         self.id = session_id
@@ -351,6 +353,7 @@ class Session:
         for utterance in list(self.utterances.values()):
             utterance.task.cancel()
         unblock_writes(self.transport)
+        self.wire.flush()  # what was sent goes before the close frame
         with contextlib.suppress(Exception):
             async with asyncio.timeout(grace_s):
                 await self.websocket.close(CLOSE_GOING_AWAY, reason)
@@ -365,19 +368,19 @@ class Session:
 
     # --- sending ----------------------------------------------------------------------
 
-    async def send(self, message: p.ServerMessage | bytes) -> None:
-        """Send a message, or an audio frame (bytes)."""
-        if isinstance(message, bytes):
-            await self._send({"type": "websocket.send", "bytes": message})
+    async def send(self, message: p.ServerMessage | AudioOut) -> None:
+        """Send a message, or an audio frame (its header and its PCM)."""
+        if isinstance(message, tuple):
+            await self._send(self.wire.send_audio, *message)
         else:
-            await self._send({"type": "websocket.send", "text": message.to_json()})
+            await self._send(self.wire.send_event, message)
 
-    async def _send(self, message: dict[str, Any]) -> None:
-        if self._closed or self.websocket.application_state != WebSocketState.CONNECTED:
+    async def _send(self, send: Callable[..., Awaitable[None]], *message: Any) -> None:
+        if self._closed:
             raise _Closed
         try:
-            await self.websocket.send(message)
-        except (WebSocketDisconnect, RuntimeError, OSError) as exc:
+            await send(*message)
+        except WireClosed as exc:
             raise _Closed from exc
 
 

@@ -8,9 +8,11 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import httpx
+import pytest
 from chattts_client import StreamClient
 
 from server.config import Settings
@@ -198,3 +200,31 @@ def test_a_batch_that_does_not_fit_is_a_load_failure_not_a_dead_engine() -> None
         ready = http.get("/ready")
         assert ready.status_code == 503
         assert ready.json()["state"] == "failed" and "out of memory" in ready.json()["detail"]
+
+
+@pytest.mark.parametrize("host_share", [0.0, 1.0])
+def test_a_modelled_step_holds_the_gil_for_its_host_share(host_share: float) -> None:
+    """A modelled batched step of cost c spends host_share x c on the CPU (holding the
+    GIL, as an engine's host work does) and sleeps the rest: asleep, its thread uses
+    (almost) no CPU; busy, a good part of the step even on a crowded machine."""
+    from server.engines.base import SynthesisRequest, VoiceSpec
+
+    engine = ModelledEngine(step_a_s=0.05, step_b_s=0.0, host_share=host_share)
+    batcher = engine.batcher(4)
+    assert batcher is not None
+    rows = [batcher.open(SynthesisRequest("你好", VoiceSpec()))]
+    cpu, wall = time.thread_time(), time.perf_counter()
+    for _ in range(4):
+        batcher.step(rows)
+    cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+    assert wall >= 0.2
+    if host_share:
+        assert cpu >= 0.05
+    else:
+        assert cpu <= 0.03
+
+
+def test_a_host_share_outside_zero_to_one_is_refused() -> None:
+    """host_share is a fraction of the step: anything else is a ValueError."""
+    with pytest.raises(ValueError, match="host_share"):
+        ModelledEngine(step_a_s=0.01, step_b_s=0.0, host_share=1.5)

@@ -40,7 +40,7 @@ def sent(state: UtteranceState, event: SpeechEvent) -> list[dict[str, object] | 
     """What the client gets of ``event``: JSON messages as dicts, frames as bytes."""
     out: list[dict[str, object] | bytes] = []
     for item in state.heard(SEGMENT, "你好，世界。", event):
-        out.append(item if isinstance(item, bytes) else json.loads(item.to_json()))
+        out.append(b"".join(item) if isinstance(item, tuple) else json.loads(item.to_json()))
     return out
 
 
@@ -106,7 +106,7 @@ def test_no_frame_after_a_cancel_even_within_one_event() -> None:
     frames = state.heard(SEGMENT, "", Frames([np.ones(100, dtype=np.float32)] * 3))
     first = next(iter(frames))
     state.cancelled = True
-    assert isinstance(first, bytes) and list(frames) == []
+    assert isinstance(first, tuple) and list(frames) == []
     assert state.tally.samples == 100
 
 
