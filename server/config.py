@@ -28,7 +28,7 @@ from server.runtime.phrase_cache import PhraseCacheSettings
 from server.runtime.worker_settings import WorkerSettings
 from server.wyoming.settings import WyomingSettings
 from streaming.connection import ConnectionSettings
-from streaming.schedule import BatchSettings
+from streaming.policy import BatchSettings
 from streaming.speech import SpeechSettings
 from streaming.text import LexiconSettings
 

@@ -46,7 +46,7 @@ __all__ = [
     "SegmentStart",
     "SpeechPipeline",
     "SpeechSettings",
-    "removals_in_stream",
+    "removals_in_utterance",
 ]
 
 _NOTHING = np.zeros(0, np.float32)
@@ -101,8 +101,8 @@ def _sounding(text: str) -> int:
     return sum(1 for char in text if char.isalnum())
 
 
-def removals_in_stream(segment: Segment, prepared: PreparedText) -> tuple[Removal, ...]:
-    """The segment's removals with offsets in the whole stream's text."""
+def removals_in_utterance(segment: Segment, prepared: PreparedText) -> tuple[Removal, ...]:
+    """The segment's removals with offsets in the whole utterance's text."""
     return tuple(Removal(segment.start + r.start, r.chars, r.reason) for r in prepared.removed)
 
 
@@ -199,7 +199,7 @@ class SpeechPipeline:
         if self._segment is not None:
             self.abandon()
         start = SegmentStart(
-            removals_in_stream(segment, prepared), self.samples, bool(prepared.spoken)
+            removals_in_utterance(segment, prepared), self.samples, bool(prepared.spoken)
         )
         if start.speaks:
             self._segment = segment

@@ -49,7 +49,7 @@ from server.http.schemas import (
     audio_responses,
 )
 from server.http.speech import (
-    TextSpeech,
+    TextRequest,
     check_can_speak,
     check_text_length,
     respond_streaming,
@@ -217,9 +217,8 @@ async def _speak(
         volume=body.volume,
         request=request,
         lexicon=lexicon,
+        timestamps=bool(timestamps) and body.stream_format == "sse",
     )
-    if timestamps and body.stream_format == "sse":
-        speech.timestamps = []
     headers = speech.headers()
     if body.instructions:
         headers["X-TTS-Instructions"] = "ignored: ChatTTS takes no style instructions"
@@ -233,7 +232,7 @@ async def _speak(
     return await respond_streaming(speech, encoded, media_type, headers, request)
 
 
-async def _sse(speech: TextSpeech, audio: AsyncGenerator[bytes]) -> AsyncGenerator[bytes]:
+async def _sse(speech: TextRequest, audio: AsyncGenerator[bytes]) -> AsyncGenerator[bytes]:
     """OpenAI's speech events, one ``data:`` line each; a failure mid-stream is an
     ``error`` event (the status was sent with the first event). Asked for with the
     ``X-TTS-Timestamps`` header, each segment's ``speech.audio.timestamps`` comes once its

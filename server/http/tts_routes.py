@@ -35,7 +35,7 @@ from server.http.schemas import (
     audio_responses,
 )
 from server.http.speech import (
-    TextSpeech,
+    TextRequest,
     check_can_speak,
     check_text_length,
     respond_streaming,
@@ -226,14 +226,14 @@ async def synthesize_http(state: AppState, body: TTSRequest, request: Request) -
     return Response(data, media_type=http_audio.media_type(fmt, rate), headers=headers)
 
 
-def _done_headers(speech: TextSpeech) -> dict[str, str]:
+def _done_headers(speech: TextRequest) -> dict[str, str]:
     headers = {"X-TTS-Inference-Ms": f"{speech.elapsed_s * 1000:.1f}"}
     if speech.fallback_segments:
         headers["X-TTS-Fallback-Segments"] = str(speech.fallback_segments)
     return headers | speech.audio_headers()
 
 
-async def _json_response(speech: TextSpeech, headers: dict[str, str]) -> Response:
+async def _json_response(speech: TextRequest, headers: dict[str, str]) -> Response:
     frames = [frame async for frame in speech.frames()]
     audio = np.concatenate(frames) if frames else np.zeros(0, np.float32)
     # The samples as the float32 values they are (shortest decimals), spliced in as text:

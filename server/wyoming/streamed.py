@@ -3,7 +3,8 @@
 Text chunks go through the WebSocket's streamed segmenter policy (the first segment may
 end at a clause), so audio starts with the first sentence while the rest of the text is
 still arriving; each segment is normalised as soon as it is cut and spoken in order by
-one speaker task, through the same pipeline and engine worker as every route. A fragment
+one task, as one :class:`~server.runtime.utterance.Utterance` (the pipeline, the
+segment synthesizer, its tally and admission slot, as on every route). A fragment
 left pending is spoken after ``--idle-flush-ms`` without text (``--sentence-flush-ms``
 for a complete sentence), and the rest at ``synthesize-stop``.
 
@@ -23,14 +24,14 @@ import time
 from server import logs
 from server.errors import report
 from server.runtime.phrase_cache import utterance_scope
-from server.runtime.speaker import FellBack, Frames, SegmentSpeaker
+from server.runtime.utterance import Utterance
 from server.state import AppState
 from server.wyoming.audio import AudioWriter
 from streaming.errors import LimitExceeded
-from streaming.schedule import playback_deadline
+from streaming.policy import playback_deadline
 from streaming.segment import Segment
-from streaming.speech import SpeechPipeline
 from streaming.text import PreparedText
+from streaming.utterance import Frames
 
 __all__ = ["StreamedSpeech"]
 
@@ -56,7 +57,7 @@ class StreamedSpeech:
         self.log = log
         settings = state.settings
         self._segmenter = settings.speech.segmenter(whole_text=False)
-        self._text = state.frontend.stream()
+        self._text = state.frontend.for_utterance()
         self._segments: asyncio.Queue[Segment | None] = asyncio.Queue()
         self._prepared: dict[int, asyncio.Future[PreparedText]] = {}
         self._queued_chars = 0
@@ -64,11 +65,11 @@ class StreamedSpeech:
         self._idle: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
         self._admitted: bool | None = None  # None: not admitted; else on the fallback
+        self.utterance: Utterance | None = None
         self._closed = False
         self.characters = 0
         self.segments = 0
         self.failures = 0
-        self.fallback_segments = 0
         self.outcome = "disconnected"
 
     async def open(self) -> None:
@@ -80,28 +81,28 @@ class StreamedSpeech:
             raise refusal
         await state.voices.confirm(self.voice_name)
         engine_speed, tempo = state.voices.speed_split(1.0)
-        voice = state.voices.for_stream(self.voice_name, seed=None, speed=engine_speed)
+        voice = state.voices.for_utterance(self.voice_name, seed=None, speed=engine_speed)
         fallback = state.admission.start("wyoming")
         self._admitted = fallback
         if fallback:
             engine_speed, tempo = state.voices.speed_split(1.0, fallback=True)
-            voice = state.voices.for_stream(
+            voice = state.voices.for_utterance(
                 self.voice_name, seed=None, speed=engine_speed, fallback=True, seed_given=False
             )
-        pipeline = SpeechPipeline(
-            state.settings.speech, state.worker.sample_rate_hz, self.out.rate_hz, tempo=tempo
-        )
         # The phrase cache as on every route; Wyoming has no tokens: its callers share
         # one partition (the token-less one).
         phrases = utterance_scope(
             state, self.voice_name, seed_given=False, fallback=fallback, token=None
         )
-        speaker = SegmentSpeaker(
-            state.worker, state.metrics, pipeline, voice,
-            output_rate_hz=self.out.rate_hz, on_fallback=fallback, phrases=phrases,
+        # First audio is measured by the writer (from the first text), so the utterance
+        # is given no first-text time of its own.
+        utterance = self.utterance = Utterance(
+            state.worker, state.metrics, state.admission, state.settings.speech, voice,
+            route="wyoming", output_rate_hz=self.out.rate_hz, tempo=tempo, fallback=fallback,
+            phrases=phrases,
         )  # fmt: skip
         state.metrics.active_streams.inc()
-        self._task = asyncio.get_running_loop().create_task(self._speak_all(speaker))
+        self._task = asyncio.get_running_loop().create_task(self._speak_all(utterance))
         self._task.add_done_callback(lambda _: self._room.set())  # no push waits on it then
 
     async def push(self, text: str) -> None:
@@ -155,7 +156,9 @@ class StreamedSpeech:
             with contextlib.suppress(BaseException):
                 await self._task
             self.state.metrics.active_streams.dec()
-        if self._admitted is False:
+        if self.utterance is not None:
+            self.utterance.finish()
+        elif self._admitted is False:
             self.state.admission.finish()
         self._log_summary()
 
@@ -192,10 +195,10 @@ class StreamedSpeech:
         self._idle = None
         self._queue(self._segmenter.flush())
 
-    async def _speak_all(self, speaker: SegmentSpeaker) -> None:
+    async def _speak_all(self, utterance: Utterance) -> None:
         while (segment := await self._segments.get()) is not None:
             try:
-                await self._speak(speaker, segment)
+                await self._speak(utterance, segment)
             except OSError:
                 raise  # the client is gone
             except Exception as exc:
@@ -210,22 +213,24 @@ class StreamedSpeech:
                 self._queued_chars -= len(segment.text)
                 self._room.set()
 
-    async def _speak(self, speaker: SegmentSpeaker, segment: Segment) -> None:
+    async def _speak(self, utterance: Utterance, segment: Segment) -> None:
         prepared = await self._prepared.pop(segment.index)
         out = self.out
         deadline = playback_deadline(
             time.monotonic(), out.playback_started_at, out.samples, out.rate_hz
         )
         timeout_s = self.state.settings.segment_timeout_s
-        events = speaker.speak(segment, prepared, timeout_s=timeout_s, deadline=deadline)
+        events = utterance.speak(segment, prepared, timeout_s=timeout_s, deadline=deadline)
         async with contextlib.aclosing(events):
             async for event in events:
                 if isinstance(event, Frames):
                     await out.frames(event.frames)
-                elif isinstance(event, FellBack):
-                    self.fallback_segments += 1
         if prepared.spoken:
             self.segments += 1
+
+    @property
+    def fallback_segments(self) -> int:
+        return 0 if self.utterance is None else self.utterance.tally.fallback_segments
 
     def _log_summary(self) -> None:
         first = self.out.first_audio_s
