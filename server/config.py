@@ -120,20 +120,20 @@ class Settings:
     voices_dir: Path | None = option(
         None,
         "where named voices are kept (default: ~/.local/share/chattts-stream/voices)",
-        group="engine",
+        group="voices",
     )
     voices_store: str | None = option(
         None,
         "keep named voices in Redis instead of --voices-dir, shared by every replica of a "
         "fleet: redis://[:password@]host:port/db (rediss:// for TLS); run Redis with "
         "appendonly yes and appendfsync always (docs/scaling.md)",
-        group="engine",
+        group="voices",
     )
     voices_store_timeout_s: float = option(
         5.0,
         "how long one call to --voices-store may take, and how long start-up waits to reach "
         "it, before it counts as unreachable (start-up then exits with status 3)",
-        group="engine",
+        group="voices",
         gt=0,
     )
     voices_store_check_timeout_ms: float = option(
@@ -141,7 +141,7 @@ class Settings:
         "how long the speech path waits for --voices-store to confirm a created voice's "
         "name (one round trip per request or start that names one); past it, or with the "
         "store unreachable, the voices last seen are spoken until the store answers again",
-        group="engine",
+        group="voices",
         gt=0,
     )
     fallback_on_load_failure: bool = option(
