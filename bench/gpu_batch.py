@@ -4,7 +4,7 @@ For each batch size: ms per batched GPT step, vocoder ms per audio second, peak 
 memory (the memory curve), audio seconds made per wall second over whole utterances
 (real-time streams at that size), and the time to first audio a joining stream would see
 (prefill + the first chunk's steps at that step cost). Then the capacity the server's
-admission control would derive from those step costs (``streaming.schedule.capacity``,
+admission control would derive from those step costs (``streaming.policy.capacity``,
 80 % headroom) and the TTFA at it. Float32 and bfloat16 GPT.
 
     python bench/gpu_batch.py --checkpoint checkpoints/full       # from bench/gpu_check.sh
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from streaming.schedule import STEPS_PER_AUDIO_SECOND, StepCosts, capacity
+from streaming.policy import STEPS_PER_AUDIO_SECOND, StepCosts, capacity
 
 ROOT = Path(__file__).resolve().parent.parent
 

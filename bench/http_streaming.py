@@ -4,7 +4,8 @@ One server (a child process) speaks the same three-segment text through:
 
 - ``POST /v1/tts`` buffered (the baseline: the whole file once the text is spoken),
 - ``POST /v1/tts`` with ``"stream": true`` (wav),
-- ``POST /v1/audio/speech`` (OpenAI's API), pcm and mp3 (always streamed),
+- ``POST /v1/audio/speech`` (OpenAI's API), pcm, mp3 and ulaw (G.711 at 8 kHz, for
+  telephony; always streamed),
 
 one request at a time, ``--repeats`` times each, interleaved. Reported per route: time
 to first body byte and total time (medians, and the TTFB p95), TTFB as a share of the
@@ -42,6 +43,8 @@ ROUTES: dict[str, tuple[str, dict[str, Any]]] = {
                    {"model": "tts-1", "voice": "alloy", "input": TEXT, "response_format": "pcm"}),
     "speech_mp3": ("/v1/audio/speech",
                    {"model": "tts-1", "voice": "alloy", "input": TEXT, "response_format": "mp3"}),
+    "speech_ulaw": ("/v1/audio/speech",
+                    {"model": "tts-1", "voice": "alloy", "input": TEXT, "response_format": "ulaw"}),
 }  # fmt: skip
 
 

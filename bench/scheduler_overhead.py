@@ -1,5 +1,5 @@
 """The engine worker's own host work per round, by batch size: what the scheduler spends
-around a step (leave, admit, plan, deliver every row's chunk, hand over to the loop).
+around a step (leave, seat, plan, deliver every row's chunk, hand over to the loop).
 
 The batcher here costs nothing and gives every row a chunk of audio at every step (the
 worst case for delivery: a real decoder gives a row a chunk once every several steps),
@@ -33,7 +33,7 @@ from server.metrics import Metrics
 from server.runtime.fallback import FallbackVoice
 from server.runtime.jobs import Handoff, Job
 from server.runtime.scheduler import Scheduler
-from streaming.schedule import BatchSettings, StepCosts
+from streaming.policy import BatchSettings, StepCosts
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -110,7 +110,7 @@ def measure(batch: int, rounds: int) -> tuple[float, float]:
                 request, loop, handoff, deadline=now, order=order, playing=False, on_end=_never_ends
             )
         )
-    scheduler.run_once()  # admit and prefill
+    scheduler.run_once()  # seat and prefill
     # The loop takes that round's audio too: a hand-over still pending would carry the
     # next round's with it (coalesced), one wake-up short.
     loop.run_until_complete(asyncio.sleep(0))

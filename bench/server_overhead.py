@@ -68,13 +68,13 @@ PROFILE_CATEGORIES = [
     ("float to PCM16", r"^float_to_pcm16"),
     ("speech pipeline (joins, resampling, framing)", r"^SpeechPipeline\."),
     ("JSON events", r"^encode_event|^ServerMessage\.to_json"),
-    ("sending a message (ASGI layers or the wire)", r"^Wire\.send_|^AsgiWire\.|^Session\.send_|^WebSocket\.send |sender "),
+    ("sending a message (ASGI layers or the wire)", r"^Wire\.send_|^AsgiWire\.|^Session\.send|^Session\._send|^WebSocket\.send |sender "),
     ("engine hand-over", r"^_hand_over|^Handoff\._hand_over|^Job\.receive|^Job\.chunks"),
-    ("text front-end hand-off", r"^TextStream\.submit|^TextFrontend\.submit|^wrap_future|^_chain_future|_copy_future_state|_call_set_state"),
-    ("connection set-up (upgrade, handshake, accept, session objects)", r"handle_websocket_upgrade|^WebSocketsSansIOProtocol\.(handle_connect|__init__)|^WebSocket\.accept|^Context\.__init__|^Session\.__init__|^HttpToolsProtocol|connection_made|^GuardedHttp"),
+    ("text front-end hand-off", r"^UtteranceText\.|^TextFrontend\.submit|^wrap_future|^_chain_future|_copy_future_state|_call_set_state"),
+    ("connection set-up (upgrade, handshake, accept, session objects)", r"handle_websocket_upgrade|^WebSocketsSansIOProtocol\.(handle_connect|__init__)|^WebSocket\.accept|^UtteranceTask\.__init__|^Utterance\.__init__|^Session\.__init__|^HttpToolsProtocol|connection_made|^GuardedHttp"),
     ("client messages (parse, segmenter, core)", r"^Session\._read|^WebSocketsSansIOProtocol\.data_received|^Session\._apply"),
     ("job submission", r"^EngineWorker\.submit"),
-    ("session and context tasks (read loop, timers, speaker loop, teardown)", r"connection_lost|handle_close|^Session\.run|^run_websocket|^Context\.speak|^Context\._s|^SegmentSpeaker|^pack_audio_header"),
+    ("session and context tasks (read loop, timers, speaker loop, teardown)", r"connection_lost|handle_close|^Session\.run|^run_websocket|^UtteranceTask\.|^Utterance\.|^UtteranceState\.|^SegmentSynthesizer|^pack_audio_header"),
     ("ASGI app entry per connection (middleware, routing)", r"Middleware|TransportTap|Router|solve_dependencies|websocket_session|get_websocket_app|RequestLog|BodyLimit|JsonBodies|FastAPI"),
 ]  # fmt: skip
 LOOP_ITSELF = "the event loop itself (uvloop: polling, reading sockets, callbacks)"

@@ -30,6 +30,7 @@ from server.http.voice_routes import voice_routes
 from server.state import AppState
 from server.transport import TransportTap
 from server.ws.endpoint import DenialLogFilter, run_websocket
+from server.wyoming.server import WyomingServer
 from streaming.errors import Unavailable
 
 __all__ = ["AppState", "create_app"]
@@ -47,8 +48,8 @@ async def _watch(state: AppState, period_s: float = 1.0) -> None:
 def _lifespan(
     state: AppState, denials: DenialLogFilter
 ) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
-    """Start-up and shutdown: the voice store, the engine thread, the text front-end, the
-    watchdog; in reverse at the end."""
+    """Start-up and shutdown: the voice store, the Wyoming listener (--wyoming-port), the
+    engine thread, the text front-end, the watchdog; in reverse at the end."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -61,6 +62,7 @@ def _lifespan(
         except Unavailable as exc:
             logger.critical("exiting: %s", exc.message)
             raise logs.Reported(exc.message) from None
+        wyoming = await _start_wyoming(state)  # before the engine: a taken port stops at once
         uvicorn_log = logging.getLogger("uvicorn.error")
         uvicorn_log.addFilter(denials)
         state.worker.start()
@@ -71,6 +73,8 @@ def _lifespan(
         try:
             yield
         finally:
+            if wyoming is not None:
+                await wyoming.close(state.settings.drain_timeout_s)
             if hangup is not None:
                 hangup()
             watchdog.cancel()
@@ -82,6 +86,19 @@ def _lifespan(
             await state.phrases.close()
 
     return lifespan
+
+
+async def _start_wyoming(state: AppState) -> WyomingServer | None:
+    """The Wyoming listener when --wyoming-port asks for one; a port that cannot be bound
+    stops the start-up with one line saying why."""
+    if not state.settings.wyoming.wyoming_port:
+        return None
+    try:
+        return await WyomingServer.start(state)
+    except OSError as exc:
+        message = f"cannot serve the Wyoming protocol on --wyoming-port: {exc}"
+        logger.critical("exiting: %s", message)
+        raise logs.Reported(message) from None
 
 
 def _on_hangup(callback: Callable[[], None]) -> Callable[[], None] | None:

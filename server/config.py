@@ -3,10 +3,9 @@
 Every limit the server enforces is a field here, with a default meant for production.
 Each setting is declared once, with its help, group and, for a number, its bounds
 (:func:`server.declaration.option`); the flags, the environment variables, the refusal
-of a value out of bounds and docs/settings.md are derived from the declarations. The
-ChatTTS engine's settings are its own bundle (:class:`ChatTTSSettings`), held in
-``Settings.chattts`` under the same flat flag and variable names. The bundles the parts
-below the composition root take are derived here too (``Settings.speech``, ...).
+of a value out of bounds and docs/settings.md are derived from the declarations.
+ChatTTS, the phrase cache and the Wyoming listener keep theirs in bundles held here
+(``Settings.chattts``, ...; flat flag names); the parts' bundles derive from it too.
 
 Around it: :mod:`server.config_input` builds it (command-line flags over ``TTS_*``
 environment variables over defaults), :mod:`server.config_checks` refuses what cannot
@@ -27,8 +26,9 @@ from server.engines.chattts.settings import ChatTTSSettings
 from server.runtime.admission import AdmissionSettings
 from server.runtime.phrase_cache import PhraseCacheSettings
 from server.runtime.worker_settings import WorkerSettings
+from server.wyoming.settings import WyomingSettings
 from streaming.connection import ConnectionSettings
-from streaming.schedule import BatchSettings
+from streaming.policy import BatchSettings
 from streaming.speech import SpeechSettings
 from streaming.text import LexiconSettings
 
@@ -120,20 +120,20 @@ class Settings:
     voices_dir: Path | None = option(
         None,
         "where named voices are kept (default: ~/.local/share/chattts-stream/voices)",
-        group="engine",
+        group="voices",
     )
     voices_store: str | None = option(
         None,
         "keep named voices in Redis instead of --voices-dir, shared by every replica of a "
         "fleet: redis://[:password@]host:port/db (rediss:// for TLS); run Redis with "
         "appendonly yes and appendfsync always (docs/scaling.md)",
-        group="engine",
+        group="voices",
     )
     voices_store_timeout_s: float = option(
         5.0,
         "how long one call to --voices-store may take, and how long start-up waits to reach "
         "it, before it counts as unreachable (start-up then exits with status 3)",
-        group="engine",
+        group="voices",
         gt=0,
     )
     voices_store_check_timeout_ms: float = option(
@@ -141,7 +141,7 @@ class Settings:
         "how long the speech path waits for --voices-store to confirm a created voice's "
         "name (one round trip per request or start that names one); past it, or with the "
         "store unreachable, the voices last seen are spoken until the store answers again",
-        group="engine",
+        group="voices",
         gt=0,
     )
     fallback_on_load_failure: bool = option(
@@ -164,6 +164,7 @@ class Settings:
     )
     chattts: ChatTTSSettings = nested(ChatTTSSettings)
     phrase_cache: PhraseCacheSettings = nested(PhraseCacheSettings)
+    wyoming: WyomingSettings = nested(WyomingSettings)
 
     # Auth: no tokens means open (with a warning in the log). Not an option: tokens come
     # from --token-file / TTS_TOKEN_FILE and TTS_TOKENS (see build_settings).

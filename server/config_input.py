@@ -21,6 +21,7 @@ from server.config_checks import refusal, validate
 from server.declaration import GROUPS, specs
 from server.engines.chattts.settings import ChatTTSSettings
 from server.runtime.phrase_cache import PhraseCacheSettings
+from server.wyoming.settings import WyomingSettings
 
 __all__ = ["add_arguments", "build_settings", "read_token_file", "unknown_variables"]
 
@@ -115,11 +116,15 @@ def build_settings(
         phrase_cache = PhraseCacheSettings(
             **{path[1]: value for path, value in values.items() if path[0] == "phrase_cache"}
         )
+        wyoming = WyomingSettings(
+            **{path[1]: value for path, value in values.items() if path[0] == "wyoming"}
+        )
     except ValueError as exc:
         raise SystemExit(refusal(str(exc).split("; "))) from None
     top = {path[0]: value for path, value in values.items() if len(path) == 1}
     settings = Settings(
-        **top, chattts=chattts, phrase_cache=phrase_cache, tokens=tuple(dict.fromkeys(tokens))
-    )
+        **top, chattts=chattts, phrase_cache=phrase_cache, wyoming=wyoming,
+        tokens=tuple(dict.fromkeys(tokens)),
+    )  # fmt: skip
     validate(settings)
     return settings

@@ -38,6 +38,7 @@ __all__ = [
 GROUPS: dict[str, str] = {
     "server": "server: where and how it listens",
     "engine": "engine: which voice, on what, and what happens when it fails",
+    "voices": "voices: where named voices are kept (a folder, or Redis for a fleet)",
     "chattts": "ChatTTS: sampling, streaming decoder, precision, KV cache",
     "connections": "connections: how many, how long they may wait, idle or drain",
     "limits": "limits: what one client may ask for, and how long work may take",

@@ -48,6 +48,13 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.wyoming_requests = Counter(
+            "tts_wyoming_requests_total",
+            "Wyoming requests (--wyoming-port) by kind (synthesize: a whole text; stream: "
+            "synthesize-start to synthesize-stop) and outcome",
+            ["kind", "outcome"],
+            registry=r,
+        )
         self.active_sessions = Gauge(
             "tts_ws_sessions_active", "WebSocket sessions open now", registry=r
         )

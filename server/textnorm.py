@@ -14,8 +14,8 @@ prepared on one dedicated thread (:meth:`TextFrontend.submit`), never on the eve
 loop; one thread also serialises calls into pynini, whose thread safety is not
 documented, and runs the lexicon file's reload check (:mod:`server.lexicon`).
 
-A :class:`TextStream` prepares one context's (or request's) segments in order: code
-fences that span segments, the stream's own lexicon entries over the file's, and the
+A :class:`UtteranceText` prepares one context's (or request's) segments in order: code
+fences that span segments, the utterance's own lexicon entries over the file's, and the
 end of the previous segment, where a cue word for the next one may stand.
 
 The transducers are built with the library's options that change Chinese characters
@@ -42,7 +42,7 @@ from typing import Any
 
 from server.lexicon import LexiconFile
 from streaming.segment import Segment, Segmenter, SegmenterSettings
-from streaming.speech import removals_in_stream
+from streaming.speech import removals_in_utterance
 from streaming.text import (
     CodeFences,
     Lexicon,
@@ -67,7 +67,7 @@ _FST_OPTIONS = {
 _CACHE_VERSION = "wetext-1.2.0-keepzh-1"
 # Normalised strings remembered (list numbers, units and years repeat in LLM output).
 _CACHE_ENTRIES = 4096
-# Digit strings a stream remembers to say the same way again (a reply names a few).
+# Digit strings an utterance remembers to say the same way again (a reply names a few).
 _MAX_CODES = 64
 
 
@@ -154,7 +154,7 @@ class PreviewSegment:
             "reason": segment.reason,
             "spoken": p.spoken,
             "tags": list(p.tags),
-            "removed": [asdict(r) for r in removals_in_stream(segment, p)],
+            "removed": [asdict(r) for r in removals_in_utterance(segment, p)],
             "rewrites": [
                 {
                     "start": segment.start + piece.start,
@@ -234,7 +234,7 @@ class TextFrontend:
         codes: Iterable[tuple[str, str, str]] = (),
     ) -> PreparedText:
         """Prepare one segment (blocking), with ``lexicon``'s entries (all of them:
-        :meth:`TextStream.lexicon`), the stream's text ``before`` it (cue words) and the
+        :meth:`UtteranceText.lexicon`), the utterance's text ``before`` it (cue words) and the
         digit strings its segments before read digit by digit (``codes``).
 
         The normaliser is loaded on first need, so a text without digits or symbols
@@ -270,19 +270,21 @@ class TextFrontend:
         """Begin loading on the front-end thread; returns at once."""
         self._pool().submit(self.load)
 
-    def submit(self, text: str, stream: TextStream | None = None) -> asyncio.Future[PreparedText]:
-        """Start preparing ``text`` on the front-end thread (with ``stream``'s lexicon);
+    def submit(
+        self, text: str, utterance: UtteranceText | None = None
+    ) -> asyncio.Future[PreparedText]:
+        """Start preparing ``text`` on the front-end thread (with ``utterance``'s lexicon);
         await the result on the loop."""
-        if stream is None:
+        if utterance is None:
             return asyncio.wrap_future(self._pool().submit(self.prepare, text))
         return asyncio.wrap_future(
-            self._pool().submit(stream.prepare_now, text, stream.follow(text))
+            self._pool().submit(utterance.prepare_now, text, utterance.follow(text))
         )
 
-    def stream(self, lexicon: Lexicon | None = None) -> TextStream:
-        """A preparer for the segments of one text stream (a context, a request), with
+    def for_utterance(self, lexicon: Lexicon | None = None) -> UtteranceText:
+        """A preparer for the segments of one utterance (a context, a request), with
         its own lexicon entries (they win over the file's)."""
-        return TextStream(self, lexicon)
+        return UtteranceText(self, lexicon)
 
     def preview(
         self, text: str, config: SegmenterSettings, lexicon: Lexicon | None = None
@@ -290,8 +292,8 @@ class TextFrontend:
         """Segments of ``text`` pushed whole then flushed, each prepared (blocking)."""
         segmenter = Segmenter(config)
         segments = [*segmenter.push(text), *segmenter.flush()]
-        stream = self.stream(lexicon)
-        return [PreviewSegment(segment, stream.prepare(segment.text)) for segment in segments]
+        utterance = self.for_utterance(lexicon)
+        return [PreviewSegment(segment, utterance.prepare(segment.text)) for segment in segments]
 
     async def preview_async(
         self, text: str, config: SegmenterSettings, lexicon: Lexicon | None = None
@@ -305,9 +307,9 @@ class TextFrontend:
             self._executor = None
 
 
-class TextStream:
-    """Prepares one stream's segments, in order, with what spans segments (code fences)
-    and the stream's lexicon entries over the file's."""
+class UtteranceText:
+    """Prepares one utterance's segments, in order, with what spans segments (code fences)
+    and the utterance's lexicon entries over the file's."""
 
     def __init__(self, frontend: TextFrontend, lexicon: Lexicon | None = None) -> None:
         self._frontend = frontend
@@ -320,7 +322,7 @@ class TextStream:
         self._codes: dict[str, tuple[str, str, str]] = {}
 
     def lexicon(self) -> Lexicon | None:
-        """The file's entries (as they are now) with this stream's over them."""
+        """The file's entries (as they are now) with this utterance's over them."""
         file_lexicon = self._frontend.file_lexicon()
         if file_lexicon is not self._merged[0]:  # merged once per version of the file
             merged = file_lexicon.merged(self._own) if file_lexicon is not None else self._own
@@ -328,7 +330,7 @@ class TextStream:
         return self._merged[1]
 
     def follow(self, text: str) -> str:
-        """Note ``text`` as the stream's latest segment; returns the one before it."""
+        """Note ``text`` as the utterance's latest segment; returns the one before it."""
         before, self._previous = self._previous, text
         return before
 

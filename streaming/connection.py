@@ -10,7 +10,9 @@ frame to :meth:`Connection.receive` and act on the events it returns, in order:
 - :class:`Refused`: the message was refused (a :class:`~streaming.errors.ClientError`,
   ``busy`` when admission refuses a new context, ``draining`` once the server drains):
   report it and send its ``error`` event; nothing else changed;
-- :class:`Opened`: a context opened: start speaking for it;
+- :class:`Opened`: a context opened: start speaking for it (its
+  :class:`~streaming.utterance.UtteranceState` then says what its client is sent of each
+  speech event, :meth:`~streaming.utterance.UtteranceState.heard`, and its ``done``);
 - :class:`FirstText`: the context received its first words (time to first audio starts);
 - :class:`Segments`: these segments of the context are ready to speak, in order;
 - :class:`Ended`: the context will get no more segments (after ``end``);
@@ -29,18 +31,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from streaming import encodings
 from streaming import protocol as p
 from streaming.errors import ClientError, LimitExceeded, TTSError, Unavailable
-from streaming.segment import Segment, Segmenter
+from streaming.segment import Segment
 from streaming.speech import SpeechSettings
 from streaming.text import Lexicon, LexiconError, LexiconSettings
+from streaming.utterance import UtteranceState, UtteranceVoice
 
 __all__ = [
     "Cancelled",
     "Connection",
     "ConnectionSettings",
-    "ContextState",
-    "ContextVoice",
     "Ended",
     "Event",
     "FirstText",
@@ -66,56 +68,6 @@ class ConnectionSettings:
 
 
 @dataclass(frozen=True)
-class ContextVoice:
-    """What fixes how a context sounds, for all of its segments."""
-
-    voice: str | None
-    seed: int
-    speed: float
-    sample_rate_hz: int
-    #: Spoken by the fallback voice: admitted while the engine was at capacity.
-    fallback: bool = False
-    #: The client's own seed (False: the voice's, or one picked for it).
-    seed_given: bool = True
-    #: Loudness factor (streaming.limiter).
-    volume: float = 1.0
-
-
-class ContextState:
-    """One context's text and rules: its segmenter and what it may still receive."""
-
-    def __init__(
-        self,
-        context_id: str,
-        stream: int,
-        voice: ContextVoice,
-        segmenter: Segmenter,
-        *,
-        timestamps: bool = False,
-        lexicon: Lexicon | None = None,
-    ):
-        self.id = context_id
-        #: The context's own lexicon entries (``start``'s ``lexicon``), checked.
-        self.lexicon = lexicon
-        #: Send a ``timestamps`` event after each segment (``start`` asked for them).
-        self.timestamps = timestamps
-        self.stream = stream
-        self.voice = voice
-        self.segmenter = segmenter
-        self.queued_chars = 0  # cut into segments, not yet finished speaking
-        self.received_chars = 0  # every character of text accepted
-        self.closing = False  # after end or cancel: no more text
-        self.drained = False  # ended by the server's drain, not by its client
-        self.cancelled = False
-        self.has_text = False  # received words (not only blanks)
-
-    @property
-    def buffered_chars(self) -> int:
-        """Unspoken characters: pending in the segmenter and queued in segments."""
-        return len(self.segmenter.pending_text) + self.queued_chars
-
-
-@dataclass(frozen=True)
 class Reply:
     message: p.ServerMessage
 
@@ -127,7 +79,7 @@ class Refused:
 
 @dataclass(frozen=True)
 class Opened:
-    context: ContextState
+    context: UtteranceState
 
 
 @dataclass(frozen=True)
@@ -195,7 +147,7 @@ class Connection:
         self._check_voice = check_voice
         self._choose_seed = choose_seed
         self._admit = admit
-        self.contexts: dict[str, ContextState] = {}
+        self.contexts: dict[str, UtteranceState] = {}
         self._next_stream = 1
         #: The server drains: no context opens, the open ones speak what they hold.
         self.draining = False
@@ -348,11 +300,8 @@ class Connection:
             )
         seed = self._seed(message)
         lexicon = self._lexicon(message)
-        fallback = self._admit(message.context_id)  # last: nothing refused after it
-        rate = message.sample_rate or self.engine_rate_hz
-        voice = ContextVoice(message.voice, seed, message.speed, rate, fallback,
-                             message.seed is not None, message.volume)  # fmt: skip
-        context = ContextState(
+        voice = self._voice(message, seed)  # admitted last: nothing is refused after it
+        context = UtteranceState(
             message.context_id,
             self._next_stream,
             voice,
@@ -370,9 +319,11 @@ class Connection:
             seed=voice.seed,
             speed=voice.speed,
             volume=voice.volume,
+            encoding=voice.encoding,
+            frame_ms=voice.frame_ms,
         )
         events: list[Event] = [Opened(context), Reply(started)]
-        if fallback:
+        if voice.fallback:
             warning = p.WarningEvent(
                 context_id=context.id,
                 code="busy_fallback_voice",
@@ -380,6 +331,19 @@ class Connection:
             )
             events.append(Reply(warning))
         return events
+
+    def _voice(self, message: p.Start, seed: int) -> UtteranceVoice:
+        """How the context sounds and what its frames are, then its admission."""
+        encoding = message.encoding or encodings.DEFAULT_ENCODING
+        rate_hz = encodings.check_rate(
+            encoding, message.sample_rate, self.engine_rate_hz, context_id=message.context_id
+        )
+        _check_frame(message, rate_hz)
+        fallback = self._admit(message.context_id)
+        return UtteranceVoice(
+            message.voice, seed, message.speed, rate_hz, fallback, message.seed is not None,
+            message.volume, encoding, message.frame_ms,
+        )  # fmt: skip
 
     def _lexicon(self, message: p.Start) -> Lexicon | None:
         """The context's lexicon, checked against the limits (``invalid_lexicon``)."""
@@ -433,7 +397,7 @@ class Connection:
                 limit=limits.max_buffered_chars,
             )
 
-    def _accept_text(self, context: ContextState, text: str) -> list[Event]:
+    def _accept_text(self, context: UtteranceState, text: str) -> list[Event]:
         self._check_delta(text, context.buffered_chars, context.id)
         events: list[Event] = []
         context.received_chars += len(text)
@@ -443,7 +407,7 @@ class Connection:
         events += self._cut(context, context.segmenter.push(text))
         return [*events, self._idle_timer(context)]
 
-    def _idle_timer(self, context: ContextState) -> IdleTimer:
+    def _idle_timer(self, context: UtteranceState) -> IdleTimer:
         """After text: a fragment left pending is spoken when the input pauses."""
         segmenter = context.segmenter
         if not segmenter.pending_text.strip():
@@ -454,13 +418,26 @@ class Connection:
         )
         return IdleTimer(context.id, delay_ms / 1000)
 
-    def _cut(self, context: ContextState, segments: list[Segment]) -> list[Event]:
+    def _cut(self, context: UtteranceState, segments: list[Segment]) -> list[Event]:
         if not segments:
             return []
-        context.queued_chars += sum(len(segment.text) for segment in segments)
+        cut = sum(len(segment.text) for segment in segments)
+        context.queued_chars += cut
+        context.tally.characters += cut
         return [Segments(context.id, tuple(segments))]
 
-    def _cancel(self, context: ContextState) -> list[Event]:
+    def _cancel(self, context: UtteranceState) -> list[Event]:
         context.cancelled = context.closing = True
         context.queued_chars = 0
         return [IdleTimer(context.id, None), Cancelled(context.id)]
+
+
+def _check_frame(message: p.Start, rate_hz: int) -> None:
+    """A frame duration must be a whole number of samples at the context's rate."""
+    if message.frame_ms is not None and message.frame_ms * rate_hz % 1000:
+        raise ClientError(
+            f"field 'frame_ms': {message.frame_ms} ms at {rate_hz} Hz is not a whole number "
+            "of samples; choose one that is (at 22050 and 44100 Hz: a multiple of 20 ms)",
+            code="invalid_field",
+            context_id=message.context_id,
+        )

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from streaming import limiter
+from streaming.encodings import DEFAULT_ENCODING, ENCODINGS, encoding_field, frame_ms_field
 from streaming.errors import ClientError, TTSError, public_message
 from streaming.text import Removal
 
@@ -29,7 +30,7 @@ SUBPROTOCOL = "tts.v1"
 #: second subprotocol. The server never echoes it back.
 TOKEN_SUBPROTOCOL_PREFIX = "token."
 DEFAULT_CONTEXT_ID = "default"
-ENCODING = "pcm_s16le"
+ENCODING = DEFAULT_ENCODING
 
 #: Binary audio frame header: stream number, segment index, sequence number (per
 #: stream, counting every frame of that stream), all little-endian uint32.
@@ -64,6 +65,10 @@ class Start:
     lexicon: tuple[tuple[str, str], ...] | None = None
     #: Loudness factor (1: as the engine made it), peaks limited below full scale.
     volume: float = 1.0
+    #: The bytes of its audio frames: pcm_s16le (None: the default), pcm_mulaw, pcm_alaw.
+    encoding: str | None = None
+    #: Every audio frame exactly this long (None: the server's frames, shorter first).
+    frame_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,8 @@ def parse_client_message(raw: str | bytes) -> ClientMessage:
             timestamps=_optional_bool(obj, "timestamps", context_id),
             lexicon=_optional_lexicon(obj, context_id),
             volume=_volume(obj, context_id),
+            encoding=encoding_field(obj, context_id),
+            frame_ms=frame_ms_field(obj, context_id),
         )
     return cls(context_id)  # type: ignore[call-arg]
 
@@ -328,6 +335,8 @@ class Ready(ServerMessage):
     encoding: str = ENCODING
     channels: int = 1
     audio_header_bytes: int = AUDIO_HEADER_BYTES
+    #: What ``start.encoding`` may ask for.
+    encodings: list[str] = field(default_factory=lambda: list(ENCODINGS))
     type: str = field(init=False, default="ready")
 
 
@@ -340,6 +349,9 @@ class Started(ServerMessage):
     seed: int
     speed: float
     volume: float = 1.0
+    encoding: str = ENCODING
+    #: The context's own frame duration (None: the server's frames).
+    frame_ms: int | None = None
     type: str = field(init=False, default="started")
 
 

@@ -23,6 +23,8 @@ segment's first audio, so the audio never ends in silence.
 Frames: the first frame of each segment holds ``first_frame_ms``, the next ones double
 up to ``frame_ms`` (see :class:`streaming.audio.FrameChunker`); each segment's audio is
 resampled on its own and flushed at its end, so segment offsets are exact at any rate.
+Given its own ``frame_ms`` (a telephony client's 20 ms), every frame holds exactly that:
+a segment's last frame is filled up with silence, which joins the pause after it.
 Pure and synchronous; one instance per utterance; not thread-safe.
 """
 
@@ -44,7 +46,7 @@ __all__ = [
     "SegmentStart",
     "SpeechPipeline",
     "SpeechSettings",
-    "removals_in_stream",
+    "removals_in_utterance",
 ]
 
 _NOTHING = np.zeros(0, np.float32)
@@ -99,8 +101,8 @@ def _sounding(text: str) -> int:
     return sum(1 for char in text if char.isalnum())
 
 
-def removals_in_stream(segment: Segment, prepared: PreparedText) -> tuple[Removal, ...]:
-    """The segment's removals with offsets in the whole stream's text."""
+def removals_in_utterance(segment: Segment, prepared: PreparedText) -> tuple[Removal, ...]:
+    """The segment's removals with offsets in the whole utterance's text."""
     return tuple(Removal(segment.start + r.start, r.chars, r.reason) for r in prepared.removed)
 
 
@@ -154,6 +156,7 @@ class SpeechPipeline:
         whole_text: bool = False,
         tempo: float = 1.0,
         volume: float = 1.0,
+        frame_ms: int | None = None,
     ) -> None:
         self.settings = settings
         self.engine_rate_hz = engine_rate_hz
@@ -170,9 +173,14 @@ class SpeechPipeline:
             Resampler(engine_rate_hz, output_rate_hz) if engine_rate_hz != output_rate_hz else None
         )
         self._limiter = VolumeLimiter(output_rate_hz, volume) if volume != 1.0 else None
+        #: Every frame exactly ``frame_ms`` (a telephony client's own frame duration).
+        self.exact_frames = frame_ms is not None
+        frame_samples = output_rate_hz * (frame_ms or settings.frame_ms) // 1000
         self._chunker = FrameChunker(
-            output_rate_hz * settings.frame_ms // 1000,
-            first_frame_samples=output_rate_hz * settings.first_frame_ms // 1000,
+            frame_samples,
+            first_frame_samples=(
+                frame_samples if frame_ms else output_rate_hz * settings.first_frame_ms // 1000
+            ),
         )
         #: Output samples framed so far (pauses included once released).
         self.samples = 0
@@ -191,7 +199,7 @@ class SpeechPipeline:
         if self._segment is not None:
             self.abandon()
         start = SegmentStart(
-            removals_in_stream(segment, prepared), self.samples, bool(prepared.spoken)
+            removals_in_utterance(segment, prepared), self.samples, bool(prepared.spoken)
         )
         if start.speaks:
             self._segment = segment
@@ -313,5 +321,11 @@ class SpeechPipeline:
 
     def _flush(self) -> list[np.ndarray]:
         frames = self._chunker.flush()
+        if self.exact_frames and frames:
+            # The segment's last frame is filled up with silence (its pause, or a held
+            # pause made that much shorter): the next segment starts on a whole frame.
+            short = self._chunker.frame_samples - int(frames[-1].size)
+            frames[-1] = np.concatenate((frames[-1], np.zeros(short, frames[-1].dtype)))
+            self._held_pause = max(0, self._held_pause - short)
         self.samples += sum(int(frame.size) for frame in frames)
         return frames

@@ -200,8 +200,14 @@ class StreamClient:
         timestamps: bool = False,
         lexicon: Mapping[str, str] | None = None,
         volume: float | None = None,
+        encoding: str | None = None,
+        frame_ms: int | None = None,
     ) -> str:
         """Open a context (do not wait for ``started``); returns its id.
+
+        ``encoding``: its frames' bytes, ``pcm_s16le`` (the default), ``pcm_mulaw`` or
+        ``pcm_alaw`` (G.711 at 8 kHz: ``sample_rate`` 8000 or left out); ``frame_ms``:
+        every frame exactly that long (20 for telephony), else the server's frames.
 
         ``lexicon``: pronunciation entries for this context, written form to spoken form
         (``{"行长": "航长"}``), applied before the server's own rules and its lexicon file.
@@ -211,7 +217,8 @@ class StreamClient:
         context_id = context_id or uuid.uuid4().hex[:8]
         params = {"voice": voice, "seed": seed, "speed": speed, "sample_rate": sample_rate,
                   "timestamps": timestamps or None,
-                  "lexicon": dict(lexicon) if lexicon else None, "volume": volume}  # fmt: skip
+                  "lexicon": dict(lexicon) if lexicon else None, "volume": volume,
+                  "encoding": encoding, "frame_ms": frame_ms}  # fmt: skip
         if self._resumer is not None:
             await self._resumer.start(await self._dialer.usable(), context_id, params)
         else:
@@ -229,6 +236,8 @@ class StreamClient:
         timestamps: bool = False,
         lexicon: Mapping[str, str] | None = None,
         volume: float | None = None,
+        encoding: str | None = None,
+        frame_ms: int | None = None,
         attempts: int = 5,
         busy_within_s: float = 10.0,
         timeout_s: float = 30.0,
@@ -251,8 +260,8 @@ class StreamClient:
         context_id = context_id or uuid.uuid4().hex[:8]
         for attempt in range(1, attempts + 1):
             await self.start(context_id, voice=voice, seed=seed, speed=speed,
-                             sample_rate=sample_rate, timestamps=timestamps,
-                             lexicon=lexicon, volume=volume)  # fmt: skip
+                             sample_rate=sample_rate, timestamps=timestamps, lexicon=lexicon,
+                             volume=volume, encoding=encoding, frame_ms=frame_ms)  # fmt: skip
             answer = await self._events.answer_to_start(context_id, timeout_s)
             if answer["type"] == "started":
                 return context_id

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from chattts_client.wire import AudioFrame
+from chattts_client.wire import ONE_BYTE_ENCODINGS, AudioFrame
 
 __all__ = ["ContextLedger", "Part", "Span"]
 
@@ -84,6 +84,7 @@ class ContextLedger:
         self.next_index = 0
         self.segments = 0  # distinct segments with an event (a repeated one once)
         self.samples = 0
+        self.bytes_per_sample = 2
         self.sequence = 0
 
     def accept(self, text: str) -> None:
@@ -114,7 +115,10 @@ class ContextLedger:
         """The first part's ``started``: the context's numbers and voice from now on."""
         self.stream = stream
         self.sample_rate_hz = int(event.get("sample_rate") or self.sample_rate_hz)
+        self.bytes_per_sample = 1 if event.get("encoding") in ONE_BYTE_ENCODINGS else 2
         self.voice = {name: event.get(name) for name in ("voice", "seed", "speed", "sample_rate")}
+        # The frames' encoding and length, where the context chose them, go with it too.
+        self.voice |= {k: event[k] for k in ("encoding", "frame_ms") if event.get(k) is not None}
         return {**event, "context_id": self.context_id, "stream": stream}
 
     def segment(self, part: Part, event: dict[str, Any]) -> dict[str, Any]:
@@ -148,7 +152,7 @@ class ContextLedger:
             frame, stream=self.stream, segment=span.index + frame.segment, sequence=self.sequence
         )
         self.sequence += 1
-        self.samples += len(frame.pcm) // 2
+        self.samples += len(frame.pcm) // self.bytes_per_sample
         return rewritten
 
     def timestamps(self, part: Part, event: dict[str, Any]) -> dict[str, Any]:

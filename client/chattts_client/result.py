@@ -7,7 +7,7 @@ from typing import Any
 
 from chattts_client.errors import error_from_event
 from chattts_client.timestamps import spoken_so_far
-from chattts_client.wire import AudioFrame, Event
+from chattts_client.wire import ONE_BYTE_ENCODINGS, AudioFrame, Event
 
 __all__ = ["ContextResult", "record"]
 
@@ -41,12 +41,19 @@ class ContextResult:
         return spoken_so_far(self.timestamps, heard_ms)
 
     @property
+    def encoding(self) -> str:
+        """The bytes of :attr:`pcm`, as ``started`` said (``pcm_s16le`` by default)."""
+        return str((self.started or {}).get("encoding") or "pcm_s16le")
+
+    @property
     def pcm(self) -> bytes:
+        """The context's audio in its :attr:`encoding`."""
         return b"".join(f.pcm for f in self.frames)
 
     @property
     def samples(self) -> int:
-        return sum(f.samples for f in self.frames)
+        width = 1 if self.encoding in ONE_BYTE_ENCODINGS else 2
+        return sum(len(f.pcm) for f in self.frames) // width
 
 
 def record(result: ContextResult, event: Event) -> None:

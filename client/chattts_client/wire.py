@@ -15,6 +15,7 @@ from chattts_client.errors import ProtocolError
 __all__ = [
     "AUDIO_HEADER",
     "DEFAULT_CONTEXT_ID",
+    "ONE_BYTE_ENCODINGS",
     "START_REFUSALS",
     "SUBPROTOCOL",
     "TOKEN_SUBPROTOCOL_PREFIX",
@@ -26,7 +27,9 @@ __all__ = [
 SUBPROTOCOL = "tts.v1"
 TOKEN_SUBPROTOCOL_PREFIX = "token."
 DEFAULT_CONTEXT_ID = "default"
-AUDIO_HEADER = struct.Struct("<III")  # stream, segment, sequence; then int16 LE PCM
+AUDIO_HEADER = struct.Struct("<III")  # stream, segment, sequence; then the audio
+#: The context encodings whose frames hold one byte a sample (G.711).
+ONE_BYTE_ENCODINGS = frozenset({"pcm_mulaw", "pcm_alaw"})
 
 #: Error codes that refuse a ``start``: no ``done`` comes for that context.
 START_REFUSALS = frozenset(
@@ -46,10 +49,13 @@ class AudioFrame:
     stream: int
     segment: int
     sequence: int
-    pcm: bytes  # int16 little-endian mono
+    #: The audio in its context's encoding: int16 little-endian mono by default, G.711
+    #: codes (one byte a sample) for a context started with pcm_mulaw or pcm_alaw.
+    pcm: bytes
 
     @property
     def samples(self) -> int:
+        """Samples of a 16-bit frame (a G.711 frame has ``len(pcm)``)."""
         return len(self.pcm) // 2
 
 

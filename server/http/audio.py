@@ -5,6 +5,8 @@ as soon as there are any, so a response can start after the first segment:
 
 - ``pcm``: 16-bit little-endian samples, no header (``audio/pcm``; ``audio/L16`` would
   mean big-endian, RFC 2586).
+- ``ulaw``, ``alaw``: G.711 µ-law and A-law, one byte a sample at 8 kHz, no header
+  (``audio/PCMU``, ``audio/PCMA``: RFC 4856's names; :mod:`streaming.g711`).
 - ``wav``: a RIFF header whose sizes say "unknown length" (0xFFFFFFFF, as streamed WAV
   from ffmpeg and most TTS servers carries; decoders read to the end), then the PCM.
   Whole (not streamed) WAV files get the exact sizes.
@@ -34,6 +36,7 @@ import numpy as np
 
 from server.child_process import ChildProcess, spawn
 from server.encoding import Encoders, ffmpeg_args
+from streaming import encodings
 from streaming.audio import float_to_pcm16
 from streaming.errors import Unavailable
 
@@ -56,6 +59,8 @@ MEDIA_TYPES = {
     "ogg": "audio/ogg",
     "aac": "audio/aac",
     "flac": "audio/flac",
+    "ulaw": "audio/PCMU",
+    "alaw": "audio/PCMA",
 }
 _READ_BYTES = 16 * 1024
 
@@ -64,11 +69,13 @@ def media_type(fmt: str, rate_hz: int) -> str:
     """The Content-Type of ``fmt`` at ``rate_hz`` (raw PCM says its rate and layout)."""
     if fmt == "pcm":
         return f"audio/pcm; rate={rate_hz}; channels=1; encoding=s16le"
+    if fmt in ("ulaw", "alaw"):
+        return f"{MEDIA_TYPES[fmt]}; rate={rate_hz}; channels=1"
     return MEDIA_TYPES[fmt]
 
 
 def needs_ffmpeg(fmt: str) -> bool:
-    return fmt not in ("pcm", "wav")
+    return fmt not in ("pcm", "wav", "ulaw", "alaw")
 
 
 def require_ffmpeg(fmt: str) -> None:
@@ -107,9 +114,10 @@ async def encode(
         if fmt == "wav":
             yield streaming_wav_header(rate_hz)
         if not needs_ffmpeg(fmt):
+            to_bytes = encodings.encoder(fmt)
             async for frame in frames:
                 if frame.size:
-                    yield float_to_pcm16(frame)
+                    yield to_bytes(frame)
             return
         if encoders is not None:
             process = await encoders.process(fmt, rate_hz)

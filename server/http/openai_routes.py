@@ -8,7 +8,10 @@ pipecat's and LiveKit's OpenAI services, chat front-ends) works unchanged:
 - ``voice``: a name from ``GET /v1/voices`` (OpenAI's built-in names are presets of
   every engine), a raw speaker string, or ``{"id": name}``;
 - ``response_format``: mp3 (default), opus, aac, flac, wav, pcm (24 kHz s16le, as
-  OpenAI's); every format is 24 kHz mono;
+  OpenAI's); every format is 24 kHz mono unless ``sample_rate`` (this server's
+  extension) says otherwise. ``ulaw`` and ``alaw`` (also by the names of OpenAI's
+  Realtime API, ``g711_ulaw`` and ``g711_alaw``), which OpenAI's speech API does not
+  offer, are raw G.711 at 8 kHz for telephony;
 - ``speed`` 0.25-4: the engine's own rate control over its range (ChatTTS 0.5-2), then
   a pitch-preserving time-stretch for the rest (header ``X-TTS-Speed``), as on every
   route;
@@ -40,11 +43,13 @@ from server.http import audio as http_audio
 from server.http.schemas import (
     ERROR_RESPONSES,
     LEXICON_FIELD_HELP,
+    SAMPLE_RATE_HELP,
     ErrorBody,
+    SampleRate,
     audio_responses,
 )
 from server.http.speech import (
-    TextSpeech,
+    TextRequest,
     check_can_speak,
     check_text_length,
     respond_streaming,
@@ -52,6 +57,7 @@ from server.http.speech import (
 )
 from server.lexicon import request_lexicon
 from server.state import AppState
+from streaming import encodings
 from streaming import protocol as p
 from streaming.errors import ClientError, NotFound, TTSError, outcome, public_message
 from streaming.limiter import MAX_VOLUME, MIN_VOLUME, volume_in_body
@@ -63,7 +69,9 @@ logger = logging.getLogger(__name__)
 #: OpenAI's speech model names: aliases of the engine serving.
 OPENAI_MODEL_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
 OUTPUT_RATE_HZ = 24000  # OpenAI's, for every format (clients hard-code it for pcm)
-SpeechFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
+SpeechFormat = Literal[
+    "mp3", "opus", "aac", "flac", "wav", "pcm", "ulaw", "alaw", "g711_ulaw", "g711_alaw"
+]
 #: GPT audio tokens per second of ChatTTS audio (one token per 2 mel frames of 256
 #: samples at 24 kHz): what ``usage.output_tokens`` counts.
 _TOKENS_PER_SECOND = 24000 / 512
@@ -91,7 +99,15 @@ class SpeechRequest(BaseModel):
     instructions: StrictStr | None = Field(
         None, max_length=4096, description="accepted, not applied (X-TTS-Instructions says so)"
     )
-    response_format: SpeechFormat = "mp3"
+    response_format: SpeechFormat = Field(
+        "mp3",
+        description="OpenAI's formats, and ulaw and alaw (g711_ulaw, g711_alaw): raw G.711 "
+        "µ-law and A-law bytes, no header, 8 kHz mono (this server's extension, for telephony)",
+    )
+    sample_rate: SampleRate | None = Field(
+        None,
+        description="this server's extension: " + SAMPLE_RATE_HELP.format(default="24000"),
+    )
     speed: float = Field(
         1.0,
         description="0.25-4; beyond the engine's own range (ChatTTS: 0.5-2): time-stretched",
@@ -156,7 +172,9 @@ def openai_routes(state: AppState) -> APIRouter:
     @router.post(
         "/v1/audio/speech",
         response_class=Response,
-        responses=audio_responses(("mp3", "opus", "aac", "flac", "wav", "pcm"), sse=True)
+        responses=audio_responses(
+            ("mp3", "opus", "aac", "flac", "wav", "pcm", "ulaw", "alaw"), sse=True
+        )
         | ERROR_RESPONSES,
         summary="OpenAI's speech API: the audio, streamed from the first segment on",
     )
@@ -186,35 +204,35 @@ async def _speak(
     check_text_length(state, body.input)
     lexicon = request_lexicon(body.lexicon, state.settings.request_lexicon_limits)
     check_can_speak(state)
-    fmt = body.response_format
+    fmt = encodings.FORMAT_LAWS.get(body.response_format, body.response_format)
+    rate = encodings.check_rate(fmt, body.sample_rate, OUTPUT_RATE_HZ)
     http_audio.require_ffmpeg(fmt)
     name = body.voice.id if isinstance(body.voice, VoiceId) else body.voice
     speech = await start_speech(
         state,
         body.input,
         name,
-        OUTPUT_RATE_HZ,
+        rate,
         speed=body.speed,
         volume=body.volume,
         request=request,
         lexicon=lexicon,
+        timestamps=bool(timestamps) and body.stream_format == "sse",
     )
-    if timestamps and body.stream_format == "sse":
-        speech.timestamps = []
     headers = speech.headers()
     if body.instructions:
         headers["X-TTS-Instructions"] = "ignored: ChatTTS takes no style instructions"
-    encoded = http_audio.encode(speech.frames(), fmt, OUTPUT_RATE_HZ, encoders=state.encoders)
+    encoded = http_audio.encode(speech.frames(), fmt, rate, encoders=state.encoders)
     if body.stream_format == "sse":
         headers["Cache-Control"] = "no-cache"
         return await respond_streaming(
             speech, _sse(speech, encoded), "text/event-stream", headers, request
         )
-    media_type = http_audio.media_type(fmt, OUTPUT_RATE_HZ)
+    media_type = http_audio.media_type(fmt, rate)
     return await respond_streaming(speech, encoded, media_type, headers, request)
 
 
-async def _sse(speech: TextSpeech, audio: AsyncGenerator[bytes]) -> AsyncGenerator[bytes]:
+async def _sse(speech: TextRequest, audio: AsyncGenerator[bytes]) -> AsyncGenerator[bytes]:
     """OpenAI's speech events, one ``data:`` line each; a failure mid-stream is an
     ``error`` event (the status was sent with the first event). Asked for with the
     ``X-TTS-Timestamps`` header, each segment's ``speech.audio.timestamps`` comes once its
@@ -241,7 +259,7 @@ async def _sse(speech: TextSpeech, audio: AsyncGenerator[bytes]) -> AsyncGenerat
         await audio.aclose()
     for segment in (speech.timestamps or [])[sent:]:
         yield _event({"type": "speech.audio.timestamps", **segment})
-    tokens = round(speech.samples / OUTPUT_RATE_HZ * _TOKENS_PER_SECOND)
+    tokens = round(speech.samples / speech.output_rate_hz * _TOKENS_PER_SECOND)
     usage = {"input_tokens": len(speech.text), "output_tokens": tokens,
              "total_tokens": len(speech.text) + tokens}  # fmt: skip
     yield _event({"type": "speech.audio.done", "usage": usage})

@@ -4,7 +4,7 @@ shares, the statuses each route can answer, and audio bodies by media type."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -13,8 +13,10 @@ from server.http.audio import MEDIA_TYPES
 __all__ = [
     "ERROR_RESPONSES",
     "LEXICON_FIELD_HELP",
+    "SAMPLE_RATE_HELP",
     "VOICE_ERROR_RESPONSES",
     "ErrorBody",
+    "SampleRate",
     "audio_responses",
 ]
 
@@ -23,6 +25,13 @@ LEXICON_FIELD_HELP = (
     "pronunciation lexicon entries for this request, written form to spoken form "
     '({"行长": "航长"}), applied before numbers are read; they win over the server\'s '
     "--lexicon file (limits: --max-request-lexicon-entries and the entry lengths)"
+)
+
+#: The output rates of the speaking routes (= streaming.protocol.SUPPORTED_SAMPLE_RATES_HZ).
+SampleRate = Literal[8000, 16000, 22050, 24000, 44100, 48000]
+SAMPLE_RATE_HELP = (
+    "output rate in Hz; default {default}, and 8000 for ulaw and alaw (G.711 carries "
+    "8000 Hz only: any other rate with them is refused)"
 )
 
 

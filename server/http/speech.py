@@ -1,13 +1,13 @@
 """A whole text spoken for an HTTP route, as a stream of frames: the routes' one core.
 
-``POST /v1/tts`` and ``POST /v1/audio/speech`` both speak through :class:`TextSpeech`,
+``POST /v1/tts`` and ``POST /v1/audio/speech`` both speak through :class:`TextRequest`,
 which runs the WebSocket's pipeline (:mod:`streaming.speech`) with the whole-text
 segmenter policy:
 
-1. :meth:`TextSpeech.prepare` cuts and normalises every segment before any audio, so
+1. :meth:`TextRequest.prepare` cuts and normalises every segment before any audio, so
    what is removed from the text is known (and reported in headers) from the start and
    a text with nothing to speak is refused before synthesis;
-2. :meth:`TextSpeech.frames` speaks the segments in order, yielding frames as the
+2. :meth:`TextRequest.frames` speaks the segments in order, yielding frames as the
    engine makes them, within the request's time limit (``--http-timeout-s``, counted
    from the request's arrival);
 3. :func:`respond_streaming` waits for the first frame (so a failure of the first
@@ -24,7 +24,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncGenerator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -38,17 +38,18 @@ from server.engines.base import VoiceSpec
 from server.errors import report
 from server.http.middleware import SUMMARY_KEY
 from server.runtime.phrase_cache import PhraseScope, utterance_scope
-from server.runtime.speaker import FellBack, Frames, Retried, SegmentSpeaker, Timed, WithoutAudio
+from server.runtime.utterance import Utterance
 from server.state import AppState
 from server.transport import SCOPE_KEY
 from streaming.errors import ClientError, LimitExceeded, SynthesisError, SynthesisTimeout
 from streaming.segment import Segment
-from streaming.speech import SpeechPipeline, removals_in_stream
+from streaming.speech import removals_in_utterance
 from streaming.text import Lexicon, PreparedText
+from streaming.utterance import Frames, Timed
 
 __all__ = [
     "EXPOSED_HEADERS",
-    "TextSpeech",
+    "TextRequest",
     "check_can_speak",
     "check_text_length",
     "respond_streaming",
@@ -94,49 +95,86 @@ class _Part:
     prepared: PreparedText
 
 
-@dataclass
-class TextSpeech:
-    """One whole text being spoken; see the module docstring.
+class TextRequest:
+    """One HTTP request's whole text, spoken by one :class:`Utterance`; see the module
+    docstring. ``fallback``: admitted on the fallback voice (the engine was busy); the
+    admission slot, when it holds one, is given back by :meth:`close`."""
 
-    ``fallback``: admitted on the fallback voice (the engine was busy); the admission
-    slot, when it holds one, is given back by :meth:`close`.
-    """
+    def __init__(
+        self,
+        state: AppState,
+        text: str,
+        voice: VoiceSpec,
+        output_rate_hz: int,
+        fallback: bool,
+        tempo: float = 1.0,
+        *,
+        timestamps: bool = False,
+        volume: float = 1.0,
+        phrases: PhraseScope | None = None,
+        route: str = "http",
+    ) -> None:
+        self.state = state
+        #: The metrics' route label: http, or wyoming (server.wyoming speaks through here).
+        self.route = route
+        self.text = text
+        self.output_rate_hz = output_rate_hz
+        self.fallback = fallback
+        #: The time-stretch beyond the engine's own rate (``voice.speed``): 1 for none.
+        self.tempo = tempo
+        #: Loudness factor (streaming.limiter).
+        self.volume = volume
+        self.started = time.perf_counter()
+        self.utterance = Utterance(
+            state.worker,
+            state.metrics,
+            state.admission,
+            state.settings.speech,
+            voice,
+            route=route,
+            output_rate_hz=output_rate_hz,
+            tempo=tempo,
+            fallback=fallback,
+            whole_text=True,
+            timestamps=timestamps,
+            removals_counted=True,
+            volume=volume,
+            phrases=phrases,
+        )
+        self.utterance.first_text_at = self.started
+        self.tally = self.utterance.tally
+        self.removed: list[dict[str, object]] = []
+        self.spoken: list[str] = []
+        #: Each finished segment's ``timestamps`` (as the WebSocket event's fields) when
+        #: asked for (a list), else None.
+        self.timestamps: list[dict[str, object]] | None = [] if timestamps else None
+        #: The request's summary line's fields (server.logs), filled at close.
+        self.summary: dict[str, object] | None = None
+        self.voice_name: str | None = None
+        #: The request's own lexicon entries (over the server's file).
+        self.lexicon: Lexicon | None = None
+        self._parts: list[_Part] = []
+        self._waited_s = 0.0
+        self._completed = False
+        self._closed = False
+        self._ended: float | None = None
 
-    state: AppState
-    text: str
-    voice: VoiceSpec
-    output_rate_hz: int
-    fallback: bool
-    #: The time-stretch beyond the engine's own rate (``voice.speed``): 1 for none.
-    tempo: float = 1.0
-    #: Loudness factor (streaming.limiter).
-    volume: float = 1.0
-    #: How it may use the phrase cache (None: not at all).
-    phrases: PhraseScope | None = None
-    started: float = field(default_factory=time.perf_counter)
-    removed: list[dict[str, object]] = field(default_factory=list)
-    spoken: list[str] = field(default_factory=list)
-    fallback_segments: int = 0
-    #: Segments made again (their first try made too little audio): (index, retry seed).
-    retried: list[tuple[int, int]] = field(default_factory=list)
-    #: Segments that ended with too little audio (reported): their indexes.
-    without_audio: list[int] = field(default_factory=list)
-    #: Output samples yielded so far.
-    samples: int = 0
-    first_audio_s: float | None = None
-    _parts: list[_Part] = field(default_factory=list)
-    _closed: bool = False
-    _waited_s: float = 0.0
-    #: The request's summary line's fields (server.logs), filled at close.
-    summary: dict[str, object] | None = None
-    voice_name: str | None = None
-    _completed: bool = False
-    #: Each finished segment's ``timestamps`` (as the WebSocket event's fields) when
-    #: asked for (a list), else None.
-    timestamps: list[dict[str, object]] | None = None
-    _ended: float | None = None
-    #: The request's own lexicon entries (over the server's file).
-    lexicon: Lexicon | None = None
+    @property
+    def voice(self) -> VoiceSpec:
+        return self.utterance.voice
+
+    @property
+    def first_audio_s(self) -> float | None:
+        return self.utterance.first_audio_s
+
+    @property
+    def samples(self) -> int:
+        """Output samples yielded so far."""
+        return self.tally.samples
+
+    @property
+    def fallback_segments(self) -> int:
+        return self.tally.fallback_segments
 
     def _budget_s(self) -> float:
         """What is left of the time limit: it counts the time spent preparing and waiting
@@ -146,7 +184,7 @@ class TextSpeech:
 
     async def prepare(self) -> None:
         """Cut and normalise every segment (on the front-end thread, all queued at once)."""
-        stream = self.state.frontend.stream(self.lexicon)
+        stream = self.state.frontend.for_utterance(self.lexicon)
         segments = self.state.settings.speech.segments(self.text)
         futures = [stream.submit(segment.text) for segment in segments]
         try:
@@ -157,12 +195,11 @@ class TextSpeech:
             self._waited_s += time.perf_counter() - self.started
         self._parts = [_Part(s, p) for s, p in zip(segments, prepared, strict=True)]
         for part in self._parts:
-            self.removed += [asdict(r) for r in removals_in_stream(part.segment, part.prepared)]
+            self.removed += [asdict(r) for r in removals_in_utterance(part.segment, part.prepared)]
             if part.prepared.spoken:
                 self.spoken.append(part.prepared.spoken)
-        if self.removed:
-            chars = sum(len(str(r["chars"])) for r in self.removed)
-            self.state.metrics.removed_characters.inc(chars)
+        self.tally.characters = len(self.text)
+        self.utterance.count_removed(sum(len(str(r["chars"])) for r in self.removed))
         if not self.spoken:
             raise ClientError(
                 "the text contains nothing that can be spoken", code="nothing_to_speak"
@@ -177,59 +214,29 @@ class TextSpeech:
 
     async def frames(self) -> AsyncGenerator[np.ndarray]:
         """The utterance's frames at ``output_rate_hz``, as the engine makes them."""
-        state = self.state
-        pipeline = SpeechPipeline(
-            state.settings.speech,
-            state.worker.sample_rate_hz,
-            self.output_rate_hz,
-            whole_text=True,
-            tempo=self.tempo,
-            volume=self.volume,
-        )
-        speaker = SegmentSpeaker(
-            state.worker,
-            state.metrics,
-            pipeline,
-            self.voice,
-            output_rate_hz=self.output_rate_hz,
-            on_fallback=self.fallback,
-            timestamps=self.timestamps is not None,
-            phrases=self.phrases,
-        )
+        utterance = self.utterance
         prepare_s = self._waited_s
         try:
             for part in self._parts:
                 if self._budget_s() <= 0:
                     raise self._timeout()
-                events = speaker.speak(part.segment, part.prepared, timeout_s=self._budget_s())
+                events = utterance.speak(part.segment, part.prepared, timeout_s=self._budget_s())
                 try:
                     async with contextlib.aclosing(events):
                         async for event in events:
                             if isinstance(event, Frames):
                                 for frame in event.frames:
-                                    yield self._count(frame)
-                            elif isinstance(event, FellBack):
-                                self.fallback_segments += 1
-                            elif isinstance(event, Retried):
-                                self.retried.append((event.index, event.retry_seed))
-                            elif isinstance(event, WithoutAudio):
-                                self.without_audio.append(event.index)
+                                    self.tally.samples += int(frame.size)
+                                    yield frame
                             elif isinstance(event, Timed) and self.timestamps is not None:
                                 self.timestamps.append(asdict(event))
                 except SynthesisTimeout:
                     raise self._timeout() from None
                 finally:
-                    self._waited_s = prepare_s + speaker.waited_s
+                    self._waited_s = prepare_s + utterance.waited_s
             self._completed = True
         finally:
             self.close()
-
-    def _count(self, frame: np.ndarray) -> np.ndarray:
-        if self.first_audio_s is None:
-            self.first_audio_s = time.perf_counter() - self.started
-            self.state.metrics.ttfa.labels(route="http").observe(self.first_audio_s)
-        self.samples += int(frame.size)
-        return frame
 
     @property
     def elapsed_s(self) -> float:
@@ -244,21 +251,18 @@ class TextSpeech:
         self._ended = time.perf_counter()
         if self.summary is not None:
             self.summary.update(
-                engine=self.state.worker.status.engine,
-                voice=self.voice_name,
-                characters=len(self.text),
-                removed=sum(len(str(r["chars"])) for r in self.removed),
-                segments=len(self.spoken),
-                ttfa_ms=round(self.first_audio_s * 1000, 1) if self.first_audio_s else None,
-                audio_s=round(self.samples / self.output_rate_hz, 3),
-                degraded="busy" if self.fallback else None,
-                retried_segments=len(self.retried) or None,
-                segments_without_audio=len(self.without_audio) or None,
-                outcome="complete" if self._completed else "incomplete",
+                self.utterance.summary(
+                    "complete" if self._completed else "incomplete",
+                    segments=len(self.spoken),
+                    after={"degraded": "busy" if self.fallback else None},
+                    engine=self.state.worker.status.engine,
+                    voice=self.voice_name,
+                    characters=self.tally.characters,
+                )
             )
-        if not self.fallback:
-            self.state.admission.finish()
-        self.state.metrics.http_latency.observe(self._ended - self.started)
+        self.utterance.finish()
+        if self.route == "http":
+            self.state.metrics.http_latency.observe(self._ended - self.started)
 
     def headers(self) -> dict[str, str]:
         """What the response says of the text and the engine (known before the audio)."""
@@ -276,8 +280,8 @@ class TextSpeech:
         """What the audio made so far says of itself: the segments made again with a
         derived seed (``index:seed``) and those that ended with too little audio."""
         headers = {
-            "X-TTS-Retried-Segments": ", ".join(f"{i}:{seed}" for i, seed in self.retried),
-            "X-TTS-Segments-Without-Audio": ", ".join(str(i) for i in self.without_audio),
+            "X-TTS-Retried-Segments": ", ".join(f"{i}:{seed}" for i, seed in self.tally.retried),
+            "X-TTS-Segments-Without-Audio": ", ".join(str(i) for i in self.tally.without_audio),
         }
         return {k: v for k, v in headers.items() if v}
 
@@ -306,36 +310,46 @@ async def start_speech(
     speed: float = 1.0,
     request: Request | None = None,
     lexicon: Lexicon | None = None,
+    timestamps: bool = False,
     volume: float = 1.0,
-) -> TextSpeech:
+    route: str = "http",
+) -> TextRequest:
     """Admit and prepare a text (errors here are the request's HTTP status).
 
     ``voice`` is resolved before admission (an unknown name is a 400 whatever the load),
     then again on the fallback voice when the request is admitted there (busy): its own
     voice of that name, as for a WebSocket context. ``speed`` (0.25-4) is the engine's
-    own as far as its rate control goes, a time-stretch beyond (``TextSpeech.tempo``)."""
+    own as far as its rate control goes, a time-stretch beyond (``TextRequest.tempo``).
+    ``timestamps``: collect each segment's timestamps (``TextRequest.timestamps``)."""
     await state.voices.confirm(voice)  # the store's truth of the name, read after write
     engine_speed, tempo = state.voices.speed_split(speed)
-    spec = state.voices.for_stream(voice, seed=seed, speed=engine_speed)
-    fallback = state.admission.start("http")
-    speech = TextSpeech(state, text, spec, output_rate_hz, fallback, tempo)
-    speech.voice_name = voice
-    speech.lexicon = lexicon
-    speech.volume = volume
-    if request is not None:
-        speech.summary = request.scope.get(SUMMARY_KEY)
+    spec = state.voices.for_utterance(voice, seed=seed, speed=engine_speed)
+    fallback = state.admission.start(route)
+    speech: TextRequest | None = None
     try:
         if fallback:
-            engine_speed, speech.tempo = state.voices.speed_split(speed, fallback=True)
-            speech.voice = state.voices.for_stream(
+            engine_speed, tempo = state.voices.speed_split(speed, fallback=True)
+            spec = state.voices.for_utterance(
                 voice, seed=seed, speed=engine_speed, fallback=True, seed_given=seed is not None
             )
         token = bearer_token(request.headers) if request is not None else None
-        speech.phrases = utterance_scope(
+        phrases = utterance_scope(
             state, voice, seed_given=seed is not None, fallback=fallback, token=token
         )
+        speech = TextRequest(state, text, spec, output_rate_hz, fallback, tempo,
+                             timestamps=timestamps, volume=volume, phrases=phrases,
+                             route=route)  # fmt: skip
+        speech.voice_name = voice
+        speech.lexicon = lexicon
+        if request is not None:
+            speech.summary = request.scope.get(SUMMARY_KEY)
         await speech.prepare()
     except BaseException:
+        if speech is None:  # refused on the fallback voice: the request still ends here
+            speech = TextRequest(state, text, spec, output_rate_hz, fallback, tempo, route=route)
+            speech.voice_name = voice
+            if request is not None:
+                speech.summary = request.scope.get(SUMMARY_KEY)
         speech.close()
         raise
     return speech
@@ -375,7 +389,7 @@ class _Streamed(StreamingResponse):
 
 
 async def _primed(
-    first: bytes, rest: AsyncGenerator[bytes], speech: TextSpeech, transport: Any
+    first: bytes, rest: AsyncGenerator[bytes], speech: TextRequest, transport: Any
 ) -> AsyncGenerator[bytes]:
     try:
         yield first
@@ -393,7 +407,7 @@ async def _primed(
 
 
 async def respond_streaming(
-    speech: TextSpeech,
+    speech: TextRequest,
     body: AsyncGenerator[bytes],
     media_type: str,
     headers: dict[str, str],
@@ -409,7 +423,7 @@ async def respond_streaming(
             if speech.first_audio_s is not None and first:
                 break
         else:
-            if speech.without_audio:  # the engine's failure, not the caller's text
+            if speech.tally.without_audio:  # the engine's failure, not the caller's text
                 raise SynthesisError(
                     "the engine made no audio for this text (each segment was tried again "
                     "with another seed)",

@@ -30,10 +30,12 @@ from server.http import audio as http_audio
 from server.http.schemas import (
     ERROR_RESPONSES,
     LEXICON_FIELD_HELP,
+    SAMPLE_RATE_HELP,
+    SampleRate,
     audio_responses,
 )
 from server.http.speech import (
-    TextSpeech,
+    TextRequest,
     check_can_speak,
     check_text_length,
     respond_streaming,
@@ -41,13 +43,13 @@ from server.http.speech import (
 )
 from server.lexicon import request_lexicon
 from server.state import AppState
+from streaming import encodings
 from streaming import protocol as p
 from streaming.audio import float32_json_array
 from streaming.errors import ClientError
 from streaming.limiter import MAX_VOLUME, MIN_VOLUME, volume_in_body
 
-SampleRate = Literal[8000, 16000, 22050, 24000, 44100, 48000]  # = p.SUPPORTED_SAMPLE_RATES_HZ
-AudioFormat = Literal["wav", "pcm", "json", "mp3", "ogg", "opus", "aac", "flac"]
+AudioFormat = Literal["wav", "pcm", "json", "mp3", "ogg", "opus", "aac", "flac", "ulaw", "alaw"]
 
 
 class TTSRequest(BaseModel):
@@ -78,10 +80,11 @@ class TTSRequest(BaseModel):
     format: AudioFormat | None = Field(
         None,
         description="wav (default; json when Accept asks for application/json), pcm (s16le), "
-        "json, mp3, ogg and opus (Opus in Ogg), aac (ADTS), flac",
+        "json, mp3, ogg and opus (Opus in Ogg), aac (ADTS), flac, ulaw and alaw (raw G.711 "
+        "µ-law and A-law at 8 kHz, no header: telephony)",
     )
     sample_rate: SampleRate | None = Field(
-        None, description="output rate in Hz; default the engine's"
+        None, description=SAMPLE_RATE_HELP.format(default="the engine's")
     )
     stream: StrictBool = Field(
         False, description="answer after the first audio and send the rest as it is made"
@@ -141,7 +144,7 @@ class PreviewResponse(BaseModel):
     segments: list[dict[str, Any]]
 
 
-_TTS_FORMATS = ("wav", "pcm", "mp3", "ogg", "opus", "aac", "flac")
+_TTS_FORMATS = ("wav", "pcm", "mp3", "ogg", "opus", "aac", "flac", "ulaw", "alaw")
 
 
 def speech_routes(state: AppState) -> APIRouter:
@@ -186,7 +189,7 @@ async def synthesize_http(state: AppState, body: TTSRequest, request: Request) -
         raise ClientError("format json cannot be streamed: use wav, pcm, mp3, ...",
                           code="invalid_field")  # fmt: skip
     http_audio.require_ffmpeg(fmt if fmt != "json" else "pcm")
-    rate = body.sample_rate or state.worker.sample_rate_hz
+    rate = encodings.check_rate(fmt, body.sample_rate, state.worker.sample_rate_hz)
     speech = await start_speech(
         state,
         body.text,
@@ -199,7 +202,7 @@ async def synthesize_http(state: AppState, body: TTSRequest, request: Request) -
         lexicon=lexicon,
     )
     headers = speech.headers()
-    if fmt == "pcm":
+    if fmt in ("pcm", "ulaw", "alaw"):
         headers["X-TTS-Sample-Rate"] = str(rate)
     if body.stream:
         encoded = http_audio.encode(speech.frames(), fmt, rate, encoders=state.encoders)
@@ -223,14 +226,14 @@ async def synthesize_http(state: AppState, body: TTSRequest, request: Request) -
     return Response(data, media_type=http_audio.media_type(fmt, rate), headers=headers)
 
 
-def _done_headers(speech: TextSpeech) -> dict[str, str]:
+def _done_headers(speech: TextRequest) -> dict[str, str]:
     headers = {"X-TTS-Inference-Ms": f"{speech.elapsed_s * 1000:.1f}"}
     if speech.fallback_segments:
         headers["X-TTS-Fallback-Segments"] = str(speech.fallback_segments)
     return headers | speech.audio_headers()
 
 
-async def _json_response(speech: TextSpeech, headers: dict[str, str]) -> Response:
+async def _json_response(speech: TextRequest, headers: dict[str, str]) -> Response:
     frames = [frame async for frame in speech.frames()]
     audio = np.concatenate(frames) if frames else np.zeros(0, np.float32)
     # The samples as the float32 values they are (shortest decimals), spliced in as text:

@@ -88,7 +88,19 @@ class Admission:
             self._metrics.contexts_degraded.labels(route=route).inc()
             return True
         self._metrics.contexts_refused.labels(route=route).inc()
-        raise Unavailable(
+        raise self._busy(limit, context_id)
+
+    def refusal(self) -> Unavailable | None:
+        """The refusal a new stream would get now (None: it would be admitted, on the
+        main engine or on the fallback voice); nothing is counted or taken."""
+        limit = self.limit()
+        if self.streams < limit or self._degrade:
+            return None
+        return self._busy(limit)
+
+    def _busy(self, limit: int, context_id: str | None = None) -> Unavailable:
+        """The one refusal of a stream for want of capacity."""
+        return Unavailable(
             f"the engine is at capacity ({limit} real-time streams); try again later",
             code="busy",
             context_id=context_id,

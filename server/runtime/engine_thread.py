@@ -27,7 +27,7 @@ from server.runtime.jobs import Call, Handoff, Inbox
 from server.runtime.scheduler import Scheduler
 from server.runtime.watchdog import Watchdog
 from server.runtime.worker_settings import WorkerSettings
-from streaming.schedule import StepCosts
+from streaming.policy import StepCosts
 
 __all__ = ["EngineThread"]
 

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
     from server.runtime.phrase_store import SharedPhrases
     from server.state import AppState
-    from streaming.connection import ContextVoice
+    from streaming.utterance import UtteranceVoice
 
 __all__ = ["CachedJob", "CachedPhrase", "PhraseCache", "PhraseCacheSettings", "PhraseScope"]
 
@@ -131,7 +131,7 @@ def phrase_key(identity: str, partition: str, request: SynthesisRequest) -> str:
 
 
 class CachedJob:
-    """A hit, as :class:`~server.runtime.speaker.SegmentSpeaker` sees a job: its chunks
+    """A hit, as :class:`~server.runtime.synthesizer.SegmentSynthesizer` sees a job: its chunks
     at once, no engine time, no batch row."""
 
     engine_seconds = 0.0
@@ -310,7 +310,9 @@ def utterance_scope(
     )
 
 
-def context_scope(state: AppState, voice: ContextVoice, websocket: WebSocket) -> PhraseScope | None:
+def context_scope(
+    state: AppState, voice: UtteranceVoice, websocket: WebSocket
+) -> PhraseScope | None:
     """:func:`utterance_scope` for a WebSocket context, its caller the token the
     connection presented."""
     token = websocket_token(

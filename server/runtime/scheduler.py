@@ -1,9 +1,9 @@
 """The scheduler: which segments the engine works on, one round at a time.
 
-It owns the waiting jobs and the rows admitted to the engine's batcher (a batching
+It owns the waiting jobs and the rows seated in the engine's batcher (a batching
 engine's own, or an :class:`~server.engines.interleave.Interleaver` over one that does
-not) and runs the policy of :mod:`streaming.schedule` on them. A round
-(:meth:`Scheduler.run_once`) reads as: let cancelled rows leave, admit waiting jobs
+not) and runs the policy of :mod:`streaming.policy` on them. A round
+(:meth:`Scheduler.run_once`) reads as: let cancelled rows leave, seat waiting jobs
 (most urgent first, up to ``max_rows``), prefill at most ``prefills_per_step`` joining
 rows, step the rows the plan picks, deliver what they made, and hand it all to the event
 loop in one wake-up. Everything here runs on the engine thread.
@@ -21,7 +21,7 @@ from server.engines.base import Batcher, BatchRow, WordMarks
 from server.metrics import Metrics
 from server.runtime.fallback import FallbackVoice
 from server.runtime.jobs import Handoff, Job, engine_stopped
-from streaming.schedule import BatchSettings, StepCosts, admit, plan_step, urgency
+from streaming.policy import BatchSettings, StepCosts, plan_step, seat, urgency
 
 __all__ = ["Scheduler"]
 
@@ -54,7 +54,7 @@ class Scheduler:
         self.fallback = fallback
         self._progress = progress
         self.waiting: list[Job] = []
-        #: Jobs admitted to the batcher, each with its row there.
+        #: Jobs seated in the batcher, each with its row there.
         self.active: dict[Job, BatchRow] = {}
 
     @property
@@ -65,9 +65,9 @@ class Scheduler:
         self.waiting.append(job)
 
     def run_once(self) -> None:
-        """One round: leave, admit, prefill, step, deliver, hand over."""
+        """One round: leave, seat, prefill, step, deliver, hand over."""
         self._leave_cancelled()
-        for job in admit(self.waiting, len(self.active), self.max_rows):
+        for job in seat(self.waiting, len(self.active), self.max_rows):
             self._open(job)
         self.metrics.queue_depth.set(len(self.waiting))
         self._prefill()

@@ -34,7 +34,7 @@ from server.runtime.jobs import Call, Handoff, Inbox, Job
 from server.runtime.watchdog import Watchdog
 from server.runtime.worker_settings import WorkerSettings
 from streaming.errors import SynthesisTimeout, Unavailable
-from streaming.schedule import StepCosts, capacity
+from streaming.policy import StepCosts, capacity
 
 __all__ = ["EngineStatus", "EngineWorker", "Job", "WorkerSettings"]
 
@@ -124,7 +124,7 @@ class EngineWorker:
 
     def capacity(self) -> int | None:
         """How many real-time streams the engine carries, from what its steps measured;
-        None until it has measured any (:func:`streaming.schedule.capacity`)."""
+        None until it has measured any (:func:`streaming.policy.capacity`)."""
         return capacity(
             self.step_costs, self.step_rows, self.options.headroom, time_shared=not self.batches
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from streaming.schedule import BatchSettings
+from streaming.policy import BatchSettings
 
 __all__ = ["WorkerSettings"]
 

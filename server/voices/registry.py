@@ -171,7 +171,7 @@ class Voices:
     async def confirm(self, name: str | None) -> None:
         """Make the name about to be resolved on the main engine what the store holds now
         (call it right before the synchronous :meth:`resolve`, :meth:`own_seed` or
-        :meth:`for_stream`, with no ``await`` between)."""
+        :meth:`for_utterance`, with no ``await`` between)."""
         if name is not None and self._worker.engine is not None:
             await self.registry.confirm(self._worker.engine.name, name)
 
@@ -194,7 +194,7 @@ class Voices:
         """What the engine is given to speak in voice ``name`` with ``seed`` and ``speed``."""
         return self.resolve(name, fallback=fallback).spec(seed=seed, speed=speed)
 
-    def for_stream(
+    def for_utterance(
         self,
         name: str | None,
         *,
@@ -203,7 +203,7 @@ class Voices:
         fallback: bool = False,
         seed_given: bool = True,
     ) -> VoiceSpec:
-        """The voice a stream (a context, an HTTP text) speaks in; ``fallback``: it was
+        """The voice an utterance (a context, an HTTP text) speaks in; ``fallback``: it was
         admitted on the fallback voice (busy), where a named voice's own seed wins over
         a seed the client did not give."""
         own = fallback and not seed_given and name is not None

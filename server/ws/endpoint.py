@@ -69,17 +69,10 @@ def _no_room(state: AppState) -> Unavailable | None:
     """With --busy-at-upgrade: ``busy`` while a new stream would be refused, so that a
     balancer retries the upgrade on another replica (nothing reached the client yet).
     Not with --when-busy fallback: there a full server still speaks, on the fallback."""
-    settings, admission = state.settings, state.admission
+    settings = state.settings
     if not settings.busy_at_upgrade or settings.when_busy != "refuse":
         return None
-    limit = admission.limit()
-    if admission.streams < limit:
-        return None
-    return Unavailable(
-        f"the engine is at capacity ({limit} real-time streams); try again later",
-        code="busy",
-        retry_after_ms=settings.busy_retry_after_ms,
-    )
+    return state.admission.refusal()
 
 
 async def run_websocket(state: AppState, websocket: WebSocket, denials: DenialLogFilter) -> None:

@@ -1,15 +1,16 @@
 """One WebSocket connection: the socket, the clock and the engine around its core.
 
 What to do with each client frame is decided by :class:`streaming.connection.Connection`
-(the sans-I/O core); how a segment's audio is shaped and framed, by
-:class:`streaming.speech.SpeechPipeline`. This module only does the I/O: it reads
-frames, sends events and audio, arms idle timers, hands each context's segments to the
-text front-end and the engine worker, and reports failures.
+(the sans-I/O core), and what the client is sent of each utterance's speech by its
+:class:`streaming.utterance.UtteranceState`; how a segment's audio is made, by the
+utterance's :class:`server.runtime.utterance.Utterance`. This module only does the I/O:
+it reads frames, sends what the core gives, arms idle timers, hands each utterance's
+segments to the text front-end and its Utterance, and reports failures.
 
-Each context has a speaker task that takes its segments in order, submits them to the
-engine worker one at a time, and forwards audio frames as the engine makes them. The
-receive loop only feeds the core, so a flood of text on one context never delays audio
-on another.
+Each utterance (a *context*, on the wire) has a task that takes its segments in order
+and speaks them one at a time, sending audio frames as the engine makes them. The
+receive loop only feeds the core, so a flood of text for one utterance never delays
+audio of another.
 """
 
 from __future__ import annotations
@@ -20,35 +21,23 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import asdict
 from typing import Any
 
-import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from server import logs
 from server.errors import report
 from server.runtime.phrase_cache import context_scope
-from server.runtime.speaker import (
-    FellBack,
-    Frames,
-    Retried,
-    SegmentSpeaker,
-    Started,
-    Timed,
-    WithoutAudio,
-)
+from server.runtime.utterance import Utterance
 from server.state import AppState
 from server.transport import SCOPE_KEY, drain_then_abort, unblock_writes
 from server.ws.wire import WireClosed, open_wire
 from streaming import connection as c
 from streaming import protocol as p
-from streaming.audio import float_to_pcm16
 from streaming.errors import CLOSE_GOING_AWAY
-from streaming.schedule import playback_deadline
 from streaming.segment import Segment
-from streaming.speech import SegmentStart, SpeechPipeline
 from streaming.text import PreparedText
+from streaming.utterance import AudioOut, UtteranceState
 
 logger = logging.getLogger(__name__)
 
@@ -60,56 +49,43 @@ class _Closed(Exception):
     """The client is gone; stop sending."""
 
 
-class Context:
-    """The I/O half of one context: its segments' preparation, its speaker task, its audio."""
+class UtteranceTask:
+    """The I/O of one utterance on the connection (a context, on the wire): its
+    segments' preparation, the task that speaks them in order, their sending."""
 
-    def __init__(self, session: Session, state: c.ContextState) -> None:
+    def __init__(self, session: Session, state: UtteranceState) -> None:
         self.session = session
         self.state = state
         self.id = state.id
         voice = state.voice
-        self.sample_rate_hz = voice.sample_rate_hz
         # The engine's own rate control as far as it goes, a time-stretch beyond.
         engine_speed, tempo = session.voices.speed_split(voice.speed, fallback=voice.fallback)
-        self.speaker = SegmentSpeaker(
+        self.utterance = Utterance(
             session.worker,
             session.metrics,
-            SpeechPipeline(
-                session.settings.speech,
-                session.worker.sample_rate_hz,
-                voice.sample_rate_hz,
-                tempo=tempo,
-                volume=voice.volume,
-            ),
-            session.voices.for_stream(
+            session.admission,
+            session.settings.speech,
+            session.voices.for_utterance(
                 voice.voice,
                 seed=voice.seed,
                 speed=engine_speed,
                 fallback=voice.fallback,
                 seed_given=voice.seed_given,
             ),
+            route="ws",
             output_rate_hz=voice.sample_rate_hz,
-            on_fallback=voice.fallback,
+            tempo=tempo,
+            fallback=voice.fallback,
             timestamps=state.timestamps,
+            tally=state.tally,
+            volume=voice.volume,
+            frame_ms=voice.frame_ms,
             phrases=context_scope(session.app_state, voice, session.websocket),
         )
         self.segments: asyncio.Queue[Segment | None] = asyncio.Queue()
         # Each segment is normalised as soon as it is cut, while earlier ones speak.
         self._prepared: dict[int, asyncio.Future[PreparedText]] = {}
-        self._text = session.frontend.stream(state.lexicon)
-        self.samples_sent = 0
-        self.sequence = 0
-        self.segments_spoken = 0
-        self.chars_in = 0  # characters of text cut into segments
-        self.removed_chars = 0
-        self.failures = 0  # segments that failed (reported as errors)
-        self.segments_retried = 0  # made again: their first try made too little audio
-        self.segments_without_audio = 0  # ended with too little audio (reported)
-        self.outcome = "disconnected"  # until done is sent
-        self.first_audio_s: float | None = None  # first text -> first frame sent
-        self.first_text_at: float | None = None
-        # monotonic, at the first frame sent (None: no audio sent yet)
-        self.playback_started_at: float | None = None
+        self._text = session.frontend.for_utterance(state.lexicon)
         self._idle: asyncio.TimerHandle | None = None
         self.task = asyncio.get_running_loop().create_task(
             self.speak(), name=f"speak-{session.id}-{self.id}"
@@ -121,17 +97,20 @@ class Context:
 
     def queue(self, segments: tuple[Segment, ...]) -> None:
         for segment in segments:
-            self.chars_in += len(segment.text)
             self._prepared[segment.index] = self._text.submit(segment.text)
             self.segments.put_nowait(segment)
+
+    def first_text(self) -> None:
+        """Its first words arrived: time to first audio counts from now."""
+        self.utterance.first_text_at = time.perf_counter()
 
     def end(self) -> None:
         self.segments.put_nowait(None)
 
     def cancel(self) -> None:
-        """Drop pending text and audio now; the speaker task reports ``done``."""
-        self.speaker.abandon()
-        # Normalisation not started yet is dropped: it would delay other contexts.
+        """Drop pending text and audio now; the task reports ``done``."""
+        self.utterance.abandon()
+        # Normalisation not started yet is dropped: it would delay other utterances.
         for future in self._prepared.values():
             future.cancel()
         self._prepared.clear()
@@ -145,7 +124,7 @@ class Context:
             loop = asyncio.get_running_loop()
             self._idle = loop.call_later(delay_s, self.session.on_idle, self.id)
 
-    # --- speaker task -----------------------------------------------------------------
+    # --- the task ---------------------------------------------------------------------
 
     async def speak(self) -> None:
         session = self.session
@@ -160,24 +139,15 @@ class Context:
                 except _Closed:
                     raise
                 except Exception as exc:
-                    # A failure must not end the context silently: report it, go on.
-                    self.failures += 1
-                    await session.send_failure(exc, self.id, f"segment {segment.index}")
+                    # A failure must not end the utterance silently: report it, go on.
+                    code, message = report(
+                        exc, metrics=session.metrics, log=session.log,
+                        where=f"[{session.id}] segment {segment.index}",
+                    )  # fmt: skip
+                    await session.send(self.state.failed(segment, code, message))
                 finally:
                     session.core.spoken(self.id, segment)
-            await session.send_json(
-                p.Done(
-                    context_id=self.id,
-                    stream=self.state.stream,
-                    segments=self.segments_spoken,
-                    audio_samples=self.samples_sent,
-                    audio_ms=round(self.samples_sent * 1000 / self.sample_rate_hz, 1),
-                    cancelled=self.cancelled,
-                )
-            )
-            self.outcome = "cancelled" if self.cancelled else "done"
-            if self.failures and not self.cancelled:
-                self.outcome = "done_with_errors"
+            await session.send(self.state.done())
         except _Closed:
             pass
         finally:
@@ -187,26 +157,18 @@ class Context:
             self._log_summary()
 
     def _log_summary(self) -> None:
-        """The context's one summary line (server.logs)."""
-        first_audio = None if self.first_audio_s is None else round(self.first_audio_s * 1000, 1)
-        voice = self.state.voice
-        logs.summary(
-            "context",
-            f"{self.id} {self.outcome}",
-            context_id=self.id,
-            engine="espeak" if voice.fallback else self.session.worker.status.engine,
+        """The utterance's one summary line (server.logs)."""
+        state = self.state
+        voice, tally = state.voice, state.tally
+        fields = self.utterance.summary(
+            state.outcome,
+            segments=tally.segments,
+            failures=True,
             voice=voice.voice,
             seed=voice.seed,
-            characters=self.chars_in,
-            removed=self.removed_chars,
-            segments=self.segments_spoken,
-            failed_segments=self.failures or None,
-            retried_segments=self.segments_retried or None,
-            segments_without_audio=self.segments_without_audio or None,
-            ttfa_ms=first_audio,
-            audio_s=round(self.samples_sent / self.sample_rate_hz, 3),
-            outcome=self.outcome,
+            characters=tally.characters,
         )
+        logs.summary("context", f"{self.id} {state.outcome}", context_id=self.id, **fields)
 
     async def _speak_segment(self, segment: Segment) -> None:
         # Normalisation costs milliseconds: it runs on the text front-end's thread.
@@ -214,93 +176,19 @@ class Context:
         prepared = await (future or self._text.submit(segment.text))
         if self.cancelled:
             return
-        events = self.speaker.speak(
+        utterance, send = self.utterance, self.session.send
+        events = utterance.speak(
             segment,
             prepared,
             timeout_s=self.session.settings.segment_timeout_s,
-            deadline=self._playback_deadline(),
+            deadline=utterance.playback_deadline(),
         )
         async with contextlib.aclosing(events):
             async for event in events:
-                await self._send_event(segment, prepared, event)
+                for message in self.state.heard(segment, prepared.spoken, event):
+                    await send(message)
                 if self.cancelled:
-                    return  # before the speaker goes on to the engine
-
-    async def _send_event(self, segment: Segment, prepared: PreparedText, event: object) -> None:
-        """What the client hears of one speaker event."""
-        session = self.session
-        if isinstance(event, Frames):
-            await self._send_frames(segment.index, event.frames)
-        elif isinstance(event, Started):
-            await self._send_start(segment, prepared, event.start)
-        elif isinstance(event, FellBack):
-            await session.send_json(
-                p.WarningEvent(
-                    context_id=self.id,
-                    code="fallback_voice",
-                    message=f"segment {segment.index}: the main engine failed on it; "
-                    "it is spoken with the fallback voice",
-                )
-            )
-        elif isinstance(event, Timed):
-            await session.send_json(
-                p.TimestampsEvent(context_id=self.id, stream=self.state.stream, **asdict(event))
-            )
-        elif isinstance(event, Retried | WithoutAudio):
-            if isinstance(event, Retried):
-                self.segments_retried += 1
-                code = "segment_retried"
-            else:
-                self.segments_without_audio += 1
-                code = "segment_without_audio"
-            await session.send_json(
-                p.SegmentWarningEvent(
-                    context_id=self.id, code=code, message=event.describe(), segment=event.index
-                )
-            )
-
-    async def _send_start(
-        self, segment: Segment, prepared: PreparedText, start: SegmentStart
-    ) -> None:
-        session = self.session
-        if start.removed:
-            removed = sum(len(r.chars) for r in start.removed)
-            self.removed_chars += removed
-            session.metrics.removed_characters.inc(removed)
-            await session.send_json(p.removed_warning(self.id, start.removed))
-        await session.send_json(
-            p.SegmentEvent(
-                context_id=self.id,
-                stream=self.state.stream,
-                index=segment.index,
-                text=segment.text,
-                spoken=prepared.spoken,
-                start_char=segment.start,
-                end_char=segment.end,
-                audio_start_sample=start.audio_start_sample,
-                audio_start_ms=round(start.audio_start_sample * 1000 / self.sample_rate_hz, 1),
-            )
-        )
-        self.segments_spoken += 1
-
-    def _playback_deadline(self) -> float:
-        return playback_deadline(
-            time.monotonic(), self.playback_started_at, self.samples_sent, self.sample_rate_hz
-        )
-
-    async def _send_frames(self, segment_index: int, frames: list[np.ndarray]) -> None:
-        for frame in frames:
-            if self.cancelled or not frame.size:
-                continue
-            header = p.pack_audio_header(self.state.stream, segment_index, self.sequence)
-            await self.session.send_audio(header, float_to_pcm16(frame))
-            self.sequence += 1
-            self.samples_sent += int(frame.size)
-            if self.playback_started_at is None:
-                self.playback_started_at = time.monotonic()
-                if self.first_text_at is not None:
-                    self.first_audio_s = time.perf_counter() - self.first_text_at
-                    self.session.metrics.ttfa.labels(route="ws").observe(self.first_audio_s)
+                    return  # before the synthesizer goes on to the engine
 
 
 class Session:
@@ -331,7 +219,7 @@ class Session:
             admit=lambda context_id: admission.start("ws", context_id),
             lexicon_limits=settings.request_lexicon_limits,
         )
-        self.contexts: dict[str, Context] = {}
+        self.utterances: dict[str, UtteranceTask] = {}
         self._closed = False
         # While run() reads: closes the session after --ws-idle-timeout-s with no open
         # context and no message (rescheduled as contexts open and end).
@@ -342,7 +230,7 @@ class Session:
         return self.core.holds_unspoken_text
 
     async def run(self) -> None:
-        await self.send_json(
+        await self.send(
             p.Ready(
                 session_id=self.id,
                 engine=self.worker.engine.name if self.worker.engine else "none",
@@ -359,7 +247,7 @@ class Session:
             pass
         finally:
             self._closed = True
-            tasks = [context.task for context in self.contexts.values()]
+            tasks = [utterance.task for utterance in self.utterances.values()]
             for event in self.core.cancel_all():
                 self._perform(event)
             if tasks:
@@ -399,7 +287,7 @@ class Session:
         timeout_s = self.settings.ws_idle_timeout_s
         if self._idle is None or self._idle.expired() or timeout_s <= 0:
             return
-        deadline = None if self.contexts else asyncio.get_running_loop().time() + timeout_s
+        deadline = None if self.utterances else asyncio.get_running_loop().time() + timeout_s
         self._idle.reschedule(deadline)
 
     async def _close_idle(self) -> None:
@@ -413,7 +301,7 @@ class Session:
         for event in events:
             message = self._perform(event)
             if message is not None:
-                await self.send_json(message)
+                await self.send(message)
 
     def _perform(self, event: c.Event) -> p.ServerMessage | None:
         """Act on one core event; return the message to send, if it is one."""
@@ -423,21 +311,21 @@ class Session:
             report(event.error, metrics=self.metrics, log=self.log, where=f"[{self.id}] refused")
             return p.error_event(event.error)
         if isinstance(event, c.Opened):
-            self.contexts[event.context.id] = Context(self, event.context)
+            self.utterances[event.context.id] = UtteranceTask(self, event.context)
             return None
-        context = self.contexts.get(event.context_id)
-        if context is None:
+        utterance = self.utterances.get(event.context_id)
+        if utterance is None:
             return None
         if isinstance(event, c.FirstText):
-            context.first_text_at = time.perf_counter()
+            utterance.first_text()
         elif isinstance(event, c.Segments):
-            context.queue(event.segments)
+            utterance.queue(event.segments)
         elif isinstance(event, c.Ended):
-            context.end()
+            utterance.end()
         elif isinstance(event, c.Cancelled):
-            context.cancel()
+            utterance.cancel()
         elif isinstance(event, c.IdleTimer):
-            context.arm_idle_timer(event.delay_s)
+            utterance.arm_idle_timer(event.delay_s)
         return None
 
     async def drain(self, deadline: float) -> None:
@@ -447,7 +335,7 @@ class Session:
         deadline_ms = max(0, round((deadline - time.monotonic()) * 1000))
         events = self.core.drain(deadline_ms)
         if events:
-            self.log.info("draining: %d open context(s) end here", len(self.contexts))
+            self.log.info("draining: %d open context(s) end here", len(self.utterances))
         with contextlib.suppress(_Closed):
             await self._apply(events)
 
@@ -460,11 +348,11 @@ class Session:
         """Shutdown while sends are blocked on a client that stopped reading (or an idle
         session): drop every context's audio, queue a close frame (1001, going away,
         ``reason``), give it ``grace_s`` to reach the client, then drop the connection."""
-        self._closed = True  # no speaker sends another frame
+        self._closed = True  # no utterance sends another frame
         for event in self.core.cancel_all():
             self._perform(event)
-        for context in list(self.contexts.values()):
-            context.task.cancel()
+        for utterance in list(self.utterances.values()):
+            utterance.task.cancel()
         unblock_writes(self.transport)
         self.wire.flush()  # what was sent goes before the close frame
         with contextlib.suppress(Exception):
@@ -472,29 +360,21 @@ class Session:
                 await self.websocket.close(CLOSE_GOING_AWAY, reason)
         await drain_then_abort(self.transport, grace_s)
 
-    def forget(self, context: Context) -> None:
-        if self.contexts.get(context.id) is context:
-            del self.contexts[context.id]
-            self.core.forget(context.id)
-            if not context.state.voice.fallback:
-                self.admission.finish()
+    def forget(self, task: UtteranceTask) -> None:
+        if self.utterances.get(task.id) is task:
+            del self.utterances[task.id]
+            self.core.forget(task.id)
+            task.utterance.finish()
             self._rearm_idle()
 
     # --- sending ----------------------------------------------------------------------
 
-    async def send_json(self, message: p.ServerMessage) -> None:
-        await self._send(self.wire.send_event, message)
-
-    async def send_audio(self, header: bytes, pcm: bytes) -> None:
-        await self._send(self.wire.send_audio, header, pcm)
-
-    async def send_failure(self, exc: BaseException, context_id: str, what: str) -> None:
-        """Report a failure of ``what`` (a segment) and tell the client; the context goes on."""
-        code, message = report(exc, metrics=self.metrics, log=self.log, where=f"[{self.id}] {what}")
-        message = (
-            f"{what} could not be spoken" if code == "internal_error" else f"{what}: {message}"
-        )
-        await self.send_json(p.ErrorEvent(context_id=context_id, code=code, message=message))
+    async def send(self, message: p.ServerMessage | AudioOut) -> None:
+        """Send a message, or an audio frame (its header and its PCM)."""
+        if isinstance(message, tuple):
+            await self._send(self.wire.send_audio, *message)
+        else:
+            await self._send(self.wire.send_event, message)
 
     async def _send(self, send: Callable[..., Awaitable[None]], *message: Any) -> None:
         if self._closed:

@@ -10,7 +10,7 @@ from tests.bench.smoke import ONE_THREAD, assert_all_finite, figure, run_bench
 
 pytestmark = pytest.mark.live
 
-ROUTES = ("tts_buffered", "tts_streamed", "speech_pcm", "speech_mp3")
+ROUTES = ("tts_buffered", "tts_streamed", "speech_pcm", "speech_mp3", "speech_ulaw")
 
 
 @pytest.mark.slow

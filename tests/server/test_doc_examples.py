@@ -97,6 +97,7 @@ RUN = {
     ("docs/protocol.md", "--out reply.wav"): "test_the_example_client_writes_a_playable_reply",
     ("docs/http-api.md", "from openai import OpenAI"): "test_the_openai_example_writes_the_audio",
     ("docs/http-api.md", '"sample_rate": 24000'): "test_the_tts_body_example_is_spoken",
+    ("docs/http-api.md", "-o hello.ulaw"): "test_the_ulaw_example_writes_g711_at_8_khz",
     ("docs/http-api.md", "/v1/voices"): "test_the_voice_examples_run_as_written",
     ("docs/http-api.md", "base64 -w0 clip.wav"): "test_the_voice_examples_run_as_written",
     ("docs/http-api.md", "< speaker.txt"): "test_the_voice_examples_run_as_written",
@@ -156,6 +157,8 @@ NOT_RUN = {
     ("docs/scaling.md", '"type":"resumed"'): "an event the Python client makes; tests/client/test_resume.py checks its fields",
     ("docs/streaming-decoder.md", '"bench": "stream_decoder"'): "a benchmark's output; tests/bench/test_stream_decoder.py runs it",
     ("docs/text.md", '"rule": "lexicon"'): "rewrites as the preview prints them; tests/server/test_lexicon.py checks their fields",
+    ("docs/telephony.md", "twilio_media_streams.py --port"): "waits for Twilio's calls until stopped; tests/client/test_telephony_example.py drives its handle_call with Twilio's messages",
+    ("docs/home-assistant.md", "--wyoming-port 10200"): _REAL_MODEL + "; tests/server/wyoming/test_wyoming.py serves --wyoming-port on a generated one",
 }
 # fmt: on
 
@@ -346,6 +349,21 @@ def test_the_tts_body_example_is_spoken(espeak: LiveServer) -> None:
     assert answer.status_code == 200, answer.text
     with wave.open(io.BytesIO(answer.content)) as wav:
         assert wav.getframerate() == body["sample_rate"] and wav.getnframes() > 0
+
+
+@pytest.mark.live
+def test_the_ulaw_example_writes_g711_at_8_khz(espeak: LiveServer, workdir: Path) -> None:
+    """docs/http-api.md's curl for format ulaw writes raw µ-law that ffmpeg reads as 8 kHz
+    speech (one byte a sample, no header)."""
+    run = shell(command("docs/http-api.md", "-o hello.ulaw"), workdir, espeak)
+    assert run.statuses == [200]
+    data = (workdir / "hello.ulaw").read_bytes()
+    decoded = subprocess.run(
+        ["ffmpeg", "-v", "error", "-f", "mulaw", "-ar", "8000", "-i", "hello.ulaw", "-f", "s16le", "-"],
+        cwd=workdir, capture_output=True, check=True, timeout=TIMEOUT_S,
+    ).stdout  # fmt: skip
+    assert len(decoded) == 2 * len(data) and len(data) > 8000  # over a second at 8 kHz
+    assert np.abs(np.frombuffer(decoded, "<i2")).max() > 1000  # speech, not silence
 
 
 @pytest.mark.live

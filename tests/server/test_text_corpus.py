@@ -38,7 +38,7 @@ def test_sentence_is_read_as_a_listener_expects(frontend: TextFrontend, row: Row
     reported."""
     segmenter = Segmenter(SegmenterSettings(max_chars=80, first_min_chars=3))
     segments = [*segmenter.push(row.text), *segmenter.flush()]
-    stream = frontend.stream()  # as a context prepares its segments, in order
+    stream = frontend.for_utterance()  # as a context prepares its segments, in order
     spoken = ""
     for segment in segments:
         prepared = stream.prepare(segment.text)

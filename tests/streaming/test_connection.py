@@ -307,3 +307,13 @@ def test_a_drain_keeps_every_accepted_character() -> None:
     assert isinstance(reply, c.Reply) and isinstance(reply.message, p.Draining)
     assert "".join(cut) == "第一句。第二句"
     assert reply.message.contexts[0].end_char == len("第一句。第二句")
+
+
+def test_the_characters_cut_into_segments_are_tallied() -> None:
+    """What an utterance received to speak counts as it is cut, not as it arrives."""
+    connection = core()
+    connection.receive(frame("start"))
+    connection.receive(frame("text", text="你好。再"))
+    assert connection.contexts["a"].tally.characters == 3
+    connection.receive(frame("end"))
+    assert connection.contexts["a"].tally.characters == 4

@@ -227,6 +227,7 @@ SERVER_MESSAGES: list[tuple[p.ServerMessage, str, set[str]]] = [
             "encoding",
             "channels",
             "audio_header_bytes",
+            "encodings",
         },
     ),
     (
@@ -234,7 +235,17 @@ SERVER_MESSAGES: list[tuple[p.ServerMessage, str, set[str]]] = [
             context_id="a", stream=1, sample_rate=24000, voice=None, seed=42, speed=1.0, volume=2.0
         ),
         "started",
-        {"context_id", "stream", "sample_rate", "voice", "seed", "speed", "volume"},
+        {
+            "context_id",
+            "stream",
+            "sample_rate",
+            "voice",
+            "seed",
+            "speed",
+            "volume",
+            "encoding",
+            "frame_ms",
+        },
     ),
     (
         p.SegmentEvent(

@@ -13,7 +13,7 @@ from server.metrics import Metrics
 from server.runtime.fallback import FallbackVoice
 from server.runtime.jobs import Handoff, Job
 from server.runtime.scheduler import Scheduler
-from streaming.schedule import BatchSettings, StepCosts
+from streaming.policy import BatchSettings, StepCosts
 
 RATE_HZ = 24_000
 

@@ -142,7 +142,7 @@ async def test_a_segment_cut_short_once_audible_is_reported_not_retried(
     went out, short of 1.0 s: reported as segment_without_audio with both figures, not
     made again, and logged at WARNING."""
     before = counted(server, "reported")
-    with caplog.at_level(logging.WARNING, logger="server.runtime.speaker"):
+    with caplog.at_level(logging.WARNING, logger="server.runtime.synthesizer"):
         result = await spoken(server, LONG, CUT_SHORT)
     assert codes(result) == ["segment_without_audio"]
     message = result.warnings[-1]["message"]

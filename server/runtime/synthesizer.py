@@ -1,19 +1,11 @@
-"""Speaking one segment, for any caller: the WebSocket context and the HTTP routes alike.
+"""Speaking one segment of an utterance, for any interface: the WebSocket and HTTP alike.
 
-A :class:`SegmentSpeaker` belongs to one utterance (a WebSocket context, or one HTTP
-request's text) and its :class:`~streaming.speech.SpeechPipeline`. For each segment,
-:meth:`SegmentSpeaker.speak` submits the normalised text to the engine worker, pushes
-the engine's chunks through the pipeline and yields what happened as events:
-
-    Started(start)   the segment begins: what of its text is removed, where its audio
-                     starts; nothing more follows when it has nothing to speak
-    FellBack()       the main engine failed before any audio: the fallback voice speaks
-    Retried(...)     its first try made no audio, or implausibly little, and none of it
-                     had left: it is made again, once, with a seed derived from its own
-    Frames(frames)   audio frames at the utterance's output rate, as the engine makes them
-    WithoutAudio(...) after its audio: it made none, or implausibly little, and could not
-                     be retried (audio of it had left, or the retry made none either)
-    Timed(fields)    the segment's timestamps, after its audio (when asked for)
+A :class:`SegmentSynthesizer` belongs to one utterance (``server/runtime/utterance.py``)
+and its :class:`~streaming.speech.SpeechPipeline`. For each segment,
+:meth:`SegmentSynthesizer.synthesize` submits the normalised text to the engine worker,
+pushes the engine's chunks through the pipeline and yields what happened as the events
+of :mod:`streaming.utterance` (``SegmentStarted``, ``FellBack``, ``Retried``, ``Frames``,
+``WithoutAudio``, ``Timed``).
 
 "Implausibly little" is less than :meth:`streaming.speech.SpeechSettings.least_audio_s`
 (``--min-audio-ms-per-char`` per sounding character, at the segment's speed): real
@@ -46,75 +38,25 @@ from server.runtime.phrase_cache import CachedJob, CachedPhrase, PhraseScope
 from server.runtime.worker import EngineWorker, Job
 from streaming import timestamps
 from streaming.segment import Segment
-from streaming.speech import SegmentStart, SpeechPipeline
+from streaming.speech import SpeechPipeline
 from streaming.text import PreparedText
+from streaming.utterance import (
+    FellBack,
+    Frames,
+    Retried,
+    SegmentStarted,
+    SpeechEvent,
+    Timed,
+    WithoutAudio,
+)
 
-__all__ = ["FellBack", "Frames", "Retried", "SegmentSpeaker", "Started", "Timed", "WithoutAudio"]
+__all__ = ["SegmentSynthesizer"]
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Started:
-    start: SegmentStart
-
-
-@dataclass(frozen=True)
-class FellBack:
-    pass
-
-
-@dataclass(frozen=True)
-class Frames:
-    frames: list[np.ndarray]
-
-
-@dataclass(frozen=True)
-class Retried:
-    """The segment is made again: its first try (``seed``) gave ``audio_s`` of audio, at
-    least ``least_s`` was expected; the retry speaks with ``retry_seed``."""
-
-    index: int
-    seed: int
-    retry_seed: int
-    audio_s: float
-    least_s: float
-
-    def describe(self) -> str:
-        return (
-            f"segment {self.index} made {_made(self.audio_s, self.least_s)} with seed "
-            f"{self.seed}; it is spoken again with seed {self.retry_seed}, derived from it"
-        )
-
-
-@dataclass(frozen=True)
-class WithoutAudio:
-    """The segment ended with ``audio_s`` of audio where at least ``least_s`` was
-    expected, and was not made again (``retried``: it had been, and that made too little
-    as well; otherwise some of its audio had already left)."""
-
-    index: int
-    audio_s: float
-    least_s: float
-    retried: bool
-
-    def describe(self) -> str:
-        why = (
-            "and so did its retry with another seed"
-            if self.retried
-            else "after some of its audio had been sent, so it was not made again"
-        )
-        return f"segment {self.index} made {_made(self.audio_s, self.least_s)}, {why}"
-
-
-def _made(audio_s: float, least_s: float) -> str:
-    if audio_s <= 0:
-        return "no audio"
-    return f"only {audio_s:.2f} s of audio (at least {least_s:.2f} s expected for its text)"
-
-
 @dataclass
-class _Tally:
+class _Tries:
     """What the tries at one segment came to so far."""
 
     waited_s: float = 0.0
@@ -127,21 +69,7 @@ class _Tally:
     job: Job | CachedJob | None = None
 
 
-@dataclass(frozen=True)
-class Timed:
-    """The segment's timestamps (the WebSocket ``timestamps`` event's fields)."""
-
-    index: int
-    start_ms: float
-    end_ms: float
-    estimated: bool
-    items: list[dict[str, object]]
-
-
-SpeakerEvent = Started | FellBack | Retried | Frames | WithoutAudio | Timed
-
-
-class SegmentSpeaker:
+class SegmentSynthesizer:
     """Speaks the segments of one utterance in order (see the module docstring)."""
 
     def __init__(
@@ -179,36 +107,36 @@ class SegmentSpeaker:
         elif self._looking_up:
             self._dropped = True
 
-    async def speak(
+    async def synthesize(
         self,
         segment: Segment,
         prepared: PreparedText,
         *,
         timeout_s: float,
         deadline: float | None = None,
-    ) -> AsyncGenerator[SpeakerEvent]:
+    ) -> AsyncGenerator[SpeechEvent]:
         """The events of one segment. ``timeout_s`` bounds the wait for its audio, a
         retry's included (not the caller's time between events); ``deadline``: when its
         listener's playback reaches it (``time.monotonic()``; None: now)."""
         start = self.pipeline.begin(segment, prepared)
-        yield Started(start)
+        yield SegmentStarted(start)
         if not start.speaks:
             return
         voice = self.voice
-        tally = _Tally()
+        tries = _Tries()
         retried: Retried | None = None
         without: WithoutAudio | None = None
         try:
             while True:
                 request = SynthesisRequest(prepared.spoken, voice, fallback=self.on_fallback)
-                attempt = self._attempt(request, timeout_s, deadline, tally)
+                attempt = self._attempt(request, timeout_s, deadline, tries)
                 async with contextlib.aclosing(attempt):
                     async for event in attempt:
                         yield event
-                if tally.abandoned or tally.job is None:
+                if tries.abandoned or tries.job is None:
                     return  # a cancelled segment is not a synthesised one
-                job = tally.job
-                verdict = self._judge(segment, prepared, voice, tally, retried, timeout_s)
+                job = tries.job
+                verdict = self._judge(segment, prepared, voice, tries, retried, timeout_s)
                 if isinstance(verdict, Retried):
                     retried = verdict
                     self.pipeline.restart()
@@ -225,13 +153,13 @@ class SegmentSpeaker:
             if timed is not None:
                 yield timed
         finally:
-            self.waited_s += tally.waited_s
+            self.waited_s += tries.waited_s
             self.pipeline.abandon()  # drops held audio unless finished
         self.metrics.observe_segment(
-            engine_seconds=tally.engine_s,
-            audio_seconds=tally.produced / self.worker.sample_rate_hz,
+            engine_seconds=tries.engine_s,
+            audio_seconds=tries.produced / self.worker.sample_rate_hz,
             characters=len(prepared.spoken),
-            cached=tally.cached,
+            cached=tries.cached,
         )
 
     def _judge(
@@ -239,21 +167,21 @@ class SegmentSpeaker:
         segment: Segment,
         prepared: PreparedText,
         voice: VoiceSpec,
-        tally: _Tally,
+        tries: _Tries,
         retried: Retried | None,
         timeout_s: float,
     ) -> Retried | WithoutAudio | None:
         """What a finished try comes to: None when its audio will do, :class:`Retried`
         when the segment is made again, :class:`WithoutAudio` when it is reported."""
-        assert tally.job is not None
-        audio_s = tally.produced / self.worker.sample_rate_hz
+        assert tries.job is not None
+        audio_s = tries.produced / self.worker.sample_rate_hz
         settings = self.pipeline.settings
-        if tally.job.fell_back or not settings.too_little_audio(
+        if tries.job.fell_back or not settings.too_little_audio(
             prepared.spoken, voice.speed, audio_s
         ):
             return None
         least_s = settings.least_audio_s(prepared.spoken, voice.speed)
-        if retried is None and not self.pipeline.segment_sent and tally.waited_s < timeout_s:
+        if retried is None and not self.pipeline.segment_sent and tries.waited_s < timeout_s:
             again = Retried(segment.index, voice.seed, voice.retry().seed,
                             round(audio_s, 3), round(least_s, 3))  # fmt: skip
             logger.info("%s", again.describe())
@@ -271,38 +199,38 @@ class SegmentSpeaker:
         request: SynthesisRequest,
         timeout_s: float,
         deadline: float | None,
-        tally: _Tally,
-    ) -> AsyncGenerator[SpeakerEvent]:
+        tries: _Tries,
+    ) -> AsyncGenerator[SpeechEvent]:
         """One try at a segment: its frames as the engine (or the phrase cache) makes
-        them; what it came to goes into ``tally``."""
+        them; what it came to goes into ``tries``."""
         key, job = await self._job(request, deadline)
         if job is None:
-            tally.abandoned = True  # while the cache was asked
+            tries.abandoned = True  # while the cache was asked
             return
-        tally.cached = tally.cached and isinstance(job, CachedJob)
-        tally.job = self.job = job
-        tally.produced = 0
+        tries.cached = tries.cached and isinstance(job, CachedJob)
+        tries.job = self.job = job
+        tries.produced = 0
         kept: list[np.ndarray] | None = [] if key is not None else None
         try:
             resumed = time.perf_counter()
-            async for chunk in job.chunks(timeout_s - tally.waited_s):
-                tally.waited_s += time.perf_counter() - resumed
-                if job.fell_back and not tally.produced:
+            async for chunk in job.chunks(timeout_s - tries.waited_s):
+                tries.waited_s += time.perf_counter() - resumed
+                if job.fell_back and not tries.produced:
                     yield FellBack()
-                tally.produced += chunk.size
+                tries.produced += chunk.size
                 if kept is not None:
                     kept.append(chunk)
                 yield Frames(self.pipeline.push(chunk))
                 resumed = time.perf_counter()
-            tally.waited_s += time.perf_counter() - resumed
-            tally.abandoned = job.cancelled
+            tries.waited_s += time.perf_counter() - resumed
+            tries.abandoned = job.cancelled
         finally:
             # Leaving early (cancel, disconnect, timeout, error) must not leave the
             # engine synthesising for nobody; after a whole try this is a no-op.
             job.cancel()
             self.job = None
-            tally.engine_s += job.engine_seconds
-        keep = kept is not None and not tally.abandoned and not job.fell_back
+            tries.engine_s += job.engine_seconds
+        keep = kept is not None and not tries.abandoned and not job.fell_back
         if keep and key is not None and self.phrases is not None:
             self.phrases.cache.keep(key, CachedPhrase(tuple(kept or ()), job.marks))
 

@@ -6,15 +6,15 @@ from dataclasses import dataclass
 
 import pytest
 
-from streaming.schedule import (
+from streaming.policy import (
     STEPS_PER_AUDIO_SECOND,
     BatchSettings,
     StepCosts,
-    admit,
     capacity,
     most_urgent,
     plan_step,
     playback_deadline,
+    seat,
     urgency,
 )
 
@@ -55,7 +55,7 @@ def test_urgency_counts_audio_made_and_breaks_ties_by_order() -> None:
 
 
 # (waiting as (name, deadline, order), active, limit, admitted names, left waiting)
-ADMISSIONS = [
+SEATINGS = [
     ([("a", 3.0, 0), ("b", 1.0, 1), ("c", 2.0, 2)], 0, 2, ["b", "c"], ["a"]),
     ([("a", 3.0, 0), ("b", 1.0, 1)], 2, 2, [], ["a", "b"]),  # full
     ([("a", 3.0, 0), ("b", 1.0, 1)], 3, 2, [], ["a", "b"]),  # over (limit lowered)
@@ -64,17 +64,17 @@ ADMISSIONS = [
 ]
 
 
-@pytest.mark.parametrize(("waiting", "active", "limit", "admitted", "left"), ADMISSIONS)
-def test_admission_takes_the_most_urgent_up_to_the_limit(
+@pytest.mark.parametrize(("waiting", "active", "limit", "seated", "left"), SEATINGS)
+def test_seating_takes_the_most_urgent_up_to_the_limit(
     waiting: list[tuple[str, float, int]],
     active: int,
     limit: int,
-    admitted: list[str],
+    seated: list[str],
     left: list[str],
 ) -> None:
     """Waiting jobs start in urgency order while fewer than ``limit`` are in flight."""
     jobs = [Job(name, deadline, order=order) for name, deadline, order in waiting]
-    assert [job.name for job in admit(jobs, active, limit)] == admitted
+    assert [job.name for job in seat(jobs, active, limit)] == seated
     assert [job.name for job in jobs] == left
 
 

@@ -29,11 +29,11 @@ __all__ = [
     "BatchSettings",
     "Scheduled",
     "StepCosts",
-    "admit",
     "capacity",
     "most_urgent",
     "plan_step",
     "playback_deadline",
+    "seat",
     "slack",
     "urgency",
 ]
@@ -88,8 +88,8 @@ def urgency(job: Scheduled, sample_rate_hz: int | None = None) -> tuple[float, i
     return (job.deadline + produced_s, job.order)
 
 
-def admit(waiting: list[T], active: int, limit: int) -> list[T]:
-    """Take the jobs to start now out of ``waiting``, most urgent first.
+def seat(waiting: list[T], active: int, limit: int) -> list[T]:
+    """Take the jobs that get a row now out of ``waiting``, most urgent first.
 
     ``active`` jobs are in flight and at most ``limit`` may be; ``waiting`` keeps the rest.
     """
@@ -112,7 +112,7 @@ def slack(job: Scheduled, now_s: float, sample_rate_hz: int) -> float:
 
 @dataclass(frozen=True)
 class BatchSettings:
-    """How a batching engine's rows are admitted, prefilled and stepped."""
+    """How a batching engine's rows are seated, prefilled and stepped."""
 
     #: Most utterances in one step (and in the engine's KV cache).
     max_batch: int = 16

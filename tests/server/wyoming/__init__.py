@@ -1,0 +1,1 @@
+"""The Wyoming protocol for Home Assistant (server/wyoming/): framing, the handler, streams."""
