@@ -26,7 +26,7 @@ from server.engines.chattts.settings import ChatTTSSettings
 from server.runtime.admission import AdmissionSettings
 from server.runtime.phrase_cache import PhraseCacheSettings
 from server.runtime.worker_settings import WorkerSettings
-from server.wyoming.settings import WyomingSettings
+from server.wyoming_settings import WyomingSettings
 from streaming.connection import ConnectionSettings
 from streaming.policy import BatchSettings
 from streaming.speech import SpeechSettings

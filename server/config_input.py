@@ -21,7 +21,7 @@ from server.config_checks import refusal, validate
 from server.declaration import GROUPS, specs
 from server.engines.chattts.settings import ChatTTSSettings
 from server.runtime.phrase_cache import PhraseCacheSettings
-from server.wyoming.settings import WyomingSettings
+from server.wyoming_settings import WyomingSettings
 
 __all__ = ["add_arguments", "build_settings", "read_token_file", "unknown_variables"]
 

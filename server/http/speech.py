@@ -37,7 +37,8 @@ from server.auth import bearer_token
 from server.engines.base import VoiceSpec
 from server.errors import report
 from server.http.middleware import SUMMARY_KEY
-from server.runtime.phrase_cache import PhraseScope, utterance_scope
+from server.phrase_scope import utterance_scope
+from server.runtime.phrase_cache import PhraseScope
 from server.runtime.utterance import Utterance
 from server.state import AppState
 from server.transport import SCOPE_KEY

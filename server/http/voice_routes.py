@@ -184,7 +184,7 @@ async def _make_voice(state: AppState, body: VoiceCreate, engine: str) -> Voice:
         check = state.worker.check_voice
     if body.mix is not None:
         parts = [(part.voice, part.weight) for part in body.mix]
-        speaker = await mixed_speaker(state, engine, parts)
+        speaker = await mixed_speaker(state.voices, state.worker, engine, parts)
         fields["description"] = body.description or mix_description(parts)
         return Voice(body.name, engine, speaker=speaker, **fields)
     if body.speaker is not None:

@@ -36,17 +36,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from server.auth import websocket_token
 from server.declaration import bound_problems, option
-from server.engines.base import SynthesisRequest, WordMarks
+from server.engines.base import SynthesisRequest
 from server.metrics import Metrics
+from server.runtime.phrase_store import CachedPhrase
 
 if TYPE_CHECKING:
-    from starlette.websockets import WebSocket
-
     from server.runtime.phrase_store import SharedPhrases
-    from server.state import AppState
-    from streaming.utterance import UtteranceVoice
 
 __all__ = ["CachedJob", "CachedPhrase", "PhraseCache", "PhraseCacheSettings", "PhraseScope"]
 
@@ -101,18 +97,6 @@ class PhraseCacheSettings:
         problems = bound_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
-
-
-@dataclass(frozen=True)
-class CachedPhrase:
-    """A finished segment's engine audio, as its chunks came, and its word marks."""
-
-    chunks: tuple[np.ndarray, ...]
-    marks: WordMarks | None = None
-
-    @property
-    def nbytes(self) -> int:
-        return sum(int(chunk.nbytes) for chunk in self.chunks)
 
 
 def _frozen(chunk: np.ndarray) -> np.ndarray:
@@ -293,40 +277,3 @@ def scope_for(
         identity = f"fallback/{espeak.identity()}"
     shared = cache.settings.phrase_cache_shared
     return PhraseScope(cache, identity, partition_for(token, tokens_on=tokens_on, shared=shared))
-
-
-def utterance_scope(
-    state: AppState, voice: str | None, *, seed_given: bool, fallback: bool, token: str | None
-) -> PhraseScope | None:
-    """How an utterance in ``voice`` may use the server's cache (:func:`scope_for`): its
-    seed is fixed when the caller gave one or its named voice has its own."""
-    return scope_for(
-        state.phrases,
-        state.worker.engine,
-        fallback=fallback,
-        seed_fixed=seed_given or _own_seed(state, voice, fallback=fallback),
-        token=token,
-        tokens_on=state.auth.enabled,
-    )
-
-
-def context_scope(
-    state: AppState, voice: UtteranceVoice, websocket: WebSocket
-) -> PhraseScope | None:
-    """:func:`utterance_scope` for a WebSocket context, its caller the token the
-    connection presented."""
-    token = websocket_token(
-        websocket.headers, websocket.scope.get("subprotocols", []), websocket.query_params
-    )
-    return utterance_scope(
-        state, voice.voice, seed_given=voice.seed_given, fallback=voice.fallback, token=token
-    )
-
-
-def _own_seed(state: AppState, voice: str | None, *, fallback: bool) -> bool:
-    if voice is None:
-        return False
-    try:
-        return state.voices.resolve(voice, fallback=fallback).seed is not None
-    except Exception:  # resolved already by the caller: a name gone since is no seed
-        return False

@@ -25,6 +25,7 @@ import json
 import logging
 import struct
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,9 +36,21 @@ from redis.exceptions import RedisError
 
 from server.engines.base import WordMarks
 from server.metrics import Metrics
-from server.runtime.phrase_cache import CachedPhrase
 
-__all__ = ["SharedPhrases", "decode_phrase", "encode_phrase"]
+__all__ = ["CachedPhrase", "SharedPhrases", "decode_phrase", "encode_phrase"]
+
+
+@dataclass(frozen=True)
+class CachedPhrase:
+    """A finished segment's engine audio, as its chunks came, and its word marks."""
+
+    chunks: tuple[np.ndarray, ...]
+    marks: WordMarks | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(chunk.nbytes) for chunk in self.chunks)
+
 
 logger = logging.getLogger(__name__)
 

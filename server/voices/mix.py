@@ -19,7 +19,8 @@ from server.voices.voice import FALLBACK_ENGINE
 from streaming.errors import ClientError
 
 if TYPE_CHECKING:
-    from server.state import AppState
+    from server.runtime.worker import EngineWorker
+    from server.voices.registry import Voices
 
 __all__ = ["MIX_MAX_VOICES", "mix_description", "mixed_speaker"]
 
@@ -31,17 +32,20 @@ def _refused(message: str, param: str = "mix") -> ClientError:
     return ClientError(message, code="invalid_voice", param=param)
 
 
-async def mixed_speaker(state: AppState, engine: str, parts: Sequence[tuple[str, float]]) -> str:
-    """The speaker string of ``parts`` (voice name, weight) blended on ``engine``."""
-    if engine == FALLBACK_ENGINE or state.voices.engine() != engine:
+async def mixed_speaker(
+    voices: Voices, worker: EngineWorker, engine: str, parts: Sequence[tuple[str, float]]
+) -> str:
+    """The speaker string of ``parts`` (voice name, weight) blended on ``engine`` by the
+    engine ``worker`` runs."""
+    if engine == FALLBACK_ENGINE or voices.engine() != engine:
         raise _refused(
             f"the {engine} voice cannot mix voices: its voices are variants, not speaker "
             "vectors (ChatTTS's voices can be mixed)"
         )
     specs: list[tuple[VoiceSpec, float]] = []
     for index, (name, weight) in enumerate(parts):
-        await state.voices.confirm(name)
-        voice = state.voices.resolve(name)  # unknown: 400 voice_not_found, listing them
+        await voices.confirm(name)
+        voice = voices.resolve(name)  # unknown: 400 voice_not_found, listing them
         if voice.reference is not None:
             raise _refused(
                 f"mix[{index}]: voice {name[:64]!r} is made from a clip, which ChatTTS keeps "
@@ -57,7 +61,7 @@ async def mixed_speaker(state: AppState, engine: str, parts: Sequence[tuple[str,
         return result
 
     try:
-        return await state.worker.call(blend)
+        return await worker.call(blend)
     except ValueError as exc:
         raise _refused(f"mix: {exc}") from None
 

@@ -27,7 +27,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from server import logs
 from server.errors import report
-from server.runtime.phrase_cache import context_scope
+from server.phrase_scope import context_scope
 from server.runtime.utterance import Utterance
 from server.state import AppState
 from server.transport import SCOPE_KEY, drain_then_abort, unblock_writes

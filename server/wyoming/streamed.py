@@ -23,7 +23,7 @@ import time
 
 from server import logs
 from server.errors import report
-from server.runtime.phrase_cache import utterance_scope
+from server.phrase_scope import utterance_scope
 from server.runtime.utterance import Utterance
 from server.state import AppState
 from server.wyoming.audio import AudioWriter

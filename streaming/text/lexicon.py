@@ -17,12 +17,9 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from streaming.text.spans import Spans
-from streaming.text.tokens import Token, word
+from streaming.text.prepare import prepare_text
 
-__all__ = ["Entry", "Lexicon", "LexiconError", "LexiconSettings", "lexicon_rule"]
-
-RULE_LEXICON = "lexicon"
+__all__ = ["Entry", "Lexicon", "LexiconError", "LexiconSettings"]
 
 
 class LexiconError(ValueError):
@@ -175,8 +172,6 @@ def _check(written: str, spoken: str, where: str, limits: LexiconSettings) -> No
 def _speakable(spoken: str, where: str) -> str:
     """The spoken form as the engine will say it (numbers in it read); refuses one with
     nothing to say or with something that would be dropped."""
-    from streaming.text.prepare import prepare_text  # prepare imports this module
-
     prepared = prepare_text(spoken, normalizer=_unchanged)
     if not prepared.spoken:
         raise LexiconError(f"{where}the spoken form {spoken[:40]!r} has nothing to say")
@@ -191,10 +186,3 @@ def _speakable(spoken: str, where: str) -> str:
 def _unchanged(text: str) -> str:
     """A normaliser that changes nothing: the front-end's own rules read the numbers."""
     return text
-
-
-def lexicon_rule(spans: Spans) -> Iterator[Token]:
-    if spans.lexicon is None:
-        return
-    for start, end, entry in spans.lexicon.matches(spans.original):
-        yield word(start, end, entry.spoken, RULE_LEXICON, entry.origin)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from streaming.punctuation import (
     CJK_CLAUSE_MARKS,
@@ -27,7 +27,6 @@ from streaming.text.codes import (
 from streaming.text.dates import date_rule, score_rule, time_rule
 from streaming.text.dotted import abbreviation_rule, address_number_rule, name_rule
 from streaming.text.formulas import formula_rule, subscript_rule
-from streaming.text.lexicon import Lexicon, lexicon_rule
 from streaming.text.markup import CONTROL_TAG, address_rule, list_rule, markup_rule, tag_rule
 from streaming.text.mathtext import latex_rule, math_rule, operator_rule, product_rule
 from streaming.text.numbers import amount_rule, bare_number_rule
@@ -43,7 +42,7 @@ from streaming.text.quantities import (
 )
 from streaming.text.render import reason_alone, removals, render, tidy
 from streaming.text.repeats import Code, codes_read, remembered, said_again
-from streaming.text.spans import Normalizer, SpanRule, Spans
+from streaming.text.spans import Entries, Normalizer, SpanRule, Spans
 from streaming.text.tokens import (
     REASON_CODE,
     RULE_LIBRARY,
@@ -55,7 +54,19 @@ from streaming.text.tokens import (
     dropped,
     rewrite_tokens,
     spell_acronyms,
+    word,
 )
+
+RULE_LEXICON = "lexicon"
+
+
+def lexicon_rule(spans: Spans) -> Iterator[Token]:
+    """The user's entries, before every other rule (a written form is said as given)."""
+    if spans.lexicon is None:
+        return
+    for start, end, entry in spans.lexicon.matches(spans.original):
+        yield word(start, end, entry.spoken, RULE_LEXICON, entry.origin)
+
 
 # Exactly ChatTTS's keep set (Normalizer.reject_pattern, negated).
 SPOKEN_CHARSET = re.compile(r"[\u4e00-\u9fffA-Za-z，。、,. ]")
@@ -212,7 +223,7 @@ def prepare_text(
     *,
     normalizer: Normalizer | None = None,
     allow_tags: bool = False,
-    lexicon: Lexicon | None = None,
+    lexicon: Entries | None = None,
     before: str = "",
     codes: Iterable[Code] = (),
 ) -> PreparedText:

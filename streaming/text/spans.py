@@ -4,14 +4,30 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from streaming.text.lexicon import Lexicon
     from streaming.text.tokens import Token
 
 #: A text normaliser: text in, speakable text out, no alignment (the library's shape).
 Normalizer = Callable[[str], str]
+
+
+class WrittenEntry(Protocol):
+    """One user entry as the rules read it (streaming.text.lexicon.Entry)."""
+
+    @property
+    def spoken(self) -> str: ...
+
+    @property
+    def origin(self) -> str: ...
+
+
+class Entries(Protocol):
+    """A user's entries as the rules read them (streaming.text.lexicon.Lexicon): each
+    match of a written form in a text, as (start, end, entry)."""
+
+    def matches(self, text: str) -> Iterator[tuple[int, int, WrittenEntry]]: ...
 
 
 @dataclass(frozen=True)
@@ -30,7 +46,7 @@ class Spans:
     original: str
     normalizer: Normalizer | None
     allow_tags: bool
-    lexicon: Lexicon | None = None
+    lexicon: Entries | None = None
     before: str = ""
 
     def lookbehind(self, start: int) -> tuple[str, int]:

@@ -33,7 +33,7 @@ from wyoming.tts import (
 
 from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
-from server.wyoming.settings import WyomingSettings
+from server.wyoming_settings import WyomingSettings
 from tests.conftest import fixed_length_chattts
 from tests.scripted_engine import ScriptedEngine
 
