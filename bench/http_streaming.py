@@ -23,15 +23,14 @@ long (random weights end at random). Ends with one JSON line of the headline fig
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import multiprocessing
-import socket
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from harness.bench_server import start_server, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,36 +47,6 @@ ROUTES: dict[str, tuple[str, dict[str, Any]]] = {
 }  # fmt: skip
 
 
-def serve(engine: str, checkpoint: Path, steps: int, port: Any) -> None:
-    import uvicorn
-
-    from server.app import create_app
-    from server.config import Settings
-    from server.lifecycle import uvicorn_config
-    from server.runtime.phrase_cache import PhraseCacheSettings
-
-    factory = None
-    if engine == "chattts":
-        from server.engines.chattts.engine import ChatTTSEngine
-        from server.engines.chattts.settings import ChatTTSSettings
-
-        def factory() -> Any:
-            options = ChatTTSSettings(device="cpu", max_new_token=steps, min_new_token=steps)
-            return ChatTTSEngine(checkpoint, options), False, None
-
-        settings = Settings(engine="chattts", model_dir=checkpoint, log_level="warning")
-    else:
-        settings = Settings(engine="espeak", log_level="warning")
-    # The phrase cache off: OpenAI's route speaks the preset alloy (its own seed), so the
-    # repeats would be hits; this measures synthesis.
-    settings = dataclasses.replace(settings, phrase_cache=PhraseCacheSettings(phrase_cache_mb=0))
-    app = create_app(settings, engine=factory)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port.put(sock.getsockname()[1])
-    uvicorn.Server(uvicorn_config(app, settings, log_level="warning")).run(sockets=[sock])
-
-
 def timed(http: Any, path: str, body: dict[str, Any]) -> tuple[float, float, int]:
     """(seconds to the first body byte, seconds to the last, bytes)."""
     started = time.perf_counter()
@@ -92,34 +61,15 @@ def timed(http: Any, path: str, body: dict[str, Any]) -> tuple[float, float, int
     return first or 0.0, time.perf_counter() - started, size
 
 
-def wait_ready(http: Any, deadline_s: float) -> None:
-    """Until /ready answers 200 (the socket is bound before uvicorn listens on it)."""
-    import httpx
-
-    deadline = time.monotonic() + deadline_s
-    while True:
-        try:
-            if http.get("/ready").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            raise SystemExit("the server did not become ready")
-        time.sleep(0.2)
-
-
 def measure(
     engine: str, checkpoint: Path, steps: int, repeats: int, warm_up: bool = True
 ) -> dict[str, list[Any]]:
     """Start the server in a child process; (TTFB, total, bytes) of each route's runs."""
     import httpx
 
-    ctx = multiprocessing.get_context("spawn")
-    port_queue = ctx.Queue()
-    child = ctx.Process(target=serve, args=(engine, checkpoint, steps, port_queue), daemon=True)
-    child.start()
-    port = port_queue.get(timeout=120)
-    port_queue.close()
+    # The phrase cache off: OpenAI's route speaks the preset alloy (its own seed), so the
+    # repeats would be hits; this measures synthesis.
+    child, port = start_server(engine, checkpoint, steps, phrase_cache_mb=0)
     results: dict[str, list[Any]] = {name: [] for name in ROUTES}
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600) as http:

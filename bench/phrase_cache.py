@@ -37,68 +37,12 @@ from typing import Any
 
 import numpy as np
 
+from harness.bench_server import start_server, wait_ready
+
 ROOT = Path(__file__).resolve().parent.parent
 
 TEXT = "您好，欢迎致电客服中心。请问有什么可以帮您？"
 KINDS = ("synthesised", "cached")
-
-
-def serve(engine: str, checkpoint: Path, steps: int, port: Any) -> None:
-    """The server, with its default settings (the phrase cache on), in this process."""
-    import socket
-
-    import uvicorn
-
-    from server.app import create_app
-    from server.config import Settings
-    from server.lifecycle import uvicorn_config
-
-    factory = None
-    if engine == "chattts":
-        from server.engines.chattts.engine import ChatTTSEngine
-        from server.engines.chattts.settings import ChatTTSSettings
-
-        def factory() -> Any:
-            options = ChatTTSSettings(device="cpu", max_new_token=steps, min_new_token=steps)
-            return ChatTTSEngine(checkpoint, options), False, None
-
-        settings = Settings(engine="chattts", model_dir=checkpoint, log_level="warning")
-    else:
-        settings = Settings(engine="espeak", log_level="warning")
-    app = create_app(settings, engine=factory)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port.put(sock.getsockname()[1])
-    uvicorn.Server(uvicorn_config(app, settings, log_level="warning")).run(sockets=[sock])
-
-
-def wait_ready(http: Any, deadline_s: float) -> None:
-    """Until /ready answers 200 (the socket is bound before uvicorn listens on it)."""
-    import httpx
-
-    deadline = time.monotonic() + deadline_s
-    while True:
-        try:
-            if http.get("/ready").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            raise SystemExit("the server did not become ready")
-        time.sleep(0.2)
-
-
-def start_server(engine: str, checkpoint: Path, steps: int) -> tuple[Any, int]:
-    """The server in a child process; (process, port)."""
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("spawn")
-    port_queue = ctx.Queue()
-    child = ctx.Process(target=serve, args=(engine, checkpoint, steps, port_queue), daemon=True)
-    child.start()
-    port = port_queue.get(timeout=120)
-    port_queue.close()
-    return child, port
 
 
 def http_first_audio(http: Any, seed: int) -> tuple[float, float]:

@@ -1,0 +1,78 @@
+"""A server in a child process for the HTTP benchmarks: ChatTTS on a checkpoint (a fixed
+number of steps per segment, so every run does the same work) or the espeak voice, with
+the default settings and, where asked, a phrase cache of another size."""
+
+from __future__ import annotations
+
+import multiprocessing
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["serve", "start_server", "wait_ready"]
+
+
+def serve(
+    engine: str, checkpoint: Path, steps: int, port: Any, phrase_cache_mb: int | None = None
+) -> None:
+    """The server in this process; its port goes into the queue ``port`` once bound."""
+    import dataclasses
+
+    import uvicorn
+
+    from server.app import create_app
+    from server.config import Settings
+    from server.lifecycle import uvicorn_config
+    from server.runtime.phrase_cache import PhraseCacheSettings
+
+    factory = None
+    if engine == "chattts":
+        from server.engines.chattts.engine import ChatTTSEngine
+        from server.engines.chattts.settings import ChatTTSSettings
+
+        def factory() -> Any:
+            options = ChatTTSSettings(device="cpu", max_new_token=steps, min_new_token=steps)
+            return ChatTTSEngine(checkpoint, options), False, None
+
+        settings = Settings(engine="chattts", model_dir=checkpoint, log_level="warning")
+    else:
+        settings = Settings(engine="espeak", log_level="warning")
+    if phrase_cache_mb is not None:
+        cache = PhraseCacheSettings(phrase_cache_mb=phrase_cache_mb)
+        settings = dataclasses.replace(settings, phrase_cache=cache)
+    app = create_app(settings, engine=factory)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port.put(sock.getsockname()[1])
+    uvicorn.Server(uvicorn_config(app, settings, log_level="warning")).run(sockets=[sock])
+
+
+def start_server(
+    engine: str, checkpoint: Path, steps: int, phrase_cache_mb: int | None = None
+) -> tuple[Any, int]:
+    """:func:`serve` in a child process; (process, port). Terminate the process after."""
+    ctx = multiprocessing.get_context("spawn")
+    port_queue = ctx.Queue()
+    args = (engine, checkpoint, steps, port_queue, phrase_cache_mb)
+    child = ctx.Process(target=serve, args=args, daemon=True)
+    child.start()
+    port = port_queue.get(timeout=120)
+    port_queue.close()
+    return child, port
+
+
+def wait_ready(http: Any, deadline_s: float) -> None:
+    """Until /ready answers 200 (the socket is bound before uvicorn listens on it)."""
+    import httpx
+
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            if http.get("/ready").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise SystemExit("the server did not become ready")
+        time.sleep(0.2)
