@@ -25,14 +25,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from harness.bench_server import start_server, wait_ready
-
-ROOT = Path(__file__).resolve().parent.parent
+from harness.bench_server import add_engine_arguments, ensure_checkpoint, start_server, wait_ready
 
 TEXT = "今天天气很好，我们去公园散步吧。公园里有很多花，红的黄的都有。傍晚我们再回家做饭。"
 ROUTES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -109,9 +106,7 @@ def report(args: argparse.Namespace, results: dict[str, list[Any]]) -> dict[str,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--engine", choices=("chattts", "espeak"), default="chattts")
-    parser.add_argument("--checkpoint", type=Path, default=ROOT / "checkpoints" / "tiny")
-    parser.add_argument("--steps", type=int, default=60, help="GPT steps per segment (chattts)")
+    add_engine_arguments(parser)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--smoke", action="store_true",
                         help="one run of each route, 12 GPT steps a segment, no warm-up: checks "
@@ -119,11 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.smoke:
         args.repeats, args.steps = 1, 12
-    if args.engine == "chattts" and not (args.checkpoint / "asset").is_dir():
-        from server.engines.chattts.checkpoint import write_checkpoint
-
-        print(f"writing a tiny random-weight checkpoint to {args.checkpoint}", file=sys.stderr)
-        write_checkpoint(args.checkpoint, size="tiny", seed=0)
+    ensure_checkpoint(args)
     results = measure(args.engine, args.checkpoint, args.steps, args.repeats, not args.smoke)
     print(json.dumps(report(args, results)))
     return 0

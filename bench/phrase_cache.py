@@ -30,16 +30,12 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from harness.bench_server import start_server, wait_ready
-
-ROOT = Path(__file__).resolve().parent.parent
+from harness.bench_server import add_engine_arguments, ensure_checkpoint, start_server, wait_ready
 
 TEXT = "您好，欢迎致电客服中心。请问有什么可以帮您？"
 KINDS = ("synthesised", "cached")
@@ -157,9 +153,7 @@ def report(args: argparse.Namespace, found: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--engine", choices=("chattts", "espeak"), default="chattts")
-    parser.add_argument("--checkpoint", type=Path, default=ROOT / "checkpoints" / "tiny")
-    parser.add_argument("--steps", type=int, default=60, help="GPT steps per segment (chattts)")
+    add_engine_arguments(parser)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--smoke", action="store_true",
                         help="two runs of each, 24 GPT steps a segment: checks it runs (the "
@@ -167,11 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.smoke:
         args.repeats, args.steps = 2, 24
-    if args.engine == "chattts" and not (args.checkpoint / "asset").is_dir():
-        from server.engines.chattts.checkpoint import write_checkpoint
-
-        print(f"writing a tiny random-weight checkpoint to {args.checkpoint}", file=sys.stderr)
-        write_checkpoint(args.checkpoint, size="tiny", seed=0)
+    ensure_checkpoint(args)
     found = measure(args)
     cached, synthesised = found["tally"]["cached"], found["tally"]["synthesised"]
     if cached[1] or not cached[0] or synthesised[0]:

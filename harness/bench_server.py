@@ -4,13 +4,39 @@ the default settings and, where asked, a phrase cache of another size."""
 
 from __future__ import annotations
 
+import argparse
 import multiprocessing
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["serve", "start_server", "wait_ready"]
+__all__ = [
+    "add_engine_arguments",
+    "ensure_checkpoint",
+    "serve",
+    "start_server",
+    "wait_ready",
+]
+
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """The engine a benchmark's server runs: ``--engine``, ``--checkpoint``, ``--steps``."""
+    parser.add_argument("--engine", choices=("chattts", "espeak"), default="chattts")
+    parser.add_argument("--checkpoint", type=Path, default=_ROOT / "checkpoints" / "tiny")
+    parser.add_argument("--steps", type=int, default=60, help="GPT steps per segment (chattts)")
+
+
+def ensure_checkpoint(args: argparse.Namespace) -> None:
+    """A tiny random-weight checkpoint at ``args.checkpoint`` for ChatTTS, written when absent."""
+    if args.engine == "chattts" and not (args.checkpoint / "asset").is_dir():
+        from server.engines.chattts.checkpoint import write_checkpoint
+
+        print(f"writing a tiny random-weight checkpoint to {args.checkpoint}", file=sys.stderr)
+        write_checkpoint(args.checkpoint, size="tiny", seed=0)
 
 
 def serve(
