@@ -56,6 +56,7 @@ from typing import Any
 import httpx
 from chattts_client import AudioFrame, StreamClient
 
+from harness.bench_server import settings_overrides
 from server.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,21 +88,6 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 # -- the server (child process) --------------------------------------------------------
-
-
-def server_settings(pairs: list[str]) -> dict[str, Any]:
-    """``NAME=VALUE`` settings (as the command line writes them) as Settings fields."""
-    from server.declaration import specs
-
-    by_name = {spec.name: spec for spec in specs(Settings) if len(spec.path) == 1}
-    values: dict[str, Any] = {}
-    for pair in pairs:
-        name, _, raw = pair.partition("=")
-        name = name.strip().lstrip("-").replace("-", "_")
-        if name not in by_name:
-            raise SystemExit(f"--set: {name!r} is not a server setting")
-        values[name] = by_name[name].parse(raw)
-    return values
 
 
 def serve(
@@ -389,7 +375,7 @@ async def capacity(
 def start_server(
     design: str, args: argparse.Namespace, overrides: dict[str, Any] | None = None
 ) -> tuple[multiprocessing.Process, int]:
-    overrides = server_settings(args.set) if overrides is None else overrides
+    overrides = settings_overrides(args.set, "--set") if overrides is None else overrides
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     process = context.Process(
@@ -490,9 +476,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"capacity: {args.engine} engine ({model}), {args.chars} characters per stream")
     capacities: dict[str, int] = {}
     trials: list[dict[str, Any]] = []
-    variants = {"": server_settings(args.set)}
+    variants = {"": settings_overrides(args.set, "--set")}
     if args.compare:
-        variants[" before"] = {**variants[""], **server_settings(args.compare)}
+        variants[" before"] = {**variants[""], **settings_overrides(args.compare, "--compare")}
     for design in args.designs:
         for suffix, overrides in variants.items():
             label = design + suffix

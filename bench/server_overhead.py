@@ -56,6 +56,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from harness.bench_server import settings_overrides
+
 ROOT = Path(__file__).resolve().parent.parent
 
 TEXT = "你好，欢迎使用流式语音合成。"
@@ -123,22 +125,6 @@ def loop_cpu_seconds(pid: int) -> float:
     """User + system CPU of a process's main thread (its event loop's) so far."""
     fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def settings_overrides(pairs: list[str]) -> dict[str, Any]:
-    """``NAME=VALUE`` server settings (as their flags write them) as Settings fields."""
-    from server.config import Settings
-    from server.declaration import specs
-
-    by_name = {spec.name: spec for spec in specs(Settings) if len(spec.path) == 1}
-    values: dict[str, Any] = {}
-    for pair in pairs:
-        name, _, raw = pair.partition("=")
-        name = name.strip().lstrip("-").replace("-", "_")
-        if name not in by_name:
-            raise SystemExit(f"--compare: {name!r} is not a server setting")
-        values[name] = by_name[name].parse(raw)
-    return values
 
 
 # -- the two servers (child processes) --------------------------------------------------
@@ -460,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
         args.streams, args.spread_s = 40, 0.5
     variants: dict[str, dict[str, Any]] = {"ours": {}}
     if args.compare:
-        variants["before"] = settings_overrides(args.compare)
+        variants["before"] = settings_overrides(args.compare, "--compare")
     script: list[Any] = []
     profiles: dict[str, dict[str, float]] = {}
     rows: dict[str, list[dict[str, float]]] = {name: [] for name in [*variants, "bare"]}

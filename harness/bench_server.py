@@ -16,6 +16,7 @@ __all__ = [
     "add_engine_arguments",
     "ensure_checkpoint",
     "serve",
+    "settings_overrides",
     "start_server",
     "wait_ready",
 ]
@@ -37,6 +38,23 @@ def ensure_checkpoint(args: argparse.Namespace) -> None:
 
         print(f"writing a tiny random-weight checkpoint to {args.checkpoint}", file=sys.stderr)
         write_checkpoint(args.checkpoint, size="tiny", seed=0)
+
+
+def settings_overrides(pairs: list[str], flag: str) -> dict[str, Any]:
+    """``NAME=VALUE`` server settings (as their flags write them, given to a benchmark's
+    ``flag``) as Settings fields; a name that is no server setting ends the run."""
+    from server.config import Settings
+    from server.declaration import specs
+
+    by_name = {spec.name: spec for spec in specs(Settings) if len(spec.path) == 1}
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        name, _, raw = pair.partition("=")
+        name = name.strip().lstrip("-").replace("-", "_")
+        if name not in by_name:
+            raise SystemExit(f"{flag}: {name!r} is not a server setting")
+        values[name] = by_name[name].parse(raw)
+    return values
 
 
 def serve(

@@ -89,3 +89,14 @@ def test_every_benchmark_answers_help_from_any_directory(path: Path, tmp_path: P
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("usage: "), done.stdout[:500]
+
+
+def test_settings_given_to_a_benchmark_are_read_as_the_server_reads_them() -> None:
+    """``--set``/``--compare`` pairs: a flag's spelling or the field's, values parsed by
+    the setting's own declaration, and a name that is no setting refused naming the flag."""
+    from harness.bench_server import settings_overrides
+
+    found = settings_overrides(["--ws-direct-send=false", "prefills_per_step=8"], "--set")
+    assert found == {"ws_direct_send": False, "prefills_per_step": 8}
+    with pytest.raises(SystemExit, match=r"^--compare: 'bogus' is not a server setting$"):
+        settings_overrides(["bogus=1"], "--compare")
