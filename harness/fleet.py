@@ -152,16 +152,10 @@ class Store:
         _stop(self.process, signal.SIGKILL, TIMEOUT_S)
 
 
-@dataclass
-class Replica:
-    """One server process (``chattts-stream serve``) on its own loopback port."""
+class _OnLoopback:
+    """A server on a loopback port: its HTTP and WebSocket addresses."""
 
-    index: int
-    directory: Path
-    store_url: str | None
-    args: list[str] = field(default_factory=list)
-    port: int = field(default_factory=free_port)
-    process: subprocess.Popen[bytes] | None = None
+    port: int
 
     @property
     def url(self) -> str:
@@ -170,6 +164,18 @@ class Replica:
     @property
     def ws_url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/v1/stream"
+
+
+@dataclass
+class Replica(_OnLoopback):
+    """One server process (``chattts-stream serve``) on its own loopback port."""
+
+    index: int
+    directory: Path
+    store_url: str | None
+    args: list[str] = field(default_factory=list)
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
 
     @property
     def log(self) -> Path:
@@ -225,21 +231,13 @@ class Replica:
 
 
 @dataclass
-class Balancer:
+class Balancer(_OnLoopback):
     """HAProxy from the shipped configuration, its servers the replicas on loopback."""
 
     directory: Path
     replicas: list[Replica]
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def ws_url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/v1/stream"
 
     @property
     def log(self) -> Path:
