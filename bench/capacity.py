@@ -56,7 +56,7 @@ from typing import Any
 import httpx
 from chattts_client import AudioFrame, StreamClient
 
-from harness.bench_server import settings_overrides
+from harness.bench_server import ensure_checkpoint, settings_overrides
 from server.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -465,10 +465,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.engine == "chattts" and not (args.checkpoint / "asset").is_dir():
-        from server.engines.chattts.checkpoint import write_checkpoint
-
-        write_checkpoint(args.checkpoint, size="tiny", seed=0)
+    if args.engine == "chattts":
+        ensure_checkpoint(args.checkpoint)
     began = time.perf_counter()
     model = (
         f"a = {args.a_ms} ms, b = {args.b_ms} ms" if args.engine == "modelled" else "ChatTTS tiny"

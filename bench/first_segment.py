@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 
 from chattts_client import AudioFrame, StreamClient
 
+from harness.bench_server import ensure_checkpoint
 from server.config import Settings
 from server.runtime.phrase_cache import PhraseCacheSettings
 
@@ -172,11 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.values, args.repeats, args.steps = [2, 6], 1, 12
     engines = ("espeak", "chattts") if args.engine == "both" else (args.engine,)
-    if "chattts" in engines and not (args.checkpoint / "asset").is_dir():
-        from server.engines.chattts.checkpoint import write_checkpoint
-
-        print(f"writing a tiny random-weight checkpoint to {args.checkpoint}", file=sys.stderr)
-        write_checkpoint(args.checkpoint, size="tiny", seed=0)
+    if "chattts" in engines:
+        ensure_checkpoint(args.checkpoint)
     print(
         f"text streamed {args.chars_per_delta} characters every {args.delta_interval_ms:g} ms, "
         f"{args.repeats} run(s) per opener; default --first-segment-min-chars "

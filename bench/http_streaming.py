@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.smoke:
         args.repeats, args.steps = 1, 12
-    ensure_checkpoint(args)
+    if args.engine == "chattts":
+        ensure_checkpoint(args.checkpoint)
     results = measure(args.engine, args.checkpoint, args.steps, args.repeats, not args.smoke)
     print(json.dumps(report(args, results)))
     return 0

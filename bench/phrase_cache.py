@@ -161,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.smoke:
         args.repeats, args.steps = 2, 24
-    ensure_checkpoint(args)
+    if args.engine == "chattts":
+        ensure_checkpoint(args.checkpoint)
     found = measure(args)
     cached, synthesised = found["tally"]["cached"], found["tally"]["synthesised"]
     if cached[1] or not cached[0] or synthesised[0]:

@@ -31,13 +31,13 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=60, help="GPT steps per segment (chattts)")
 
 
-def ensure_checkpoint(args: argparse.Namespace) -> None:
-    """A tiny random-weight checkpoint at ``args.checkpoint`` for ChatTTS, written when absent."""
-    if args.engine == "chattts" and not (args.checkpoint / "asset").is_dir():
+def ensure_checkpoint(checkpoint: Path) -> None:
+    """A tiny random-weight ChatTTS checkpoint at ``checkpoint``, written when absent."""
+    if not (checkpoint / "asset").is_dir():
         from server.engines.chattts.checkpoint import write_checkpoint
 
-        print(f"writing a tiny random-weight checkpoint to {args.checkpoint}", file=sys.stderr)
-        write_checkpoint(args.checkpoint, size="tiny", seed=0)
+        print(f"writing a tiny random-weight checkpoint to {checkpoint}", file=sys.stderr)
+        write_checkpoint(checkpoint, size="tiny", seed=0)
 
 
 def settings_overrides(pairs: list[str], flag: str) -> dict[str, Any]:
