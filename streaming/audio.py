@@ -26,6 +26,9 @@ __all__ = [
 # Full scale of 16-bit PCM. The same factor both ways makes PCM -> float -> PCM exact;
 # +1.0 maps to 32768 and is clipped to 32767.
 _PCM16_SCALE = 32768.0
+# Below this magnitude a scaled sample rounds inside int16 (32767.5 would round to 32768).
+_PCM16_MAX = 32767.0
+_PEAK = np.maximum.reduce
 
 
 def float_to_pcm16(samples: np.ndarray) -> bytes:
@@ -35,10 +38,14 @@ def float_to_pcm16(samples: np.ndarray) -> bytes:
     into an exception in the audio path.
     """
     x = np.asarray(samples, dtype=np.float32)
-    if not np.isfinite(x).all():  # rare: one check instead of nan_to_num's several passes
-        x = np.nan_to_num(x, nan=0.0, posinf=1.0, neginf=-1.0)
-    scaled = np.rint(x * _PCM16_SCALE)
-    np.clip(scaled, -32768.0, 32767.0, out=scaled)
+    scaled = x * np.float32(_PCM16_SCALE)
+    # One pass tells finite and in range apart from the rest (NaN fails the test too):
+    # what the joins' limiter sends is always inside, so the clip is seldom needed.
+    if scaled.size and not _PEAK(np.abs(scaled)) < _PCM16_MAX:
+        if not np.isfinite(x).all():
+            x = np.nan_to_num(x, nan=0.0, posinf=1.0, neginf=-1.0)
+        scaled = np.clip(x * np.float32(_PCM16_SCALE), -32768.0, 32767.0)
+    np.rint(scaled, out=scaled)
     return scaled.astype("<i2").tobytes()
 
 
@@ -219,9 +226,11 @@ class FrameChunker:
 
     def push(self, samples: np.ndarray) -> list[np.ndarray]:
         """Add ``samples`` (1-D) and return every frame that is now complete."""
-        incoming = np.array(samples, copy=True).reshape(-1)
+        samples = np.asarray(samples).reshape(-1)
         if self._pending is not None and len(self._pending):
-            incoming = np.concatenate((self._pending, incoming))
+            incoming = np.concatenate((self._pending, samples))  # a new array
+        else:
+            incoming = samples.copy()  # frames never alias the caller's array
         frames: list[np.ndarray] = []
         start = 0
         while len(incoming) - start >= self._next_frame_samples:

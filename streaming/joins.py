@@ -130,12 +130,17 @@ def _db_to_power(db: float) -> float:
     return 10.0 ** (db / 10.0)
 
 
+#: The largest value of an array (NaN if it holds one): ufunc methods, no Python wrapper.
+_PEAK = np.maximum.reduce
+_SUM_ROWS = np.add.reduce
+
+
 def soft_limit(x: np.ndarray, knee: float) -> np.ndarray:
     """Identity below ``knee``, a tanh curve above it: the result stays inside (-1, 1)."""
     magnitude = np.abs(x)
-    over = magnitude > knee
-    if not over.any():
+    if not x.size or _PEAK(magnitude) <= knee:  # the common case: one pass, no copy
         return x
+    over = magnitude > knee
     out = x.copy()
     headroom = 1.0 - knee
     limited = knee + headroom * np.tanh((magnitude[over] - knee) / headroom)
@@ -220,17 +225,19 @@ class SegmentJoiner:
         if not self._active:
             raise RuntimeError("process() outside a segment: call begin() first")
         x = np.asarray(chunk, dtype=np.float32).reshape(-1)
-        if not np.isfinite(x).all():
-            x = np.nan_to_num(x, nan=0.0)
-        x = np.clip(x, -8.0, 8.0)  # infinities, and no overflow when squared
+        # Finite and inside +-8 (no overflow when squared) is one pass over the chunk;
+        # a NaN or an infinity fails the test too.
+        if x.size and not _PEAK(np.abs(x)) <= 8.0:
+            x = np.clip(np.nan_to_num(x, nan=0.0), -8.0, 8.0)
         self._received += x.size
         data = np.concatenate((self._pending, x)) if self._pending.size else x
         whole = data.size - data.size % self._block
         if whole:
             blocks = data[:whole].reshape(-1, self._block)
-            powers = np.mean(np.square(blocks, dtype=np.float64), axis=1)
-            for block, power in zip(blocks, powers.tolist(), strict=True):
-                self._take_block(block, power)
+            # The mean square of each block (np.mean's sum and division, without its
+            # Python layers: the same value to the bit).
+            powers = _SUM_ROWS(np.square(blocks, dtype=np.float64), axis=1) / self._block
+            self._take_blocks(blocks, powers)
         self._pending = data[whole:].copy()
         return self._release(final=False)
 
@@ -283,6 +290,53 @@ class SegmentJoiner:
             self._queue = np.concatenate((self._queue, *self._tail))
             self._tail = []
 
+    def _take_blocks(self, blocks: np.ndarray, powers: np.ndarray) -> None:
+        """Whole blocks (rows of ``blocks``) and their mean powers, in order: the same as
+        :meth:`_take_block` on each, with the blocks after the lead taken together."""
+        listed = powers.tolist()
+        i = 0
+        while i < len(listed) and self._leading:
+            self._take_block(blocks[i], listed[i])
+            i += 1
+        if i < len(listed):
+            self._accept_blocks(blocks[i:], powers[i:], listed[i:])
+
+    def _accept_blocks(self, blocks: np.ndarray, powers: np.ndarray, listed: list[float]) -> None:
+        """Whole blocks after the lead, at once (a chunk of 100 ms is 10 blocks): their
+        samples join the tail as one array, the silent run, the loudness window and the
+        gain decision come out as :meth:`_take_block` block by block would leave them
+        (the voiced energy is added in the same order, so to the same last bit)."""
+        size = self._block
+        count = len(listed)
+        self._tail.append(blocks.reshape(-1))
+        accepted = self._accepted
+        self._accepted += count * size
+        sounding = (powers >= self._silence_power).nonzero()[0]
+        if sounding.size:
+            self._silent_run = (count - 1 - int(sounding[-1])) * size
+        else:
+            self._silent_run += count * size
+        room = self._loudness_window - self._voiced_samples
+        voiced = (
+            (powers >= self._voiced_power).nonzero()[0][: -(-room // size)].tolist()
+            if room > 0
+            else []
+        )
+        decide_at = count  # the block after which the gain is decided (none here)
+        if self._gain is None:
+            fills = room > 0 and len(voiced) * size >= room
+            by_voice = voiced[-1] if fills else count
+            by_hold = max(0, -(-(self._max_loudness_hold - accepted) // size) - 1)
+            decide_at = min(by_voice, by_hold)
+        for index in voiced:
+            if index > decide_at:
+                self._decide_gain()
+                decide_at = count
+            self._voiced_energy += listed[index] * size
+            self._voiced_samples += size
+        if decide_at < count:
+            self._decide_gain()
+
     def _take_block(self, block: np.ndarray, power: float) -> None:
         """One block (of ``block_ms``, or the last partial one) and its mean power."""
         silent = power < self._silence_power
@@ -334,7 +388,10 @@ class SegmentJoiner:
             self._ref_samples += self._voiced_samples
         if n == 0:
             return np.zeros(0, dtype=np.float32)
-        out = self._queue[:n] * np.float32(self._gain)
+        # The queue is the joiner's own copy (joined by _collect): scaled in place.
+        out = self._queue[:n]
+        if self._gain != 1.0:
+            out *= np.float32(self._gain)
         self._queue = self._queue[n:]
         self._silent_run = min(self._silent_run, self._queue.size)
         out = soft_limit(out, self.settings.limiter_knee)
