@@ -151,12 +151,15 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
     app.add_middleware(TransportTap)  # last added, so outermost: it must see the server's send
     app.state.tts = state
     install_error_handlers(app, state.metrics)
-    for router in (system_routes, speech_routes, openai_routes, voice_routes):
-        app.include_router(router(state))
-    mount_static(app)
 
-    @app.websocket("/v1/stream")
     async def stream(websocket: WebSocket) -> None:
         await run_websocket(state, websocket, denials)
 
+    # First in the table, so a connection is routed after one comparison; a plain
+    # Starlette route, as the endpoint takes no parameters: FastAPI's dependency solving
+    # (cookies, query parameters) for each connection is skipped.
+    app.router.add_websocket_route("/v1/stream", stream)
+    for router in (system_routes, speech_routes, openai_routes, voice_routes):
+        app.include_router(router(state))
+    mount_static(app)
     return app
