@@ -21,7 +21,7 @@ from server.engines.base import Batcher, BatchRow, WordMarks
 from server.metrics import Metrics
 from server.runtime.fallback import FallbackVoice
 from server.runtime.jobs import Handoff, Job, engine_stopped
-from streaming.policy import BatchSettings, StepCosts, plan_step, seat, urgency
+from streaming.policy import BatchSettings, StepCosts, first_by, plan_step, seat, urgency
 
 __all__ = ["Scheduler"]
 
@@ -109,9 +109,12 @@ class Scheduler:
         what the earlier ones did on average) and its step, stays within the audio a step
         makes, so that rows already speaking do not fall behind real time."""
         joining = [job for job, row in self.active.items() if not row.prefilled]
+        if not joining:
+            return
         budget_s = self._prefill_budget_s()
         spent_s = 0.0
-        for count, job in enumerate(sorted(joining, key=urgency)[: self.policy.prefills_per_step]):
+        first = first_by(joining, self.policy.prefills_per_step, urgency)
+        for count, job in enumerate(first):
             if count and spent_s * (count + 1) / count > budget_s:
                 break
             row = self.active[job]

@@ -11,6 +11,7 @@ from streaming.policy import (
     BatchSettings,
     StepCosts,
     capacity,
+    first_by,
     most_urgent,
     plan_step,
     playback_deadline,
@@ -168,3 +169,12 @@ def test_a_time_shared_engines_capacity_is_its_throughput() -> None:
     early = StepCosts()
     early.observe(1, 0.2, audio_s=0.1)
     assert capacity(early, 1, 0.8, time_shared=True) is None
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 50])
+def test_first_by_is_the_head_of_the_sorted_rows_ties_in_order(n: int) -> None:
+    """One or several, the rows a step takes are those sorting first (ties: the earlier)."""
+    jobs = [Job(f"j{i}", deadline=float(i % 3), order=i // 2) for i in range(12)]
+    key = lambda job: urgency(job, RATE)  # noqa: E731
+    assert first_by(jobs, n, key) == sorted(jobs, key=key)[:n]
+    assert first_by([], n, key) == []
