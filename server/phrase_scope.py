@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from server.auth import websocket_token
+from server.auth import query_of, websocket_token
 from server.runtime.phrase_cache import PhraseScope, scope_for
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def context_scope(
     """:func:`utterance_scope` for a WebSocket context, its caller the token the
     connection presented."""
     token = websocket_token(
-        websocket.headers, websocket.scope.get("subprotocols", []), websocket.query_params
+        websocket.headers, websocket.scope.get("subprotocols", []), query_of(websocket)
     )
     return utterance_scope(
         state, voice.voice, seed_given=voice.seed_given, fallback=voice.fallback, token=token

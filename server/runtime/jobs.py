@@ -187,14 +187,19 @@ class Job:
         """
         remaining = timeout_s
         while True:
-            waiting_since = self.loop.time()
-            try:
-                async with asyncio.timeout(max(remaining, 0)):
-                    item = await self._chunks.get()
-            except TimeoutError:
-                self.cancel()
-                raise SynthesisTimeout(f"segment not synthesised within {timeout_s:g} s") from None
-            remaining -= self.loop.time() - waiting_since
+            if not self._chunks.empty():  # handed over already: no wait, no timer
+                item = self._chunks.get_nowait()
+            else:
+                waiting_since = self.loop.time()
+                try:
+                    async with asyncio.timeout(max(remaining, 0)):
+                        item = await self._chunks.get()
+                except TimeoutError:
+                    self.cancel()
+                    raise SynthesisTimeout(
+                        f"segment not synthesised within {timeout_s:g} s"
+                    ) from None
+                remaining -= self.loop.time() - waiting_since
             if item is _END:
                 return
             if item is FELL_BACK:

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from starlette.websockets import WebSocketState
 
 from server import logs
-from server.auth import websocket_token
+from server.auth import query_of, websocket_token
 from server.errors import report
 from server.state import AppState
 from server.transport import SCOPE_KEY, bound_send_buffer
@@ -49,7 +49,7 @@ class DenialLogFilter(logging.Filter):
 
 
 def _refusal(state: AppState, websocket: WebSocket, offered: list[str]) -> TTSError | None:
-    token = websocket_token(websocket.headers, offered, websocket.query_params)
+    token = websocket_token(websocket.headers, offered, query_of(websocket))
     if not state.auth.accepts(token):
         return Unauthorized("missing or invalid token")
     refusal = state.refusal()
