@@ -29,7 +29,7 @@ to drain (:meth:`Connection.drain`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from streaming import encodings
 from streaming import protocol as p
@@ -64,7 +64,9 @@ class ConnectionSettings:
     max_contexts: int = 8
 
     def as_dict(self) -> dict[str, int]:
-        return asdict(self)
+        # Its fields are ints: a shallow copy is asdict() without its deep copies (one
+        # per connection, ~15 us).
+        return dict(vars(self))
 
 
 @dataclass(frozen=True)
