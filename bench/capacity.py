@@ -355,11 +355,15 @@ async def capacity(
         )
         return bool(result["passed"])
 
+    # Ramp up to --max-streams itself (a ramp past it tries it rather than stopping
+    # short), then bisect between the last level that passed and the first that failed.
     best, n = 0, 1
-    while n <= args.max_streams and await run(n):
-        best, n = n, n * args.growth
-    if n > args.max_streams:
-        return best, log
+    while await run(n):
+        best = n
+        if n >= args.max_streams:
+            print(f"  {label}: {n} streams passed, the most tried (--max-streams)", flush=True)
+            return best, log
+        n = min(n * args.growth, args.max_streams)
     low, high = best, n
     for _ in range(args.bisect):
         if high - low <= max(1, low // 8):
