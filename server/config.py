@@ -10,7 +10,7 @@ ChatTTS, the phrase cache and the Wyoming listener keep theirs in bundles held h
 Around it: :mod:`server.config_input` builds it (command-line flags over ``TTS_*``
 environment variables over defaults), :mod:`server.config_checks` refuses what cannot
 work, :mod:`server.config_reference` writes docs/settings.md
-(``python -m server.config > docs/settings.md``).
+(``python -m server.config_reference > docs/settings.md``).
 """
 
 from __future__ import annotations
@@ -396,11 +396,16 @@ class Settings:
         zero=" (0: only on SIGHUP)",
     )
     max_lexicon_entries: int = option(10000, "entries in the lexicon file", group="text", gt=0)
-    max_request_lexicon_entries: int = option(
-        100,
-        "lexicon entries one request or one WebSocket context may bring",
+    text_inline_max_chars: int = option(
+        80,
+        "segments up to this long with no digit or symbol are prepared on the event loop "
+        "(~0.2 ms), not handed to the text front-end's thread (0: always the thread)",
         group="text",
-        gt=0,
+        ge=0,
+        zero=" (0: always the thread)",
+    )
+    max_request_lexicon_entries: int = option(
+        100, "lexicon entries one request or one WebSocket context may bring", group="text", gt=0
     )
     max_lexicon_written_chars: int = option(
         64, "longest written form of a lexicon entry", group="text", gt=0
@@ -491,10 +496,3 @@ class Settings:
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
-
-
-if __name__ == "__main__":
-    # docs/settings.md: python -m server.config > docs/settings.md
-    from server.config_reference import reference_markdown
-
-    print(reference_markdown(Settings), end="")

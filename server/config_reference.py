@@ -1,6 +1,6 @@
 """docs/settings.md: every setting with its flag, variable, default and help, by group.
 
-``python -m server.config > docs/settings.md`` writes it; a test keeps it current.
+``python -m server.config_reference > docs/settings.md`` writes it; a test keeps it current.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def reference_markdown(cls: type) -> str:
         "Every setting is a flag of `chattts-stream serve` and a `TTS_*` environment variable",
         "(flags win over the environment, which wins over the default). This page is generated",
         "from the declarations in `server/config.py` and `server/engines/chattts/settings.py`",
-        "(`.venv/bin/python -m server.config > docs/settings.md`); a test keeps it current.",
+        "(`.venv/bin/python -m server.config_reference > docs/settings.md`); a test keeps it current.",
         "Tokens are not settings here: `--token-file` / `TTS_TOKEN_FILE` and `TTS_TOKENS`.",
         "A `TTS_*` variable that is none of these (a misspelt one) is named in a warning at",
         "start, with the closest setting's variable, and ignored; values are never logged.",
@@ -39,3 +39,9 @@ def reference_markdown(cls: type) -> str:
                 meaning += f" (one of: {', '.join(spec.choices)})"
             lines.append(f"| `{spec.flag}` | `{spec.env}` | `{spec.default_text}` | {meaning} |")
     return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    from server.config import Settings
+
+    print(reference_markdown(Settings), end="")

@@ -58,6 +58,13 @@ class LexiconFile:
         """Reload at the next :meth:`current` (a SIGHUP); safe from any thread."""
         self._reload.set()
 
+    def due(self) -> bool:
+        """Whether :meth:`current` would look at the file now (a reload asked for, or
+        ``check_s`` passed since the last look): work for the front-end's thread."""
+        if self._reload.is_set():
+            return True
+        return self._check_s > 0 and self._clock() - self._checked >= self._check_s
+
     def current(self) -> Lexicon:
         """The lexicon to apply: reloaded first if the file changed (checked at most every
         ``check_s`` seconds) or a reload was asked for."""

@@ -114,6 +114,7 @@ class AppState:
             allow_control_tags=settings.allow_control_tags,
             cache_dir=settings.text_cache_dir,
             lexicon=lexicon_file(settings),
+            inline_max_chars=settings.text_inline_max_chars,
         )
         voices = Voices(VoiceRegistry(voice_store(settings)), worker)
         metrics.follow_admission(lambda: admission.streams, lambda: _stream_limit(admission))

@@ -54,10 +54,10 @@ def test_every_setting_is_declared_once_with_its_flag_and_variable() -> None:
 
 
 def test_settings_reference_is_current() -> None:
-    """docs/settings.md is what the declarations generate (python -m server.config)."""
+    """docs/settings.md is what the declarations generate (python -m server.config_reference)."""
     reference = Path(__file__).resolve().parents[2] / "docs" / "settings.md"
     assert reference.read_text(encoding="utf-8") == reference_markdown(Settings), (
-        "regenerate: .venv/bin/python -m server.config > docs/settings.md"
+        "regenerate: .venv/bin/python -m server.config_reference > docs/settings.md"
     )
 
 
