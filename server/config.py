@@ -104,7 +104,7 @@ class Settings:
         gt=0,
     )
     prefills_per_step: int = option(
-        1,
+        8,
         "batching: prompts of joining segments run between two steps at most; beyond the "
         "first, only while they and the step take less than the audio a step makes",
         group="engine",
