@@ -43,6 +43,8 @@ logger = logging.getLogger(__name__)
 
 #: How long the close frame of an idle session may take to reach its client.
 _IDLE_CLOSE_GRACE_S = 1.0
+# An idle timer that fires this close to its deadline is on time (the loop's clock).
+_IDLE_SLACK_S = 0.001
 
 
 class _Closed(Exception):
@@ -87,6 +89,7 @@ class UtteranceTask:
         self._prepared: dict[int, asyncio.Future[PreparedText]] = {}
         self._text = session.frontend.for_utterance(state.lexicon)
         self._idle: asyncio.TimerHandle | None = None
+        self._idle_at: float | None = None  # loop time the idle timer is for
         self.task = asyncio.get_running_loop().create_task(
             self.speak(), name=f"speak-{session.id}-{self.id}"
         )
@@ -117,12 +120,29 @@ class UtteranceTask:
         self.segments.put_nowait(None)
 
     def arm_idle_timer(self, delay_s: float | None) -> None:
-        if self._idle is not None:
+        """Call the session's ``on_idle`` ``delay_s`` from now (None: not at all).
+
+        Re-armed at every text message, so one timer is kept and only its deadline
+        moves: when it fires early it sets itself for the rest (a timer a message, made
+        and cancelled, cost more than the message's segmenting)."""
+        loop = asyncio.get_running_loop()
+        self._idle_at = None if delay_s is None else loop.time() + delay_s
+        if self._idle is not None and (self._idle_at is None or self._idle.when() > self._idle_at):
             self._idle.cancel()
             self._idle = None
-        if delay_s is not None:
-            loop = asyncio.get_running_loop()
-            self._idle = loop.call_later(delay_s, self.session.on_idle, self.id)
+        if self._idle is None and self._idle_at is not None:
+            self._idle = loop.call_at(self._idle_at, self._idle_due)
+
+    def _idle_due(self) -> None:
+        self._idle = None
+        if self._idle_at is None:
+            return
+        loop = asyncio.get_running_loop()
+        if self._idle_at - loop.time() > _IDLE_SLACK_S:  # moved on since it was set
+            self._idle = loop.call_at(self._idle_at, self._idle_due)
+            return
+        self._idle_at = None
+        self.session.on_idle(self.id)
 
     # --- the task ---------------------------------------------------------------------
 

@@ -210,6 +210,22 @@ async def test_idle_timer_speaks_a_pending_fragment(espeak_server: LiveServer) -
         assert event["type"] == "segment" and event["text"] == "没有句号的片段"  # type: ignore[index]
 
 
+async def test_idle_time_counts_from_the_last_text(espeak_server: LiveServer) -> None:
+    """Text arriving every 100 ms for a second keeps a fragment held (idle 300 ms); it is
+    spoken once, about 300 ms after the last piece, as one segment."""
+    async with StreamClient.connect(espeak_server.ws_url) as client:
+        pieces = ["没有", "句号", "的片", "段还", "在继", "续说", "下去", "一直", "这样", "的话"]
+        for piece in pieces:
+            await client.send_text(piece)
+            await asyncio.sleep(0.1)
+        last = time.monotonic()
+        assert (await client.recv(TIMEOUT_S))["type"] == "started"  # type: ignore[index]
+        event = await client.recv(TIMEOUT_S)
+        waited = time.monotonic() - last
+        assert event["type"] == "segment" and event["text"] == "".join(pieces)  # type: ignore[index]
+        assert 0.15 <= waited <= 0.3 + 0.5, waited  # 300 ms after the last, less the 100 slept
+
+
 async def test_complete_sentence_is_spoken_when_input_pauses() -> None:
     """A sentence ending in 。 is spoken after the short sentence pause; a fragment waits for the idle time."""
     settings = Settings(engine="espeak", idle_flush_ms=60_000, sentence_flush_ms=50)
