@@ -9,6 +9,7 @@ that does not parse, or that cannot work, stops start-up naming its flag and var
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import os
 import re
@@ -19,9 +20,6 @@ from typing import Any
 from server.config import Settings
 from server.config_checks import refusal, validate
 from server.declaration import GROUPS, specs
-from server.engines.chattts.settings import ChatTTSSettings
-from server.runtime.phrase_cache import PhraseCacheSettings
-from server.wyoming_settings import WyomingSettings
 
 __all__ = ["add_arguments", "build_settings", "read_token_file", "unknown_variables"]
 
@@ -110,21 +108,18 @@ def build_settings(
     if environ.get("TTS_TOKENS"):
         tokens.extend(t.strip() for t in environ["TTS_TOKENS"].split(",") if t.strip())
     try:
-        chattts = ChatTTSSettings(
-            **{path[1]: value for path, value in values.items() if path[0] == "chattts"}
-        )
-        phrase_cache = PhraseCacheSettings(
-            **{path[1]: value for path, value in values.items() if path[0] == "phrase_cache"}
-        )
-        wyoming = WyomingSettings(
-            **{path[1]: value for path, value in values.items() if path[0] == "wyoming"}
-        )
+        # Each bundle of settings (Settings.chattts, .wyoming, ...) from its own values.
+        defaults = Settings()
+        bundles = {
+            bundle.name: type(getattr(defaults, bundle.name))(
+                **{path[1]: value for path, value in values.items() if path[0] == bundle.name}
+            )
+            for bundle in dataclasses.fields(Settings)
+            if bundle.metadata.get("nested")
+        }
     except ValueError as exc:
         raise SystemExit(refusal(str(exc).split("; "))) from None
     top = {path[0]: value for path, value in values.items() if len(path) == 1}
-    settings = Settings(
-        **top, chattts=chattts, phrase_cache=phrase_cache, wyoming=wyoming,
-        tokens=tuple(dict.fromkeys(tokens)),
-    )  # fmt: skip
+    settings = Settings(**top, **bundles, tokens=tuple(dict.fromkeys(tokens)))
     validate(settings)
     return settings

@@ -36,6 +36,40 @@ def test_flags_win_over_environment_over_defaults() -> None:
     )
 
 
+def _other_value(spec: SettingSpec) -> str:
+    """A valid value, as a flag writes it, that is not the setting's default."""
+    if spec.choices:
+        return next(choice for choice in spec.choices if choice != spec.default)
+    if isinstance(spec.default, bool):
+        return str(not spec.default).lower()
+    if isinstance(spec.default, float):
+        return str(spec.default / 2 if spec.default else 1.0)
+    if isinstance(spec.default, int):
+        return str(spec.default + 1)
+    return "127.0.0.2" if "host" in spec.name else "other"
+
+
+# What a setting needs beside it to be accepted (the static cache is the unbatched one).
+_COMPANIONS = {
+    "gpt_cache": ["--max-batch", "1"],
+    "cuda_graphs": ["--max-batch", "1", "--gpt-cache", "static"],
+}
+
+
+@pytest.mark.parametrize(
+    "spec", [s for s in specs(Settings) if len(s.path) > 1], ids=lambda spec: spec.name
+)
+def test_every_setting_of_a_bundle_reaches_it(spec: SettingSpec) -> None:
+    """A flag and a variable of a setting held in a bundle (Settings.chattts, .heap, ...)
+    land in that bundle: no bundle is left out when the settings are built."""
+    value, companions = _other_value(spec), _COMPANIONS.get(spec.name, [])
+    for settings in (parse([*companions, spec.flag, value]), parse(companions, {spec.env: value})):
+        found = settings
+        for name in spec.path:
+            found = getattr(found, name)
+        assert found == spec.parse(value) != spec.default, spec.name
+
+
 def test_chattts_flags_reach_the_engine_options() -> None:
     """Decoder and sampling flags land in the ChatTTSSettings the engine is built with."""
     options = engine_choice(parse(["--decoder", "chattts", "--lookahead-frames", "4"])).chattts
