@@ -5,6 +5,7 @@ the default settings and, where asked, a phrase cache of another size."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import multiprocessing
 import socket
 import sys
@@ -46,14 +47,22 @@ def settings_overrides(pairs: list[str], flag: str) -> dict[str, Any]:
     from server.config import Settings
     from server.declaration import specs
 
-    by_name = {spec.name: spec for spec in specs(Settings) if len(spec.path) == 1}
+    by_name = {spec.name: spec for spec in specs(Settings)}
     values: dict[str, Any] = {}
+    bundles: dict[str, dict[str, Any]] = {}  # settings of a nested bundle (Settings.heap...)
     for pair in pairs:
         name, _, raw = pair.partition("=")
         name = name.strip().lstrip("-").replace("-", "_")
         if name not in by_name:
             raise SystemExit(f"{flag}: {name!r} is not a server setting")
-        values[name] = by_name[name].parse(raw)
+        spec = by_name[name]
+        if len(spec.path) == 1:
+            values[name] = spec.parse(raw)
+        else:
+            bundles.setdefault(spec.path[0], {})[spec.path[-1]] = spec.parse(raw)
+    defaults = Settings()
+    for bundle, changes in bundles.items():
+        values[bundle] = dataclasses.replace(getattr(defaults, bundle), **changes)
     return values
 
 
@@ -61,8 +70,6 @@ def serve(
     engine: str, checkpoint: Path, steps: int, port: Any, phrase_cache_mb: int | None = None
 ) -> None:
     """The server in this process; its port goes into the queue ``port`` once bound."""
-    import dataclasses
-
     import uvicorn
 
     from server.app import create_app

@@ -16,6 +16,7 @@ from typing import TypeVar
 from server.app import create_app
 from server.config import Settings
 from server.engines.select import EngineFactory
+from server.heap import HeapSettings
 from server.lifecycle import DrainingServer, uvicorn_config
 
 #: Every wait in the server tests is a multiple of this.
@@ -55,7 +56,11 @@ def run_live_server(
     """Serve ``create_app(settings)`` on 127.0.0.1 with an OS-chosen port until exit.
 
     With ``wait_ready`` the context is entered only once the engine is loaded and warm.
+    The server shares this process: it leaves the process's garbage collector as it is
+    (``gc_young_threshold`` 0: nothing of the caller's frozen) unless told otherwise.
     """
+    if settings.heap == HeapSettings():
+        settings = settings.replace(heap=HeapSettings(gc_young_threshold=0))
     app = create_app(settings, engine=engine)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

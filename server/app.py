@@ -20,6 +20,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from server import __version__, blas, logs
 from server.config import Settings
 from server.engines.select import EngineFactory
+from server.heap import settle_heap
 from server.http.errors import install_error_handlers
 from server.http.middleware import BodyLimit, JsonBodies, RequestLog
 from server.http.openai_routes import openai_routes
@@ -39,10 +40,16 @@ logger = logging.getLogger(__name__)
 
 
 async def _watch(state: AppState, period_s: float = 1.0) -> None:
-    """The engine worker's watchdog (server.runtime.worker), every ``period_s``."""
+    """The engine worker's watchdog (server.runtime.worker), every ``period_s``; and,
+    once the engine and the text front-end have loaded, the heap settled (server.heap)."""
+    settled = False
     while True:
         await asyncio.sleep(period_s)
         state.worker.watch()
+        loaded = state.frontend.loaded or not state.settings.warm_up  # else loaded lazily
+        if not settled and loaded and state.worker.status.state != "loading":
+            settled = True
+            settle_heap(state.settings.heap)
 
 
 def _lifespan(

@@ -23,6 +23,7 @@ from typing import Any
 from server.connection_guard import GuardSettings
 from server.declaration import nested, option
 from server.engines.chattts.settings import ChatTTSSettings
+from server.heap import HeapSettings
 from server.runtime.admission import AdmissionSettings
 from server.runtime.phrase_cache import PhraseCacheSettings
 from server.runtime.worker_settings import WorkerSettings
@@ -74,10 +75,7 @@ class Settings:
     )
     warm_up: bool = option(True, "run a warm-up synthesis before /ready", group="engine")
     idle_release_s: float = option(
-        60.0,
-        "after this long without work the engine frees cached GPU memory",
-        group="engine",
-        gt=0,
+        60.0, "after this long without work the engine frees cached GPU memory", group="engine", gt=0
     )
     max_active_segments: int = option(
         8,
@@ -165,6 +163,7 @@ class Settings:
     chattts: ChatTTSSettings = nested(ChatTTSSettings)
     phrase_cache: PhraseCacheSettings = nested(PhraseCacheSettings)
     wyoming: WyomingSettings = nested(WyomingSettings)
+    heap: HeapSettings = nested(HeapSettings)
 
     # Auth: no tokens means open (with a warning in the log). Not an option: tokens come
     # from --token-file / TTS_TOKEN_FILE and TTS_TOKENS (see build_settings).

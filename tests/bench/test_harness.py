@@ -98,5 +98,13 @@ def test_settings_given_to_a_benchmark_are_read_as_the_server_reads_them() -> No
 
     found = settings_overrides(["--ws-direct-send=false", "prefills_per_step=8"], "--set")
     assert found == {"ws_direct_send": False, "prefills_per_step": 8}
+    # A setting held in a bundle (Settings.heap) comes as the bundle, the rest default.
+    from server.config import Settings
+    from server.heap import HeapSettings
+
+    nested = settings_overrides(["gc-young-threshold=0", "wyoming_port=10200"], "--set")
+    assert nested["heap"] == HeapSettings(gc_young_threshold=0)
+    assert nested["wyoming"] == Settings().wyoming.__class__(wyoming_port=10200)
+    assert Settings().replace(**nested).heap.gc_young_threshold == 0
     with pytest.raises(SystemExit, match=r"^--compare: 'bogus' is not a server setting$"):
         settings_overrides(["bogus=1"], "--compare")

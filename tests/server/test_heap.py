@@ -1,0 +1,80 @@
+"""The garbage collector once start-up is over (server.heap): start-up's objects frozen,
+the youngest generation collected less often; --gc-young-threshold 0 leaves it alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from server.heap import HeapSettings
+
+CLI = [sys.executable, "-m", "server.cli"]
+
+
+def test_settling_freezes_what_start_up_made_and_raises_the_young_threshold() -> None:
+    """In a fresh interpreter (the collector is process-wide): frozen objects, the new
+    young threshold, the older generations' thresholds kept; 0 does nothing."""
+    script = """
+import gc, json
+from server.heap import HeapSettings, settle_heap
+before = gc.get_threshold()
+untouched = settle_heap(HeapSettings(gc_young_threshold=0))
+unchanged = (gc.get_threshold() == before, gc.get_freeze_count())
+done = settle_heap(HeapSettings(gc_young_threshold=12345))
+print(json.dumps([before, untouched, unchanged, done, gc.get_threshold(), gc.get_freeze_count()]))
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    before, untouched, unchanged, done, after, frozen = json.loads(run.stdout)
+    assert (untouched, unchanged) == (False, [True, 0])
+    assert done is True
+    assert after == [12345, before[1], before[2]]
+    assert frozen > 10_000  # the modules, FastAPI's and the server's objects
+
+
+def test_a_threshold_out_of_bounds_is_refused() -> None:
+    with pytest.raises(ValueError, match="gc_young_threshold"):
+        HeapSettings(gc_young_threshold=-1)
+
+
+def _serve_and_read_log(args: list[str], tmp_path: Path, wait_s: float) -> str:
+    """A real server (espeak) started from the command line; its log for ``wait_s``
+    seconds after it says which engine serves."""
+    command = [*CLI, "serve", "--engine", "espeak", "--port", "0", *args]
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path)}
+    lines: list[str] = []
+    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env) as server:
+        assert server.stderr is not None
+        reader = threading.Thread(target=lambda: lines.extend(server.stderr or []), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 60
+        try:
+            while not any("serving with" in line for line in lines):
+                assert time.monotonic() < deadline and server.poll() is None, "".join(lines)
+                time.sleep(0.05)
+            time.sleep(wait_s)
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.wait(60)
+        reader.join(10)
+    return "".join(lines)
+
+
+@pytest.mark.live
+def test_a_server_settles_its_heap_once_ready(tmp_path: Path) -> None:
+    """By default the server says, once after its engine and text front-end loaded, how
+    many start-up objects it froze; with --gc-young-threshold 0 it never does."""
+    log = _serve_and_read_log([], tmp_path, wait_s=3.0)
+    settled = [line for line in log.splitlines() if "garbage collection:" in line]
+    assert len(settled) == 1, log
+    assert "start-up objects frozen" in settled[0]
+    assert "every 10000 new objects" in settled[0]
+    log = _serve_and_read_log(["--gc-young-threshold", "0"], tmp_path, wait_s=3.0)
+    assert "garbage collection:" not in log
