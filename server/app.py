@@ -49,7 +49,7 @@ async def _watch(state: AppState, period_s: float = 1.0) -> None:
         loaded = state.frontend.loaded or not state.settings.warm_up  # else loaded lazily
         if not settled and loaded and state.worker.status.state != "loading":
             settled = True
-            settle_heap(state.settings.heap)
+            settle_heap(state.settings.heap, when="once loaded", collect=False)
 
 
 def _lifespan(
@@ -70,6 +70,7 @@ def _lifespan(
             logger.critical("exiting: %s", exc.message)
             raise logs.Reported(exc.message) from None
         wyoming = await _start_wyoming(state)  # before the engine: a taken port stops at once
+        settle_heap(state.settings.heap, when="before serving")
         uvicorn_log = logging.getLogger("uvicorn.error")
         uvicorn_log.addFilter(denials)
         state.worker.start()

@@ -7,7 +7,7 @@ a full collection held the event loop for 73 ms, and the collections took 0.2 s 
 server's 3 s of CPU (bench/server_overhead.py). Once start-up is over
 (:func:`settle_heap`), what it made is frozen out of every later collection
 (``gc.freeze``) and the youngest generation is collected every ``gc_young_threshold``
-new objects: measured, no full collection during the 1,000 streams, 40 ms of
+new objects instead of 700: measured, no full collection during the 1,000 streams, 40 ms of
 collections in all, the longest 18 ms (docs/performance.md).
 """
 
@@ -31,9 +31,9 @@ class HeapSettings:
 
     gc_young_threshold: int = option(
         10_000,
-        "once the engine is ready, start-up's objects are frozen out of garbage collection "
-        "and the youngest generation is collected every this many new objects (Python's "
-        "default: 700; 0: Python's collector left as it is, nothing frozen)",
+        "start-up's objects are frozen out of garbage collection (before serving, and once "
+        "the engine has loaded) and the youngest generation is collected every this many new "
+        "objects (Python's default: 700; 0: Python's collector left as it is, nothing frozen)",
         group="server",
         ge=0,
         zero=" (0: Python's defaults)",
@@ -45,20 +45,27 @@ class HeapSettings:
             raise ValueError("; ".join(problems))
 
 
-def settle_heap(settings: HeapSettings) -> bool:
-    """Start-up is over: collect once, freeze what is left, raise the young threshold.
-    False (nothing done) when ``gc_young_threshold`` is 0."""
+def settle_heap(settings: HeapSettings, *, when: str, collect: bool = True) -> bool:
+    """Freeze what the process holds now (after one collection, with ``collect``) and
+    raise the young threshold; ``when`` says which point of start-up, for the log.
+    False (nothing done) when ``gc_young_threshold`` is 0.
+
+    The server settles before it accepts connections (the collection, tens of ms, holds
+    up no stream), and again, without a collection, once the engine and the text
+    front-end have loaded (a freeze alone takes microseconds)."""
     if not settings.gc_young_threshold:
         return False
     started = time.perf_counter()
-    gc.collect()
+    if collect:
+        gc.collect()
     gc.freeze()
     _, middle, old = gc.get_threshold()
     gc.set_threshold(settings.gc_young_threshold, middle, old)
     logger.info(
-        "garbage collection: %d start-up objects frozen in %.0f ms; the youngest generation "
-        "every %d new objects",
+        "garbage collection: %d objects frozen %s (%.1f ms); the youngest generation every "
+        "%d new objects",
         gc.get_freeze_count(),
+        when,
         (time.perf_counter() - started) * 1000,
         settings.gc_young_threshold,
     )

@@ -26,9 +26,9 @@ def test_settling_freezes_what_start_up_made_and_raises_the_young_threshold() ->
 import gc, json
 from server.heap import HeapSettings, settle_heap
 before = gc.get_threshold()
-untouched = settle_heap(HeapSettings(gc_young_threshold=0))
+untouched = settle_heap(HeapSettings(gc_young_threshold=0), when="now")
 unchanged = (gc.get_threshold() == before, gc.get_freeze_count())
-done = settle_heap(HeapSettings(gc_young_threshold=12345))
+done = settle_heap(HeapSettings(gc_young_threshold=12345), when="now")
 print(json.dumps([before, untouched, unchanged, done, gc.get_threshold(), gc.get_freeze_count()]))
 """
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
@@ -69,12 +69,16 @@ def _serve_and_read_log(args: list[str], tmp_path: Path, wait_s: float) -> str:
 
 @pytest.mark.live
 def test_a_server_settles_its_heap_once_ready(tmp_path: Path) -> None:
-    """By default the server says, once after its engine and text front-end loaded, how
-    many start-up objects it froze; with --gc-young-threshold 0 it never does."""
+    """By default the server freezes what start-up made before it serves, and once more
+    after its engine and text front-end have loaded (more objects then), saying so once
+    each; with --gc-young-threshold 0 it never does."""
     log = _serve_and_read_log([], tmp_path, wait_s=3.0)
     settled = [line for line in log.splitlines() if "garbage collection:" in line]
-    assert len(settled) == 1, log
-    assert "start-up objects frozen" in settled[0]
-    assert "every 10000 new objects" in settled[0]
+    assert len(settled) == 2, log
+    assert "frozen before serving" in settled[0] and "frozen once loaded" in settled[1]
+    first, then = (int(line.split("garbage collection: ")[1].split()[0]) for line in settled)
+    assert 10_000 < first < then
+    assert all("every 10000 new objects" in line for line in settled)
+    assert log.index("frozen before serving") < log.index("Application startup complete")
     log = _serve_and_read_log(["--gc-young-threshold", "0"], tmp_path, wait_s=3.0)
     assert "garbage collection:" not in log
