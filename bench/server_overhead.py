@@ -177,13 +177,22 @@ class InstantEngine:
         pass
 
 
+#: Tells a child started by :func:`start_baseline` that it is one, and where its code is.
+_BASELINE_CHILD = "--serve-baseline"
+
+
+class _PrintedPort:
+    """A baseline child's port, written to its stdout for :func:`start_baseline`."""
+
+    def put(self, port: int) -> None:
+        print(port, flush=True)
+
+
 def serve_ours(
     port_queue: Any, overrides: dict[str, Any] | None = None, root: str | None = None
 ) -> None:
-    """Our server; ``root``: a checkout whose ``server`` and ``streaming`` it runs instead
-    (``--baseline``), imported before anything of the project's."""
-    if root is not None:
-        sys.path.insert(0, root)
+    """Our server; ``root``: the checkout whose ``server`` it must be running (a
+    ``--baseline``, whose child has it first on its PYTHONPATH)."""
     import socket
 
     import uvicorn
@@ -259,6 +268,31 @@ def start(target: Any, *args: Any) -> tuple[multiprocessing.Process, int]:
     process = context.Process(target=target, args=(queue, *args), daemon=True)
     process.start()
     return process, int(queue.get(timeout=120))
+
+
+def start_baseline(root: str) -> tuple[subprocess.Popen[str], int]:
+    """Our server from the checkout ``root`` (``--baseline``): this script in a child
+    whose PYTHONPATH puts the checkout's ``server`` and ``streaming`` first."""
+    paths = (root, os.environ.get("PYTHONPATH"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
+    child = subprocess.Popen(
+        [sys.executable, __file__, _BASELINE_CHILD, root], cwd=root, env=env,
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    if not line.strip().isdigit():
+        child.kill()
+        raise SystemExit(f"the baseline server in {root} did not start")
+    return child, int(line)
+
+
+def stop(process: multiprocessing.Process | subprocess.Popen[str]) -> None:
+    process.terminate()
+    if isinstance(process, subprocess.Popen):
+        process.wait(10)
+    else:
+        process.join(10)
 
 
 # -- the clients ------------------------------------------------------------------------
@@ -339,7 +373,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def measure(
-    process: multiprocessing.Process,
+    process: multiprocessing.Process | subprocess.Popen[str],
     url: str,
     streams: int,
     spread_s: float,
@@ -354,9 +388,13 @@ def measure(
     raw = Path(tempfile.mkstemp(suffix=".txt")[1])
     profiler = start_profiler(process.pid, raw) if profiles is not None else None
     before, loop_before = cpu_seconds(process.pid), loop_cpu_seconds(process.pid)
+    collected = collections(url)
     ttfas, audio_bytes = uvloop.run(run_streams(url, streams, spread_s))
     cpu = cpu_seconds(process.pid) - before
     loop_cpu = loop_cpu_seconds(process.pid) - loop_before
+    gc_figures = (
+        {k: v - collected[k] for k, v in collections(url).items()} if collected else {}
+    )
     if profiler is not None and profiles is not None:
         profiler.send_signal(signal.SIGINT)
         profiler.wait(60)
@@ -371,7 +409,40 @@ def measure(
         "cpu_ms_per_100ms_audio": cpu * 1000 / (audio_s / 0.1),
         "ttfa_p50_ms": percentile(ttfas, 50) * 1000,
         "ttfa_p99_ms": percentile(ttfas, 99) * 1000,
+        **gc_figures,
     }
+
+
+def collections(url: str) -> dict[str, float]:
+    """Our server's garbage collections so far (its ``tts_gc_pause_seconds``): seconds in
+    all, full collections, pauses over 10 ms; {} for a server without the metric (the
+    bare one, an older baseline)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    metrics_url = url.replace("ws://", "http://").replace("/v1/stream", "/metrics")
+    try:
+        with urllib.request.urlopen(metrics_url, timeout=10) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return {}
+    found = {"gc_s": 0.0, "gc_full": 0.0, "gc_over_10ms": 0.0}
+    seen = False
+    for family in text_string_to_metric_families(text):
+        if family.name != "tts_gc_pause_seconds":
+            continue
+        seen = True
+        for sample in family.samples:
+            name, labels, value = sample.name, sample.labels, sample.value
+            if name.endswith("_sum"):
+                found["gc_s"] += value
+            elif name.endswith("_count"):  # pauses over 10 ms: all, less those under
+                found["gc_over_10ms"] += value
+                found["gc_full"] += value if labels["generation"] == "2" else 0
+            elif name.endswith("_bucket") and labels["le"] == "0.01":
+                found["gc_over_10ms"] -= value
+    return found if seen else {}
 
 
 def against_bare(figures: dict[str, dict[str, float]], name: str) -> dict[str, float]:
@@ -405,6 +476,12 @@ def report(args: argparse.Namespace, figures: dict[str, dict[str, float]], messa
             f"({row['cpu_s']:.2f} s for {row['audio_s']:.0f} s of audio{threads}); time to "
             f"first audio p50 {row['ttfa_p50_ms']:.1f} ms, p99 {row['ttfa_p99_ms']:.1f} ms"
         )
+    for name, row in figures.items():
+        if "gc_s" in row:
+            print(
+                f"{name:6}: garbage collection {row['gc_s'] * 1000:.0f} ms in all, "
+                f"{row['gc_full']:.0f} full, {row['gc_over_10ms']:.0f} pauses over 10 ms"
+            )
     for name, row in compared.items():
         print(
             f"{name}: CPU {row['cpu_ratio']:.2f}x the bare server; added time to first audio "
@@ -446,6 +523,10 @@ def report(args: argparse.Namespace, figures: dict[str, dict[str, float]], messa
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == [_BASELINE_CHILD]:
+        serve_ours(_PrintedPort(), root=argv[1])
+        return 0
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", type=int, default=1000)
@@ -503,7 +584,8 @@ def measure_all(
     rows: dict[str, list[dict[str, float]]] = {name: [] for name in [*variants, "bare"]}
     for _ in range(args.rounds):
         for name, overrides in variants.items():
-            server, port = start(serve_ours, overrides, roots[name])
+            root = roots[name]
+            server, port = start_baseline(root) if root else start(serve_ours, overrides)
             url = f"ws://127.0.0.1:{port}/v1/stream"
             wait_ready(port)
             if not script:
@@ -512,12 +594,10 @@ def measure_all(
             rows[name].append(measure(server, url, args.streams, args.spread_s, profile))
             if profile is not None:
                 profiles[name] = profile  # the last round's
-            server.terminate()
-            server.join(10)
+            stop(server)
         bare, port = start(serve_bare, script)
         rows["bare"].append(measure(bare, f"ws://127.0.0.1:{port}", args.streams, args.spread_s))
-        bare.terminate()
-        bare.join(10)
+        stop(bare)
     figures = {
         name: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
         for name, runs in rows.items()

@@ -20,7 +20,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from server import __version__, blas, logs
 from server.config import Settings
 from server.engines.select import EngineFactory
-from server.heap import settle_heap
+from server.heap import CollectionTimer, settle_heap
 from server.http.errors import install_error_handlers
 from server.http.middleware import BodyLimit, JsonBodies, RequestLog
 from server.http.openai_routes import openai_routes
@@ -71,6 +71,7 @@ def _lifespan(
             raise logs.Reported(exc.message) from None
         wyoming = await _start_wyoming(state)  # before the engine: a taken port stops at once
         settle_heap(state.settings.heap, when="before serving")
+        collections = CollectionTimer(state.metrics.gc_pause).install()
         uvicorn_log = logging.getLogger("uvicorn.error")
         uvicorn_log.addFilter(denials)
         state.worker.start()
@@ -86,6 +87,7 @@ def _lifespan(
             if hangup is not None:
                 hangup()
             watchdog.cancel()
+            collections.remove()
             state.frontend.close()
             await state.encoders.close()
             uvicorn_log.removeFilter(denials)

@@ -17,10 +17,11 @@ import gc
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from server.declaration import bound_problems, option
 
-__all__ = ["HeapSettings", "settle_heap"]
+__all__ = ["CollectionTimer", "HeapSettings", "settle_heap"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,3 +71,26 @@ def settle_heap(settings: HeapSettings, *, when: str, collect: bool = True) -> b
         settings.gc_young_threshold,
     )
     return True
+
+
+class CollectionTimer:
+    """Times every garbage collection of the process into ``histogram`` (labelled by
+    generation) between :meth:`install` and :meth:`remove`."""
+
+    def __init__(self, histogram: Any) -> None:
+        self._by_generation = [histogram.labels(generation=str(g)) for g in range(3)]
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        # Collections do not overlap: each holds the GIL from its start to its stop.
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self._by_generation[info["generation"]].observe(time.perf_counter() - self._started)
+
+    def install(self) -> CollectionTimer:
+        gc.callbacks.append(self)
+        return self
+
+    def remove(self) -> None:
+        gc.callbacks.remove(self)

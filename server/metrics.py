@@ -19,7 +19,7 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         declares = (self._traffic, self._streams, self._speech, self._engine, self._steps,
-                    self._phrase_cache)  # fmt: skip
+                    self._phrase_cache, self._process)  # fmt: skip
         for declare in declares:
             declare(self.registry)
 
@@ -266,6 +266,17 @@ class Metrics:
         """Report admission's count and limit, read at each scrape."""
         self.admitted_streams.set_function(streams)
         self.stream_limit.set_function(limit)
+
+    def _process(self, r: CollectorRegistry) -> None:
+        """The server process itself."""
+        self.gc_pause = Histogram(
+            "tts_gc_pause_seconds",
+            "time the whole process stood still in one garbage collection, by generation "
+            "(2: a full collection; see --gc-young-threshold)",
+            ["generation"],
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5),
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

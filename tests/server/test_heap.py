@@ -82,3 +82,34 @@ def test_a_server_settles_its_heap_once_ready(tmp_path: Path) -> None:
     assert log.index("frozen before serving") < log.index("Application startup complete")
     log = _serve_and_read_log(["--gc-young-threshold", "0"], tmp_path, wait_s=3.0)
     assert "garbage collection:" not in log
+
+
+@pytest.mark.live
+def test_every_collection_is_timed_in_the_metrics() -> None:
+    """tts_gc_pause_seconds counts each collection by generation while the server runs,
+    and stops when it stops (its callback removed)."""
+    import gc
+
+    import httpx
+
+    from harness.live import run_live_server
+    from server.config import Settings
+
+    def counts(url: str) -> dict[str, float]:
+        text = httpx.get(f"{url}/metrics", timeout=10).text
+        return {
+            line.split('generation="')[1].split('"')[0]: float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith("tts_gc_pause_seconds_count")
+        }
+
+    callbacks = len(gc.callbacks)
+    with run_live_server(Settings(engine="espeak")) as server:
+        assert len(gc.callbacks) == callbacks + 1
+        before = counts(server.base_url)
+        gc.collect()  # a full collection, in this process: the server's too
+        gc.collect(0)
+        after = counts(server.base_url)
+        assert after["2"] >= before.get("2", 0) + 1
+        assert after["0"] >= before.get("0", 0) + 1
+    assert len(gc.callbacks) == callbacks
