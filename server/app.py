@@ -49,7 +49,7 @@ async def _watch(state: AppState, period_s: float = 1.0) -> None:
         loaded = state.frontend.loaded or not state.settings.warm_up  # else loaded lazily
         if not settled and loaded and state.worker.status.state != "loading":
             settled = True
-            settle_heap(state.settings.heap, when="once loaded", collect=False)
+            settle_heap(state.settings.heap, when="once loaded", collect=1)
 
 
 def _lifespan(

@@ -46,19 +46,19 @@ class HeapSettings:
             raise ValueError("; ".join(problems))
 
 
-def settle_heap(settings: HeapSettings, *, when: str, collect: bool = True) -> bool:
-    """Freeze what the process holds now (after one collection, with ``collect``) and
-    raise the young threshold; ``when`` says which point of start-up, for the log.
-    False (nothing done) when ``gc_young_threshold`` is 0.
+def settle_heap(settings: HeapSettings, *, when: str, collect: int = 2) -> bool:
+    """Collect up to generation ``collect`` (2: a full collection), freeze what the
+    process holds then and raise the young threshold; ``when`` says which point of
+    start-up, for the log. False (nothing done) when ``gc_young_threshold`` is 0.
 
-    The server settles before it accepts connections (the collection, tens of ms, holds
-    up no stream), and again, without a collection, once the engine and the text
-    front-end have loaded (a freeze alone takes microseconds)."""
+    The server settles before it accepts connections (the full collection, tens of ms,
+    holds up no stream), and again once the engine and the text front-end have loaded,
+    after a young collection only (the garbage of loading is young; a young collection
+    is what the server runs every 10,000 new objects anyway)."""
     if not settings.gc_young_threshold:
         return False
     started = time.perf_counter()
-    if collect:
-        gc.collect()
+    gc.collect(collect)
     gc.freeze()
     _, middle, old = gc.get_threshold()
     gc.set_threshold(settings.gc_young_threshold, middle, old)
