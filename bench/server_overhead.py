@@ -388,12 +388,12 @@ def measure(
     raw = Path(tempfile.mkstemp(suffix=".txt")[1])
     profiler = start_profiler(process.pid, raw) if profiles is not None else None
     before, loop_before = cpu_seconds(process.pid), loop_cpu_seconds(process.pid)
-    collected = collections(url)
+    collected = gc_collections(url)
     ttfas, audio_bytes = uvloop.run(run_streams(url, streams, spread_s))
     cpu = cpu_seconds(process.pid) - before
     loop_cpu = loop_cpu_seconds(process.pid) - loop_before
     gc_figures = (
-        {k: v - collected[k] for k, v in collections(url).items()} if collected else {}
+        {k: v - collected[k] for k, v in gc_collections(url).items()} if collected else {}
     )
     if profiler is not None and profiles is not None:
         profiler.send_signal(signal.SIGINT)
@@ -413,7 +413,7 @@ def measure(
     }
 
 
-def collections(url: str) -> dict[str, float]:
+def gc_collections(url: str) -> dict[str, float]:
     """Our server's garbage collections so far (its ``tts_gc_pause_seconds``): seconds in
     all, full collections, pauses over 10 ms; {} for a server without the metric (the
     bare one, an older baseline)."""
