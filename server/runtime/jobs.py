@@ -127,12 +127,16 @@ class Job:
         self.fell_back = False  # spoken by the fallback engine after the main one failed
         #: Where the engine said the segment's words start, if it did (espeak-ng).
         self.marks: WordMarks | None = None
+        #: Told of a cancel, from the thread that cancels (the scheduler's queue of them).
+        self.on_cancel: Callable[[Job], None] | None = None
 
     # --- any thread -------------------------------------------------------------------
 
     def cancel(self) -> None:
         """Ask the engine to stop at its next step; safe from any thread."""
         self._cancelled.set()
+        if self.on_cancel is not None:
+            self.on_cancel(self)
 
     def is_cancelled(self) -> bool:
         """The ``should_stop`` the engine polls; safe from any thread."""

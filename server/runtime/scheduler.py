@@ -11,6 +11,8 @@ loop in one wake-up. Everything here runs on the engine thread.
 
 from __future__ import annotations
 
+import collections
+import heapq
 import logging
 import time
 from collections.abc import Callable
@@ -56,12 +58,22 @@ class Scheduler:
         self.waiting: list[Job] = []
         #: Jobs seated in the batcher, each with its row there.
         self.active: dict[Job, BatchRow] = {}
+        # The active jobs not prefilled yet, and those prefilled (they step), in the order
+        # they got there; kept as rows come and go, so a round makes no pass over all.
+        self._joining: dict[Job, None] = {}
+        self._speaking: dict[Job, None] = {}
+        # Jobs cancelled since the last round (appended from any thread).
+        self._cancels: collections.deque[Job] = collections.deque()
+        # An engine that steps one row at a time: the speaking rows by urgency, a heap
+        # whose keys only grow (audio made), each fixed when it comes to the top.
+        self._by_urgency: list[tuple[float, int, Job]] = []
 
     @property
     def idle(self) -> bool:
         return not self.waiting and not self.active
 
     def add(self, job: Job) -> None:
+        job.on_cancel = self._cancels.append
         self.waiting.append(job)
 
     def run_once(self) -> None:
@@ -71,10 +83,27 @@ class Scheduler:
             self._open(job)
         self.metrics.queue_depth.set(len(self.waiting))
         self._prefill()
-        ready = [job for job, row in self.active.items() if _steps(row)]
-        if ready:
-            self._step(plan_step(ready, time.monotonic(), self.rate_hz, self.policy))
+        if self._speaking:
+            if self.policy.max_batch == 1:
+                # plan_step's choice for one row, without a pass over every row.
+                self._step([self._most_urgent()])
+            else:
+                ready = list(self._speaking)
+                self._step(plan_step(ready, time.monotonic(), self.rate_hz, self.policy))
         self.handoff.flush()
+
+    def _most_urgent(self) -> Job:
+        """The speaking job whose listener needs audio soonest (``urgency``)."""
+        heap = self._by_urgency
+        while True:
+            key, order, job = heap[0]
+            if job not in self._speaking:
+                heapq.heappop(heap)  # it left
+                continue
+            now = urgency(job, self.rate_hz)[0]
+            if now == key:
+                return job
+            heapq.heapreplace(heap, (now, order, job))  # it made audio since
 
     def stop(self) -> None:
         """End every job: the engine is stopping."""
@@ -86,12 +115,16 @@ class Scheduler:
             job.end(engine_stopped())
         self.active.clear()
         self.waiting.clear()
+        self._joining.clear()
+        self._speaking.clear()
+        self._by_urgency.clear()
         self.handoff.flush()
 
     # --- a round's parts --------------------------------------------------------------
 
     def _open(self, job: Job) -> None:
         if job.request.fallback:  # a context the server degraded: not this engine's work
+            job.on_cancel = None
             self.fallback.speak(job)
             return
         try:
@@ -102,13 +135,16 @@ class Scheduler:
             return
         row.should_stop = job.is_cancelled
         self.active[job] = row
+        self._joining[job] = None
+        if job.cancelled:  # before it was seated: it leaves at the next round
+            self._cancels.append(job)
 
     def _prefill(self) -> None:
         """Start joining rows, the most urgent first: one, then more (up to
         ``prefills_per_step``) while the round, its prefills (the next one taken to cost
         what the earlier ones did on average) and its step, stays within the audio a step
         makes, so that rows already speaking do not fall behind real time."""
-        joining = [job for job, row in self.active.items() if not row.prefilled]
+        joining = list(self._joining)
         if not joining:
             return
         budget_s = self._prefill_budget_s()
@@ -122,6 +158,10 @@ class Scheduler:
             try:
                 self.batcher.prefill(row)
                 row.prefilled = True
+                del self._joining[job]
+                self._speaking[job] = None
+                if self.policy.max_batch == 1:
+                    heapq.heappush(self._by_urgency, (*urgency(job, self.rate_hz), job))
             except Exception as exc:
                 logger.exception("synthesis failed to start for %r", job.request.text[:40])
                 row.error = exc
@@ -133,7 +173,7 @@ class Scheduler:
     def _prefill_budget_s(self) -> float:
         """The time a round may spend on prefills: what a step's audio lasts, less what
         the next step of the rows speaking is expected to take."""
-        speaking = sum(1 for row in self.active.values() if _steps(row))
+        speaking = len(self._speaking)
         step_s = self.costs.estimate(speaking) if speaking else 0.0
         return self.costs.audio_per_row_step() - (step_s or 0.0)
 
@@ -192,13 +232,17 @@ class Scheduler:
 
     def _leave_cancelled(self) -> None:
         # A cancelled job leaves at once, not when its deadline comes up.
-        for job in [job for job in self.active if job.cancelled]:
-            self._leave(job)
-            self._finish(job)
+        while self._cancels:
+            job = self._cancels.popleft()
+            if job in self.active:
+                self._leave(job)
+                self._finish(job)
 
     def _leave(self, job: Job) -> None:
         self._close(job)
         del self.active[job]
+        self._joining.pop(job, None)
+        self._speaking.pop(job, None)
 
     def _close(self, job: Job) -> None:
         try:
@@ -208,12 +252,8 @@ class Scheduler:
             logger.exception("leaving the batch failed for %r", job.request.text[:40])
 
     def _finish(self, job: Job) -> None:
+        job.on_cancel = None  # a cancel after it left is nothing to this scheduler
         self.metrics.engine_busy_seconds.inc(job.engine_seconds)
         if job.cancelled:
             self.metrics.jobs_cancelled.inc()
         job.end()
-
-
-def _steps(row: BatchRow) -> bool:
-    """Prefilled and not finished: the row takes part in the next step."""
-    return row.prefilled and not row.done and row.error is None
