@@ -22,6 +22,7 @@ from typing import Any
 
 from server.connection_guard import GuardSettings
 from server.declaration import nested, option
+from server.delivery import DeliverySettings
 from server.engines.chattts.settings import ChatTTSSettings
 from server.heap import HeapSettings
 from server.runtime.admission import AdmissionSettings
@@ -164,6 +165,7 @@ class Settings:
     phrase_cache: PhraseCacheSettings = nested(PhraseCacheSettings)
     wyoming: WyomingSettings = nested(WyomingSettings)
     heap: HeapSettings = nested(HeapSettings)
+    delivery: DeliverySettings = nested(DeliverySettings)
 
     # Auth: no tokens means open (with a warning in the log). Not an option: tokens come
     # from --token-file / TTS_TOKEN_FILE and TTS_TOKENS (see build_settings).
@@ -435,6 +437,7 @@ class Settings:
             first_segment_min_chars=self.first_segment_min_chars,
             frame_ms=self.frame_ms,
             first_frame_ms=self.first_frame_ms,
+            max_frame_ms=self.delivery.max_frame_ms,
             shape_joins=self.shape_joins,
             pause_scale=self.pause_scale,
             min_audio_ms_per_char=self.min_audio_ms_per_char,

@@ -18,6 +18,7 @@ __all__ = [
     "Resampler",
     "float32_json_array",
     "float_to_pcm16",
+    "join_frames",
     "pcm16_to_float",
     "sounding_seconds",
     "wav_bytes",
@@ -249,6 +250,26 @@ class FrameChunker:
         if pending is None or not len(pending):
             return []
         return [pending]
+
+
+def join_frames(frames: list[np.ndarray], max_samples: int) -> list[np.ndarray]:
+    """``frames`` (ready at the same moment, in order) joined into as few as hold at most
+    ``max_samples`` each: consecutive frames are joined while they fit; a frame longer
+    than ``max_samples`` goes on its own, never split. The same samples in the same
+    order; ``frames`` itself is returned when nothing joins."""
+    if len(frames) < 2 or max_samples <= 0:
+        return frames
+    joined: list[np.ndarray] = []
+    group: list[np.ndarray] = []
+    size = 0
+    for frame in frames:
+        if group and size + frame.size > max_samples:
+            joined.append(group[0] if len(group) == 1 else np.concatenate(group))
+            group, size = [], 0
+        group.append(frame)
+        size += frame.size
+    joined.append(group[0] if len(group) == 1 else np.concatenate(group))
+    return joined if len(joined) < len(frames) else frames
 
 
 def wav_bytes(samples_pcm16: bytes, sample_rate_hz: int) -> bytes:

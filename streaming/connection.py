@@ -310,6 +310,7 @@ class Connection:
             self.speech.segmenter(whole_text=False),
             timestamps=message.timestamps,
             lexicon=lexicon,
+            max_frame_ms=self.speech.max_frame_ms,
         )
         self._next_stream += 1
         self.contexts[context.id] = context

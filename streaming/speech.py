@@ -62,6 +62,10 @@ class SpeechSettings:
     first_segment_min_chars: int = 6
     frame_ms: int = 100
     first_frame_ms: int = 40
+    #: Frames ready at the same moment go out joined, up to this long and never longer
+    #: than the audio the listener has ahead of its playback (0: never joined; frames of
+    #: a client's own ``frame_ms`` never are). See ``UtteranceState.heard``.
+    max_frame_ms: int = 1000
     shape_joins: bool = True
     pause_scale: float = 1.0
     #: A segment's audio shorter than this per sounding character (at speed 1; a speed

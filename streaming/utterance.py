@@ -27,6 +27,7 @@ import numpy as np
 
 from streaming import encodings
 from streaming import protocol as p
+from streaming.audio import join_frames
 from streaming.segment import Segment, Segmenter
 from streaming.speech import SegmentStart
 from streaming.text import Lexicon
@@ -199,6 +200,7 @@ class UtteranceState:
         *,
         timestamps: bool = False,
         lexicon: Lexicon | None = None,
+        max_frame_ms: int = 0,
     ):
         #: The client's name for it (the wire's ``context_id``).
         self.id = context_id
@@ -206,6 +208,8 @@ class UtteranceState:
         self.lexicon = lexicon
         #: Send a ``timestamps`` event after each segment (``start`` asked for them).
         self.timestamps = timestamps
+        #: Frames ready together are joined up to this long (streaming.speech, 0: never).
+        self.max_frame_ms = max_frame_ms
         #: Its number on the connection (audio frame headers, ``stream`` fields).
         self.stream = stream
         self.voice = voice
@@ -231,13 +235,22 @@ class UtteranceState:
         return len(self.segmenter.pending_text) + self.queued_chars
 
     def heard(
-        self, segment: Segment, spoken: str, event: SpeechEvent
+        self, segment: Segment, spoken: str, event: SpeechEvent, *, lead_s: float = 0.0
     ) -> Iterable[p.ServerMessage | AudioOut]:
         """What the client is sent of one event of ``segment`` (``spoken``: its text as
         the engine says it), in order: messages, and audio frames (header, PCM). Frames
-        are made as they are taken, each counted then; none after a cancel."""
+        are made as they are taken, each counted then; none after a cancel.
+
+        ``lead_s``: the audio the listener has ahead of its playback before this event's.
+        Frames the event holds are then joined up to ``max_frame_ms`` and at most
+        ``lead_s`` each (:func:`streaming.audio.join_frames`): a link that carries the
+        stream in real time delivers each before the listener needs its first sample,
+        and the server sends a frame, not ten, when the engine runs ahead. A context
+        with its own ``frame_ms`` keeps exact frames."""
         if isinstance(event, Frames):
-            return self._frames(segment.index, event.frames) if event.frames else ()
+            if not event.frames:
+                return ()
+            return self._frames(segment.index, self._joined(event.frames, lead_s))
         if isinstance(event, SegmentStarted):
             return self._started(segment, spoken, event.start)
         if isinstance(event, FellBack):
@@ -275,6 +288,12 @@ class UtteranceState:
         if start.removed:
             return (p.removed_warning(self.id, start.removed), announced)
         return (announced,)
+
+    def _joined(self, frames: list[np.ndarray], lead_s: float) -> list[np.ndarray]:
+        if lead_s <= 0 or not self.max_frame_ms or self.voice.frame_ms is not None:
+            return frames
+        longest_ms = min(lead_s * 1000, self.max_frame_ms)
+        return join_frames(frames, int(longest_ms * self.voice.sample_rate_hz / 1000))
 
     def _frames(self, segment_index: int, frames: list[np.ndarray]) -> Iterator[AudioOut]:
         for frame in frames:

@@ -181,17 +181,22 @@ class Job:
         self.cancel()
         self._chunks.put_nowait(_END)
 
-    async def chunks(self, timeout_s: float) -> AsyncIterator[np.ndarray]:
+    async def chunks(self, timeout_s: float, *, join_samples: int = 0) -> AsyncIterator[np.ndarray]:
         """Yield the chunks as they are made; raise on engine failure or timeout.
 
         ``timeout_s`` bounds the time spent waiting for this segment's audio, queueing
         included, but not the time the caller spends between chunks (sending them to a
         slow client is not slow synthesis); on expiry the job is cancelled so the
-        engine moves on.
+        engine moves on. Chunks already handed over when one is taken are yielded with
+        it as one, until that holds ``join_samples`` (0: never joined): an engine ahead
+        of the loop costs it one pass down the speech path, not one a chunk.
         """
         remaining = timeout_s
+        held: object = None  # taken while joining, not audio: the next item
         while True:
-            if not self._chunks.empty():  # handed over already: no wait, no timer
+            if held is not None:
+                item, held = held, None
+            elif not self._chunks.empty():  # handed over already: no wait, no timer
                 item = self._chunks.get_nowait()
             else:
                 waiting_since = self.loop.time()
@@ -212,7 +217,24 @@ class Job:
             if isinstance(item, BaseException):
                 raise item
             assert isinstance(item, np.ndarray)
+            if join_samples and not self._chunks.empty() and item.size < join_samples:
+                item, held = _join_ready(item, self._chunks, join_samples)
             yield item
+
+
+def _join_ready(
+    first: np.ndarray, ready: asyncio.Queue[object], join_samples: int
+) -> tuple[np.ndarray, object]:
+    """``first`` and the audio chunks queued after it, joined up to ``join_samples``;
+    and the item taken that is not audio (an end, an error), if one was."""
+    parts, size = [first], first.size
+    while size < join_samples and not ready.empty():
+        item = ready.get_nowait()
+        if not isinstance(item, np.ndarray):
+            return np.concatenate(parts), item
+        parts.append(item)
+        size += item.size
+    return np.concatenate(parts), None
 
 
 class Call:

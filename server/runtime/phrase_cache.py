@@ -136,11 +136,21 @@ class CachedJob:
     def abandon(self) -> None:
         self._cancelled = True
 
-    async def chunks(self, timeout_s: float) -> AsyncIterator[np.ndarray]:
+    async def chunks(self, timeout_s: float, *, join_samples: int = 0) -> AsyncIterator[np.ndarray]:
+        """The kept chunks, joined up to ``join_samples`` (as :meth:`Job.chunks` joins
+        those handed over together: these are all ready)."""
+        parts: list[np.ndarray] = []
+        size = 0
         for chunk in self.phrase.chunks:
-            if self._cancelled:
-                return
-            yield chunk
+            if parts and size + chunk.size > join_samples:
+                if self._cancelled:
+                    return
+                yield parts[0] if len(parts) == 1 else np.concatenate(parts)
+                parts, size = [], 0
+            parts.append(chunk)
+            size += chunk.size
+        if parts and not self._cancelled:
+            yield parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 class PhraseCache:

@@ -211,9 +211,12 @@ class SegmentSynthesizer:
         tries.job = self.job = job
         tries.produced = 0
         kept: list[np.ndarray] | None = [] if key is not None else None
+        # Chunks handed over together go down the speech path as one, up to a longest
+        # frame's worth (the path's output does not depend on how its input is cut).
+        join = self.worker.sample_rate_hz * self.pipeline.settings.max_frame_ms // 1000
         try:
             resumed = time.perf_counter()
-            async for chunk in job.chunks(timeout_s - tries.waited_s):
+            async for chunk in job.chunks(timeout_s - tries.waited_s, join_samples=join):
                 tries.waited_s += time.perf_counter() - resumed
                 if job.fell_back and not tries.produced:
                     yield FellBack()

@@ -37,7 +37,7 @@ from streaming import protocol as p
 from streaming.errors import CLOSE_GOING_AWAY
 from streaming.segment import Segment
 from streaming.text import PreparedText
-from streaming.utterance import AudioOut, UtteranceState
+from streaming.utterance import AudioOut, Frames, UtteranceState
 
 logger = logging.getLogger(__name__)
 
@@ -205,7 +205,9 @@ class UtteranceTask:
         )
         async with contextlib.aclosing(events):
             async for event in events:
-                for message in self.state.heard(segment, prepared.spoken, event):
+                lead_s = utterance.lead_s() if isinstance(event, Frames) else 0.0
+                heard = self.state.heard(segment, prepared.spoken, event, lead_s=lead_s)
+                for message in heard:
                     await send(message)
                 if self.cancelled:
                     return  # before the synthesizer goes on to the engine

@@ -140,3 +140,23 @@ def test_a_segment_cannot_restart_once_some_of_it_has_left() -> None:
     assert pipeline.push(tone(0.1)) and pipeline.segment_sent
     with pytest.raises(RuntimeError):
         pipeline.restart()
+
+
+@pytest.mark.parametrize(
+    ("tempo", "volume", "output_rate"),
+    [(1.0, 2.5, 24_000), (1.0, 0.5, 8_000), (1.6, 1.0, 24_000), (0.7, 3.0, 16_000)],
+)
+def test_output_does_not_depend_on_chunking_with_tempo_or_volume(
+    tempo: float, volume: float, output_rate: int
+) -> None:
+    """Chunks handed over together reach the pipeline joined (server.runtime.jobs): the
+    stretcher and the limiter, like the joins and the resampler, give the same audio for
+    the engine's 100 ms chunks and for them joined in fours."""
+    rng = np.random.default_rng(3)
+    audio = tone(1.2) * rng.uniform(0.2, 1.0, size=int(1.2 * RATE)).astype(np.float32)
+    outputs = []
+    for size in (2400, 9600):
+        pipeline = SpeechPipeline(SpeechSettings(), RATE, output_rate, tempo=tempo, volume=volume)
+        outputs.append(np.concatenate(speak(pipeline, segment("好。"), audio, size)))
+    assert outputs[0].size == outputs[1].size
+    np.testing.assert_allclose(outputs[1], outputs[0], atol=1e-6)

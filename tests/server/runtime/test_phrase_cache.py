@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -155,8 +156,9 @@ def test_entries_are_kept_per_token(cached: LiveServer, tiny_checkpoint: Path) -
 
 @pytest.mark.live
 async def test_a_hit_sends_the_same_events_timestamps_and_frames(cached: LiveServer) -> None:
-    """Over the WebSocket a hit's segment events, timestamps, frames and done equal the
-    synthesis's; it takes no engine step and no batch row."""
+    """Over the WebSocket a hit's segment events, timestamps, audio (segment by segment)
+    and done equal the synthesis's; it takes no engine step and no batch row. (How the
+    audio is cut into frames may differ: frames are joined while the listener is ahead.)"""
     first = await speak(cached, context_id="c", seed=105, timestamps=True)
     before = metrics(cached)
     again = await speak(cached, context_id="c", seed=105, timestamps=True)
@@ -169,9 +171,15 @@ async def test_a_hit_sends_the_same_events_timestamps_and_frames(cached: LiveSer
     assert after["tts_segments_total"] == before["tts_segments_total"] + len(first.segments)
     assert again.segments == first.segments and len(first.segments) >= 2
     assert again.timestamps == first.timestamps and first.timestamps
-    assert [(f.segment, f.samples) for f in again.frames] == [
-        (f.segment, f.samples) for f in first.frames
-    ]
+
+    def per_segment(frames: list[Any]) -> dict[int, int]:
+        samples: dict[int, int] = {}
+        for frame in frames:
+            samples[frame.segment] = samples.get(frame.segment, 0) + frame.samples
+        return samples
+
+    assert per_segment(again.frames) == per_segment(first.frames)
+    assert len(per_segment(first.frames)) >= 2
     assert again.pcm == first.pcm
     assert again.done is not None and first.done is not None
     assert again.done["audio_samples"] == first.done["audio_samples"]

@@ -1,0 +1,99 @@
+"""Chunks handed over together reach the speech path as one: a job's (the engine ran
+ahead of the event loop) and a phrase cache hit's (all ready at once), up to
+``join_samples``; nothing is waited for, and an end or an error after them still comes
+after their audio."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from harness.live import TIMEOUT_S
+from server.engines.base import SynthesisRequest, VoiceSpec
+from server.runtime.jobs import FELL_BACK, Handoff, Job
+from server.runtime.phrase_cache import CachedJob
+from server.runtime.phrase_store import CachedPhrase
+
+CHUNK = 2400  # 100 ms at 24 kHz
+
+
+def make_job() -> tuple[Job, Handoff]:
+    handoff = Handoff()
+    job = Job(SynthesisRequest("一句话。", VoiceSpec(seed=1)), asyncio.get_running_loop(),
+              handoff, deadline=0.0, order=0, playing=False, on_end=lambda job: None)  # fmt: skip
+    return job, handoff
+
+
+def chunks(count: int, start: int = 0) -> list[np.ndarray]:
+    return [np.full(CHUNK, start + i, np.float32) for i in range(count)]
+
+
+async def hand_over(handoff: Handoff) -> None:
+    handoff.flush()
+    await asyncio.sleep(0)  # the loop runs the hand-over
+
+
+@pytest.mark.parametrize(("join_samples", "sizes"), [
+    (0, [CHUNK] * 7),
+    (4 * CHUNK, [4 * CHUNK, 3 * CHUNK]),
+    (3 * CHUNK + 1, [4 * CHUNK, 3 * CHUNK]),  # until it holds join_samples
+    (100 * CHUNK, [7 * CHUNK]),
+])  # fmt: skip
+async def test_chunks_handed_over_together_are_joined(join_samples: int, sizes: list[int]) -> None:
+    job, handoff = make_job()
+    sent = chunks(7)
+    for chunk in sent:
+        job.add_audio(chunk)
+    job.end()
+    await hand_over(handoff)
+    got = [chunk async for chunk in job.chunks(TIMEOUT_S, join_samples=join_samples)]
+    assert [chunk.size for chunk in got] == sizes
+    assert np.array_equal(np.concatenate(got), np.concatenate(sent))
+
+
+async def test_a_chunk_is_not_held_for_more_and_an_error_comes_after_the_audio() -> None:
+    job, handoff = make_job()
+    got: list[int] = []
+    first = chunks(1)[0]
+    job.add_audio(first)
+    await hand_over(handoff)
+    stream = job.chunks(TIMEOUT_S, join_samples=10 * CHUNK)
+    assert (await anext(stream)).size == CHUNK  # alone: nothing else was there
+    for chunk in chunks(3, start=1):
+        job.add_audio(chunk)
+    job.end(RuntimeError("the engine failed"))
+    await hand_over(handoff)
+    with pytest.raises(RuntimeError, match="the engine failed"):
+        async for chunk in stream:
+            got.append(int(chunk[0]))
+            assert chunk.size == 3 * CHUNK
+    assert got == [1]  # the three chunks, joined, before the error
+
+
+async def test_the_fallback_mark_is_not_joined_over() -> None:
+    job, handoff = make_job()
+    job.deliver(FELL_BACK)
+    for chunk in chunks(2):
+        job.add_audio(chunk)
+    job.end()
+    await hand_over(handoff)
+    got = [chunk.size async for chunk in job.chunks(TIMEOUT_S, join_samples=10 * CHUNK)]
+    assert got == [2 * CHUNK] and job.fell_back
+
+
+@pytest.mark.parametrize(("join_samples", "sizes"), [
+    (0, [CHUNK] * 5),
+    (2 * CHUNK, [2 * CHUNK, 2 * CHUNK, CHUNK]),
+    (2 * CHUNK + 1, [2 * CHUNK, 2 * CHUNK, CHUNK]),  # a hit's are joined up to it, no more
+    (5 * CHUNK, [5 * CHUNK]),
+])  # fmt: skip
+async def test_a_phrase_cache_hit_is_joined_up_to_join_samples(
+    join_samples: int, sizes: list[int]
+) -> None:
+    kept = chunks(5)
+    hit = CachedJob(CachedPhrase(tuple(kept)))
+    got = [chunk async for chunk in hit.chunks(TIMEOUT_S, join_samples=join_samples)]
+    assert [chunk.size for chunk in got] == sizes
+    assert np.array_equal(np.concatenate(got), np.concatenate(kept))
