@@ -171,7 +171,9 @@ class StepCosts:
     terms kept non-negative); with one size seen, it assumes no saving from batching
     beyond it (cost proportional to the batch), which errs towards refusing. Until a
     step has made audio, a row-step is taken to make one GPT step's worth
-    (:data:`STEPS_PER_AUDIO_SECOND`).
+    (:data:`STEPS_PER_AUDIO_SECOND`). The fit is made once per observation, not per
+    estimate: admission and the scheduler ask for estimates far more often than steps
+    end.
     """
 
     smoothing: float = 0.1
@@ -187,12 +189,18 @@ class StepCosts:
     made_s: float = 0.0
     #: Audio to have seen before :meth:`rtf` is trusted.
     min_audio_s: float = 2.0
+    #: Steps observed; the fitted line below is the one for this count.
+    observations: int = 0
+    _line: tuple[int, float, float, int] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def observe(self, batch: int, seconds: float, audio_s: float | None = None) -> None:
         """A step of ``batch`` rows took ``seconds`` and made ``audio_s`` of audio in all."""
         old = self.seconds.get(batch)
         self.seconds[batch] = seconds if old is None else old + self.smoothing * (seconds - old)
         self.samples[batch] = self.samples.get(batch, 0) + 1
+        self.observations += 1
         if audio_s is not None:
             self.audio_s += audio_s
             self.row_steps += batch
@@ -214,19 +222,37 @@ class StepCosts:
 
     def estimate(self, batch: int) -> float | None:
         """Seconds per step at ``batch``; None before any step was seen."""
+        line = self._line
+        if line is None or line[0] != self.observations:
+            line = self._fit()
+            if line is None:
+                return None
+        _, intercept, slope, only_size = line
+        if only_size:  # one size seen: cost in proportion above it
+            return intercept * max(1.0, batch / only_size)
+        return intercept + slope * batch
+
+    def _fit(self) -> tuple[int, float, float, int] | None:
+        """``(observations, intercept, slope, only_size)``: the least-squares line through
+        the sizes seen, or with one size, ``(…, its cost, 0, the size)``. Kept until the
+        next observation (one taken while fitting makes the kept line stale: refitted at
+        the next estimate)."""
+        seen = self.observations
         points = sorted(self.seconds.items())
         if not points:
             return None
         if len(points) == 1:
             ((size, cost),) = points
-            return cost * max(1.0, batch / size)
-        n = len(points)
-        mean_b = sum(b for b, _ in points) / n
-        mean_t = sum(t for _, t in points) / n
-        var = sum((b - mean_b) ** 2 for b, _ in points)
-        slope = max(0.0, sum((b - mean_b) * (t - mean_t) for b, t in points) / var)
-        intercept = max(0.0, mean_t - slope * mean_b)
-        return intercept + slope * batch
+            line = (seen, cost, 0.0, size)
+        else:
+            n = len(points)
+            mean_b = sum(b for b, _ in points) / n
+            mean_t = sum(t for _, t in points) / n
+            var = sum((b - mean_b) ** 2 for b, _ in points)
+            slope = max(0.0, sum((b - mean_b) * (t - mean_t) for b, t in points) / var)
+            line = (seen, max(0.0, mean_t - slope * mean_b), slope, 0)
+        self._line = line
+        return line
 
 
 def capacity(
@@ -249,10 +275,15 @@ def capacity(
         return int(headroom / rtf) if rtf > 0 else None
     if costs.estimate(1) is None:
         return None
-    audio_s = costs.audio_per_row_step()
-    best = 0
-    for batch in range(1, max_batch + 1):
-        cost = costs.estimate(batch)
-        if cost is not None and cost <= headroom * audio_s:
-            best = batch
-    return best
+    budget = headroom * costs.audio_per_row_step()
+    # A step's estimated cost never falls as the batch grows, so the batches within
+    # budget are 1..best: found by bisection, not by trying every size.
+    low, high = 0, max_batch  # low fits (0 trivially); above high is out of range
+    while low < high:
+        middle = (low + high + 1) // 2
+        cost = costs.estimate(middle)
+        if cost is not None and cost <= budget:
+            low = middle
+        else:
+            high = middle - 1
+    return low

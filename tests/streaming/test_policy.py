@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import pytest
@@ -178,3 +179,32 @@ def test_first_by_is_the_head_of_the_sorted_rows_ties_in_order(n: int) -> None:
     key = lambda job: urgency(job, RATE)  # noqa: E731
     assert first_by(jobs, n, key) == sorted(jobs, key=key)[:n]
     assert first_by([], n, key) == []
+
+
+def test_an_estimate_follows_every_new_step() -> None:
+    """The fitted line is kept between steps, never past one: each observation, a new
+    size or a new cost for a size seen, shows in the next estimate."""
+    costs = StepCosts(smoothing=1.0)
+    costs.observe(1, 0.010)
+    assert costs.estimate(4) == pytest.approx(0.040)
+    costs.observe(1, 0.020)  # the same size, a new cost
+    assert costs.estimate(4) == pytest.approx(0.080)
+    costs.observe(8, 0.020)  # a second size: now a line, flat through both
+    assert costs.estimate(4) == pytest.approx(0.020)
+    costs.observe(8, 0.034)
+    assert costs.estimate(15) == pytest.approx(0.020 + 0.002 * 14)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_capacity_is_the_largest_batch_within_budget(seed: int) -> None:
+    """Capacity by bisection equals trying every batch size, over random step costs."""
+    rng = random.Random(seed)
+    costs = StepCosts(smoothing=rng.choice([0.1, 1.0]))
+    a, b = rng.uniform(0.0, 0.016), rng.uniform(0.0, 0.0005)  # a budget of 16 ms a step
+    for _ in range(rng.randint(1, 6)):
+        batch = rng.randint(1, 64)
+        costs.observe(batch, (a + b * batch) * rng.uniform(0.8, 1.2), 0.02 * batch)
+    max_batch = rng.choice([1, 7, 16, 64, 300])
+    budget = 0.8 * costs.audio_per_row_step()
+    fits = [b for b in range(1, max_batch + 1) if (costs.estimate(b) or 0.0) <= budget]
+    assert capacity(costs, max_batch, 0.8) == (max(fits) if fits else 0)
