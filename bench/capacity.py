@@ -20,7 +20,9 @@ Engine models: ``--engine modelled`` (default): a GPT step of a batch of n costs
 ``a + b * n`` (``server.engines.modelled.ModelledEngine``), with presets ``gpu`` (the host's
 cost measured by bench/host_overhead.py plus a modelled H200 device step: bound by
 per-step overhead, as on a GPU) and ``cpu`` (measured on the real-dims checkpoint on
-these 2 cores by bench/batch_step.py), or ``--a-ms/--b-ms``;
+these 2 cores by bench/batch_step.py), or ``--a-ms/--b-ms``; each joining segment's
+prompt costs ``--prefill-ms`` (default ``a``: a forward of its own, one segment at a
+time between steps, as the ChatTTS batcher prefills);
 ``--engine chattts``: the real ChatTTS code on the tiny checkpoint (CPU).
 
     .venv/bin/python bench/capacity.py --quick            # gpu preset, < 50 s
@@ -31,7 +33,8 @@ these 2 cores by bench/batch_step.py), or ``--a-ms/--b-ms``;
         --compare ws_direct_send=false coalesce_wakeups=false   # a change, before and after
 
 Each trial also reports the server process's own CPU per stream (the clients share the
-cores, so a capacity gained by a lighter client shows there). ``--set NAME=VALUE`` gives
+cores, so a capacity gained by a lighter client shows there), and the share of a core
+each side used over the trial (server, clients), to tell which ran out. ``--set NAME=VALUE`` gives
 every server a setting; ``--compare NAME=VALUE`` measures each design a second time
 with those settings ("DESIGN before"), in the same run.
 
@@ -98,6 +101,7 @@ def serve(
     checkpoint: str,
     overrides: dict[str, Any],
     host_share: float,
+    prefill_ms: float | None,
     port: Any,
 ) -> None:
     import socket
@@ -111,7 +115,11 @@ def serve(
     if engine_kind == "modelled":
         mode = {"seed": "whole", "interleave": "interleave", "batched": "batched"}[design]
         engine = ModelledEngine(
-            step_a_s=a_ms / 1000, step_b_s=b_ms / 1000, mode=mode, host_share=host_share
+            step_a_s=a_ms / 1000,
+            step_b_s=b_ms / 1000,
+            mode=mode,
+            host_share=host_share,
+            prefill_s=None if prefill_ms is None else prefill_ms / 1000,
         )
 
         def factory() -> Any:
@@ -336,11 +344,17 @@ async def capacity(
 
     async def run(n: int) -> bool:
         started = time.perf_counter()
-        cpu_before = server_cpu_s(pid)
+        cpu_before, clients_before = server_cpu_s(pid), time.process_time()
         result = await trial(design, port, n, text, args.spread_s)
-        # The server's own CPU (the clients share the cores): per stream of the trial.
-        result["server_cpu_ms_per_stream"] = round((server_cpu_s(pid) - cpu_before) * 1000 / n, 2)
-        result["seconds"] = round(time.perf_counter() - started, 1)
+        wall_s = time.perf_counter() - started
+        server_s, clients_s = server_cpu_s(pid) - cpu_before, time.process_time() - clients_before
+        # The server's own CPU (the clients share the cores): per stream of the trial; and
+        # the clients' (this process), to tell which side ran out of core.
+        result["server_cpu_ms_per_stream"] = round(server_s * 1000 / n, 2)
+        result["client_cpu_ms_per_stream"] = round(clients_s * 1000 / n, 2)
+        result["server_cores"] = round(server_s / wall_s, 2)
+        result["client_cores"] = round(clients_s / wall_s, 2)
+        result["seconds"] = round(wall_s, 1)
         result["design"] = label
         log.append(result)
         print(
@@ -350,7 +364,9 @@ async def capacity(
             f"{result['max_stall_ms']} ms), errors "
             f"{result['errors']} -> {'pass' if result['passed'] else 'FAIL'}"
             f"{' (cut short)' if result['cut_short'] else ''} ({result['seconds']} s; server "
-            f"CPU {result['server_cpu_ms_per_stream']} ms a stream)",
+            f"CPU {result['server_cpu_ms_per_stream']} ms a stream, {result['server_cores']} "
+            f"of a core; clients {result['client_cpu_ms_per_stream']} ms, "
+            f"{result['client_cores']})",
             flush=True,
         )
         return bool(result["passed"])
@@ -392,6 +408,7 @@ def start_server(
             str(args.checkpoint),
             overrides,
             args.host_share,
+            args.prefill_ms,
             queue,
         ),
         daemon=True,
@@ -422,6 +439,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=0.0,
         help="share of each modelled step spent holding the GIL (the host's work), the rest "
         "asleep (the device's); the gpu preset's host share is 0.78",
+    )
+    parser.add_argument(
+        "--prefill-ms",
+        type=float,
+        help="cost of one segment's prompt (default: a, one forward as overhead-bound as a "
+        "step); the engine prefills joining segments one at a time, between steps",
     )
     parser.add_argument("--chars", type=int, default=31, help="characters each stream speaks")
     parser.add_argument(
@@ -523,6 +546,7 @@ def main(argv: list[str] | None = None) -> int:
                 "a_ms": args.a_ms if args.engine == "modelled" else None,
                 "b_ms": args.b_ms if args.engine == "modelled" else None,
                 "host_share": args.host_share,
+                "prefill_ms": args.prefill_ms,
                 "chars": args.chars,
                 "capacity": capacities,
                 "server_cpu_ms_per_stream": {label: cpu_per_stream(label) for label in capacities},

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import pytest
 
-from tests.bench.smoke import ONE_THREAD, assert_all_finite, figure, run_bench
+from tests.bench.smoke import ONE_THREAD, ROOT, assert_all_finite, figure, run_bench
 
 pytestmark = pytest.mark.live
 
@@ -38,3 +41,24 @@ def test_a_baseline_revision_is_measured_as_before() -> None:
     assert figure(report, "figures.before.cpu_s") > 0
     assert figure(report, "before.cpu_ratio_vs_bare") > 0
     assert figure(report, "figures.before.audio_s") == figure(report, "figures.ours.audio_s")
+
+
+def test_the_hottest_functions_are_the_event_loops_own_samples(tmp_path: Path) -> None:
+    """From py-spy's raw samples: only the main thread's, by the function each was in
+    (not its callers), as a share of the loop's CPU per stream, the most first."""
+    raw = tmp_path / "raw.txt"
+    raw.write_text(
+        "process 1:MainThread;run (a.py:1);flush (wire.py:9) 6\n"
+        "process 1:MainThread;run (a.py:1);flush (wire.py:9) 2\n"
+        "process 1:MainThread;run (a.py:1) 2\n"
+        "process 1:engine;step (engine.py:3) 50\n"
+    )
+    spec = importlib.util.spec_from_file_location(
+        "server_overhead", ROOT / "bench" / "server_overhead.py"
+    )
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    hottest = bench.hottest
+    assert hottest(raw, 100.0) == [("flush (wire.py:9)", 80.0), ("run (a.py:1)", 20.0)]
+    assert hottest(raw, 100.0, count=1) == [("flush (wire.py:9)", 80.0)]
