@@ -25,6 +25,7 @@ from server.declaration import nested, option
 from server.delivery import DeliverySettings
 from server.engines.chattts.settings import ChatTTSSettings
 from server.heap import HeapSettings
+from server.prefill import PrefillSettings
 from server.runtime.admission import AdmissionSettings
 from server.runtime.phrase_cache import PhraseCacheSettings
 from server.runtime.worker_settings import WorkerSettings
@@ -76,7 +77,10 @@ class Settings:
     )
     warm_up: bool = option(True, "run a warm-up synthesis before /ready", group="engine")
     idle_release_s: float = option(
-        60.0, "after this long without work the engine frees cached GPU memory", group="engine", gt=0
+        60.0,
+        "after this long without work the engine frees cached GPU memory",
+        group="engine",
+        gt=0,
     )
     max_active_segments: int = option(
         8,
@@ -99,13 +103,6 @@ class Settings:
         16,
         "segments advanced together in one GPT step (engines that batch: ChatTTS with "
         "decoder ours); 1: no batching, segments interleave a chunk at a time",
-        group="engine",
-        gt=0,
-    )
-    prefills_per_step: int = option(
-        8,
-        "batching: prompts of joining segments run between two steps at most; beyond the "
-        "first, only while they and the step take less than the audio a step makes",
         group="engine",
         gt=0,
     )
@@ -166,6 +163,7 @@ class Settings:
     wyoming: WyomingSettings = nested(WyomingSettings)
     heap: HeapSettings = nested(HeapSettings)
     delivery: DeliverySettings = nested(DeliverySettings)
+    prefill: PrefillSettings = nested(PrefillSettings)
 
     # Auth: no tokens means open (with a warning in the log). Not an option: tokens come
     # from --token-file / TTS_TOKEN_FILE and TTS_TOKENS (see build_settings).
@@ -469,7 +467,8 @@ class Settings:
     def batch_policy(self) -> BatchSettings:
         return BatchSettings(
             max_batch=self.max_batch,
-            prefills_per_step=self.prefills_per_step,
+            prefills_per_step=self.prefill.prefills_per_step,
+            prefill_together=self.prefill.prefill_together,
             sit_out_ahead_s=self.sit_out_ahead_s,
         )
 

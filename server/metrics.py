@@ -227,6 +227,13 @@ class Metrics:
             buckets=_BATCH_BUCKETS,
             registry=r,
         )
+        self.prefill_rows = Histogram(
+            "tts_engine_prefill_rows",
+            "joining segments whose prompts ran in one forward (--prefill-together; 1 each "
+            "without it)",
+            buckets=_BATCH_BUCKETS,
+            registry=r,
+        )
         self.engine_steps = Counter(
             "tts_engine_steps_total",
             "engine steps (a GPT step of the batch; a chunk, for an engine that does not batch)",

@@ -129,6 +129,8 @@ class BatchSettings:
     #: Prompts run between two steps at most: a joining utterance stalls the others
     #: for at most this many prefills.
     prefills_per_step: int = 1
+    #: Those prompts run as one forward (a batcher with ``prefill_many``), not one each.
+    prefill_together: bool = False
     #: A row with this much audio ahead of its listener sits out while another is
     #: closer to running dry (0: every row steps every time).
     sit_out_ahead_s: float = 2.0

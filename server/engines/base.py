@@ -112,6 +112,10 @@ class Batcher(Protocol):
     admitted, :meth:`prefill` once before its first step (its first token), :meth:`step`
     for the rows to advance together (already prefilled, not done), and
     :meth:`close` when an row leaves (done, failed or cancelled), between steps.
+
+    A batcher may also have ``prefill_many(rows)``: several rows' prefills in one go (one
+    forward for their prompts), setting ``error`` on a row that cannot join; the worker
+    then uses it for the rows joining in a round (``--prefill-together``).
     """
 
     @property

@@ -23,7 +23,8 @@ class ModelledEngine:
     A GPT step of a batch of ``n`` rows costs ``step_a_s + step_b_s * n`` seconds
     (slept, so the GIL is free); a segment of ``c`` characters takes
     ``round(c * steps_per_char)`` steps, each 512 samples of tone (ChatTTS's 46.875
-    steps per second of audio); a prefill costs ``prefill_s`` (default ``step_a_s``). A
+    steps per second of audio); a prefill costs ``prefill_s`` (default ``step_a_s``), prompts
+    prefilled together ``prefill_s + b * n``. A
     batched step or prefill spends ``host_share`` of its cost holding the GIL (Python
     busy work, as an engine's host work dispatching a step's operations does) and sleeps
     the rest (a device's time, the GIL free). ``mode`` picks the design it serves:
@@ -129,6 +130,12 @@ class _ModelledBatcher:
     def prefill(self, row: BatchRow) -> None:
         self._spend(self.engine.prefill_s)
         self._advance(row)
+
+    def prefill_many(self, rows: Sequence[BatchRow]) -> None:
+        """Prompts in one forward: one prompt's cost, and ``b`` a row as a step's."""
+        self._spend(self.engine.prefill_s + self.engine.step_b_s * len(rows))
+        for row in rows:
+            self._advance(row)
 
     def step(self, rows: Sequence[BatchRow]) -> None:
         self.max_batch_seen = max(self.max_batch_seen, len(rows))

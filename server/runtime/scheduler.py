@@ -5,8 +5,9 @@ engine's own, or an :class:`~server.engines.interleave.Interleaver` over one tha
 not) and runs the policy of :mod:`streaming.policy` on them. A round
 (:meth:`Scheduler.run_once`) reads as: let cancelled rows leave, seat waiting jobs
 (most urgent first, up to ``max_rows``), prefill at most ``prefills_per_step`` joining
-rows, step the rows the plan picks, deliver what they made, and hand it all to the event
-loop in one wake-up. Everything here runs on the engine thread.
+rows (their prompts in one forward when the batcher can: ``prefill_together``), step
+the rows the plan picks, deliver what they made, and hand it all to the event loop in
+one wake-up. Everything here runs on the engine thread.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ from streaming.policy import BatchSettings, StepCosts, first_by, plan_step, seat
 __all__ = ["Scheduler"]
 
 logger = logging.getLogger(__name__)
+
+#: A forward of several prompts that costs at most this times a lone prompt's (its
+#: running mean) counts as fitting a round, whatever the budget.
+LONE_PROMPT_SLACK = 1.25
 
 
 class Scheduler:
@@ -67,6 +72,10 @@ class Scheduler:
         # An engine that steps one row at a time: the speaking rows by urgency, a heap
         # whose keys only grow (audio made), each fixed when it comes to the top.
         self._by_urgency: list[tuple[float, int, Job]] = []
+        # Joining rows whose prompts run together next (prefill_together): adapted to
+        # what the last rounds' prompts cost against the budget.
+        self._together = 1
+        self._prefill_costs = StepCosts()
 
     @property
     def idle(self) -> bool:
@@ -148,6 +157,10 @@ class Scheduler:
         if not joining:
             return
         budget_s = self._prefill_budget_s()
+        together = getattr(self.batcher, "prefill_many", None)
+        if together is not None and self.policy.prefill_together:
+            self._prefill_together(joining, budget_s, together)
+            return
         spent_s = 0.0
         first = first_by(joining, self.policy.prefills_per_step, urgency)
         for count, job in enumerate(first):
@@ -155,6 +168,7 @@ class Scheduler:
                 break
             row = self.active[job]
             started = time.perf_counter()
+            self.metrics.prefill_rows.observe(1)
             try:
                 self.batcher.prefill(row)
                 row.prefilled = True
@@ -168,6 +182,49 @@ class Scheduler:
             job.engine_seconds += time.perf_counter() - started
             spent_s += time.perf_counter() - started
             self._progress()
+            self._collect(job)
+
+    def _prefill_together(
+        self,
+        joining: list[Job],
+        budget_s: float,
+        prefill_many: Callable[[list[BatchRow]], None],
+    ) -> None:
+        """The most urgent joining rows' prompts in one forward: as many as the last
+        rounds showed fit (twice as many as the largest that did, half as many after one
+        that did not; always one, at most ``prefills_per_step``).
+
+        A forward fits when the round stays within the budget, or when it cost little
+        more than a prompt alone (:data:`LONE_PROMPT_SLACK`): the first prompt runs
+        whatever the budget, and prompts that ride along for free (on a GPU a forward
+        costs its launches, not its rows) delay the speaking rows no more than it does."""
+        first = first_by(joining, min(self._together, self.policy.prefills_per_step), urgency)
+        rows = [self.active[job] for job in first]
+        started = time.perf_counter()
+        try:
+            prefill_many(rows)
+        except Exception as exc:
+            logger.exception("the prompts of %d joining segments failed", len(rows))
+            for row in rows:
+                row.error = exc
+        spent_s = time.perf_counter() - started
+        self.metrics.prefill_rows.observe(len(rows))
+        self._prefill_costs.observe(len(rows), spent_s)
+        alone_s = self._prefill_costs.seconds.get(1, spent_s)
+        if spent_s <= budget_s or spent_s <= LONE_PROMPT_SLACK * alone_s:
+            self._together = min(self.policy.prefills_per_step, max(self._together, 2 * len(rows)))
+        else:
+            self._together = max(1, len(rows) // 2)
+        for job, row in zip(first, rows, strict=True):
+            job.engine_seconds += spent_s / len(rows)
+            if row.error is None:
+                row.prefilled = True
+                del self._joining[job]
+                self._speaking[job] = None
+                if self.policy.max_batch == 1:
+                    heapq.heappush(self._by_urgency, (*urgency(job, self.rate_hz), job))
+        self._progress()
+        for job in first:
             self._collect(job)
 
     def _prefill_budget_s(self) -> float:

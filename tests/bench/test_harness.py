@@ -96,8 +96,8 @@ def test_settings_given_to_a_benchmark_are_read_as_the_server_reads_them() -> No
     the setting's own declaration, and a name that is no setting refused naming the flag."""
     from harness.bench_server import settings_overrides
 
-    found = settings_overrides(["--ws-direct-send=false", "prefills_per_step=8"], "--set")
-    assert found == {"ws_direct_send": False, "prefills_per_step": 8}
+    found = settings_overrides(["--ws-direct-send=false", "sit_out_ahead_s=1.5"], "--set")
+    assert found == {"ws_direct_send": False, "sit_out_ahead_s": 1.5}
     # A setting held in a bundle (Settings.heap) comes as the bundle, the rest default.
     from server.config import Settings
     from server.heap import HeapSettings

@@ -198,6 +198,36 @@ class BatchedDecoder:
     @torch.inference_mode()
     def prefill(self, row: Row, embeds: torch.Tensor) -> bool:
         """Put ``row`` in the store and sample its first token; False when the store is full."""
+        if not self._place(row):
+            return False
+        assert row.row is not None
+        states = self.gpt.prefill(row.row, embeds).to(self.device, dtype=torch.float)
+        self._first_token(row, states)
+        return True
+
+    @torch.inference_mode()
+    def prefill_many(self, rows: Sequence[Row], embeds: Sequence[torch.Tensor]) -> list[bool]:
+        """:meth:`prefill` for several rows, their prompts in one forward
+        (:meth:`BatchedGPT.prefill_many`): on a GPU, where a forward costs its launches,
+        about what one prompt costs. False for a row the store had no room for."""
+        placed = [
+            (row, prompt) for row, prompt in zip(rows, embeds, strict=True) if self._place(row)
+        ]
+        if len(placed) == 1:  # alone: the lone prompt's forward (no padding to do)
+            row, prompt = placed[0]
+            assert row.row is not None
+            states = self.gpt.prefill(row.row, prompt).to(self.device, dtype=torch.float)
+            self._first_token(row, states)
+        elif placed:
+            slots = [row.row for row, _ in placed]
+            states = self.gpt.prefill_many(slots, [prompt for _, prompt in placed])  # type: ignore[arg-type]
+            states = states.to(self.device, dtype=torch.float)
+            for i, (row, _) in enumerate(placed):
+                self._first_token(row, states[i : i + 1, : row.prompt_tokens])
+        return [row.row is not None for row in rows]
+
+    def _place(self, row: Row) -> bool:
+        """Give ``row`` a row of the store and its sampling settings; False when full."""
         max_new = row.params.max_new_token
         slot = self.gpt.acquire(row.prompt_tokens + max_new)
         if slot is None:
@@ -208,7 +238,12 @@ class BatchedDecoder:
         if grown and self.graphs is not None:
             self.graphs.clear()  # more candidates: new shapes
         self.table.open(slot, row, row.prompt_tokens, max_new, row.windows.next_boundary)
-        states = self.gpt.prefill(slot, embeds).to(self.device, dtype=torch.float)
+        return True
+
+    def _first_token(self, row: Row, states: torch.Tensor) -> None:
+        """Sample a placed row's first token from its prompt's states ``(1, T, hidden)``."""
+        slot = row.row
+        assert slot is not None
         tokens = self.sampling.sample(
             self.generation.head_logits(states), slot, self.table.steps[slot : slot + 1]
         )
@@ -217,7 +252,6 @@ class BatchedDecoder:
         self.table.advance_one(slot, bool(self.table.ended[slot]))
         if row.steps and (row.done or row.windows.due(row.steps)):
             self._vocode(np.array([slot]))
-        return True
 
     def take_audio(self, row: Row) -> list[np.ndarray]:
         chunks, row.chunks = row.chunks, []

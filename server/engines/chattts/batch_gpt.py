@@ -3,7 +3,7 @@
 :class:`BatchedGPT` runs ChatTTS's ``LlamaModel`` layer by layer (the modules of
 :mod:`server.engines.chattts.static_cache`) against one store shaped
 ``(layers, rows, kv_heads, tokens, head_dim)``. A prompt is prefilled into one row from
-position 0, alone. A step runs one token for each of the first ``n`` rows together: the
+position 0, alone or with other joining prompts in one forward (:meth:`prefill_many`). A step runs one token for each of the first ``n`` rows together: the
 layers' linear projections run on all of them at once (one GEMM per weight, the cost a
 batch shares), each row's keys and values are written at its own position (a tensor of
 positions, never read by the host), and attention reads each row's own filled prefix,
@@ -24,6 +24,7 @@ Not thread-safe: the engine thread drives it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -143,6 +144,40 @@ class BatchedGPT:
                 q, keys[:, :, :tokens], values[:, :, :tokens], None, self.scaling,
                 enable_gqa=self.kv_heads != self.heads,
             )  # fmt: skip
+            x = layer_output(layer, residual, attended)
+        out: torch.Tensor = self.model.norm(x)
+        return out
+
+    @torch.inference_mode()
+    def prefill_many(self, rows: Sequence[int], prompts: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Run several prompts, each ``(1, T_i, hidden)``, into ``rows`` (one each) from
+        position 0, in one forward: ``(n, T, hidden)``, prompt ``i``'s states in its first
+        ``T_i`` positions.
+
+        The prompts are padded on the right to the longest: attention is causal, so a
+        prompt's positions see only its own earlier ones, never the padding after it, and
+        only its own positions are written to its row. What differs from prefilling each
+        alone is how the GEMMs over several prompts round.
+        """
+        lengths = [int(prompt.size(1)) for prompt in prompts]
+        if len(lengths) != len(rows) or not lengths:
+            raise ValueError("one prompt for each row, and at least one")
+        longest = max(lengths)
+        self.reserve(longest)
+        x = torch.nn.utils.rnn.pad_sequence([prompt[0] for prompt in prompts], batch_first=True)
+        x = x.to(self.device, self.dtype)
+        positions = torch.arange(longest, device=self.device).unsqueeze(0)
+        cos_sin = self.model.rotary_emb(x, position_ids=positions)
+        # Every (prompt, position) pair written, and the row and position it goes to.
+        counts = torch.tensor(lengths, device=self.device)
+        source = torch.arange(len(lengths), device=self.device).repeat_interleave(counts)
+        target = torch.tensor(list(rows), device=self.device).repeat_interleave(counts)
+        position = torch.cat([self._key_positions[:n] for n in lengths])
+        for index, layer in enumerate(self.layers):
+            residual, q, k, v = layer_inputs(layer, x, cos_sin, self.head_dim)
+            self.keys[index][target, :, position] = k[source, :, position]
+            self.values[index][target, :, position] = v[source, :, position]
+            attended = attend(q, k, v, None, self.scaling, enable_gqa=self.kv_heads != self.heads)
             x = layer_output(layer, residual, attended)
         out: torch.Tensor = self.model.norm(x)
         return out

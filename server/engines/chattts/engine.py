@@ -453,6 +453,18 @@ class _ChatTTSBatcher:
         batch_row.state = (row, None)
         self._collect(batch_row)
 
+    def prefill_many(self, batch_rows: Sequence[BatchRow]) -> None:
+        """:meth:`prefill` for several rows, their prompts in one forward; a row the
+        KV cache has no room for gets its error, the others join."""
+        rows = [b.state[0] for b in batch_rows]
+        joined = self._decoder.prefill_many(rows, [b.state[1] for b in batch_rows])
+        for batch_row, ok in zip(batch_rows, joined, strict=True):
+            if not ok:
+                batch_row.error = RuntimeError("no room in the batch's KV cache for this segment")
+                continue
+            batch_row.state = (batch_row.state[0], None)
+            self._collect(batch_row)
+
     def step(self, batch_rows: Sequence[BatchRow]) -> None:
         # Only the rows that made audio or ended have news: the others are left alone.
         rows = [b.state[0] for b in batch_rows]

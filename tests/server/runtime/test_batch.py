@@ -19,6 +19,7 @@ from server.engines.chattts.batch import BatchedDecoder, Row
 from server.engines.chattts.checkpoint import load_chat
 from server.engines.chattts.decoder import GenerationParams, StreamingDecoder
 from server.engines.chattts.settings import ChatTTSSettings
+from server.prefill import PrefillSettings
 from tests.conftest import fixed_length_chattts
 from tests.scripted_engine import ScriptedEngine
 from tests.server.ws.test_stream import assert_complete, deltas
@@ -193,6 +194,46 @@ async def test_a_cancel_mid_batch_frees_its_row_and_the_others_finish(
     assert results[1].done is not None and results[1].done["cancelled"] is True
     for k in (0, 2):
         assert_complete(results[k], "一段话，" * 4)
+
+
+async def _burst(server: LiveServer) -> tuple[list[np.ndarray], float, float]:
+    """Eight contexts started at once on one socket: each one's PCM, and the prompts a
+    prefill forward took (the count of forwards, the rows in all) during the burst."""
+    before = httpx.get(server.base_url + "/metrics", timeout=TIMEOUT_S).text
+    async with StreamClient.connect(server.ws_url) as client:
+        for k in range(8):
+            await client.start(f"b{k}", seed=40 + k)
+            await client.send_text(TEXTS[k], f"b{k}")
+            await client.end(f"b{k}")
+        results = [await client.collect(f"b{k}", timeout_s=TIMEOUT_S * 4) for k in range(8)]
+    for k, result in enumerate(results):
+        assert_complete(result, TEXTS[k])
+    after = httpx.get(server.base_url + "/metrics", timeout=TIMEOUT_S).text
+    count, rows = (
+        metric(after, f"tts_engine_prefill_rows_{part}")
+        - metric(before, f"tts_engine_prefill_rows_{part}")
+        for part in ("count", "sum")
+    )
+    return [np.frombuffer(r.pcm, dtype=np.int16) for r in results], count, rows
+
+
+@pytest.mark.live
+async def test_prompts_joining_together_run_in_one_forward_and_sound_the_same(
+    batched_server: LiveServer, tiny_checkpoint: Path
+) -> None:
+    """A burst of eight contexts: their prompts run several to a forward (on by default),
+    and every context's audio is what it is with a forward per prompt
+    (``--prefill-together false``), to a PCM step."""
+    together, forwards, segments = await _burst(batched_server)
+    assert segments >= 8 and forwards < segments
+    settings = Settings(engine="chattts", model_dir=tiny_checkpoint, max_batch=8, max_streams=64)
+    settings = settings.replace(prefill=PrefillSettings(prefill_together=False))
+    with run_live_server(settings, engine=fixed_length_chattts(tiny_checkpoint)) as alone:
+        apart, forwards, rows = await _burst(alone)
+    assert rows == segments and forwards == rows
+    for k, (ours, theirs) in enumerate(zip(together, apart, strict=True)):
+        assert ours.size == theirs.size and ours.size > 0, k
+        assert np.abs(ours.astype(np.int32) - theirs).max() <= 2, k
 
 
 # --- admission control -----------------------------------------------------------------

@@ -79,6 +79,56 @@ def test_every_seeded_row_has_its_solo_tokens_in_a_batch(
             assert tokens(row) == solo[seed], f"row {seed}"
 
 
+@pytest.mark.parametrize("together", [1, 3, 8])
+def test_prompts_prefilled_together_keep_every_rows_solo_tokens(
+    decoder: StreamingDecoder, speaker: str, solo: dict[int, list[list[int]]], together: int
+) -> None:
+    """Prompts of different lengths prefilled in one forward (padded to the longest),
+    some rows already stepping when others join: every seeded row samples the tokens its
+    utterance has alone, and its keys and values are those of its prompt alone."""
+    batch = BatchedDecoder(decoder, max_batch=16, max_tokens=256)
+    early = [join(batch, TEXTS[s % len(TEXTS)], params(speaker, s)) for s in (10, 11)]
+    for _ in range(3):
+        batch.step(early)
+    seeds = list(range(together))
+    opened = [batch.open(TEXTS[s % len(TEXTS)], params(speaker, s)) for s in seeds]
+    assert together == 1 or len({row.prompt_tokens for row, _ in opened}) > 1  # padded
+    assert (
+        batch.prefill_many([row for row, _ in opened], [e for _, e in opened]) == [True] * together
+    )
+    alone = BatchedDecoder(decoder, max_batch=1, max_tokens=256)
+    for seed, (row, _) in zip(seeds, opened, strict=True):
+        single = join(alone, TEXTS[seed % len(TEXTS)], params(speaker, seed))
+        assert single.row is not None and row.row is not None
+        span = row.prompt_tokens
+        for store, one in ((batch.gpt.keys, alone.gpt.keys), (batch.gpt.values, alone.gpt.values)):
+            torch.testing.assert_close(
+                store[:, row.row, :, :span], one[:, single.row, :, :span], rtol=1e-5, atol=1e-5
+            )
+        alone.close(single)
+    rows = early + [row for row, _ in opened]
+    run(batch, rows)
+    for seed, row in zip([10, 11, *seeds], rows, strict=True):
+        assert tokens(row) == solo[seed], f"row {seed}"
+
+
+def test_a_full_store_refuses_only_the_rows_it_has_no_room_for(
+    decoder: StreamingDecoder, speaker: str, solo: dict[int, list[list[int]]]
+) -> None:
+    """Three prompts prefilled together into a store of two rows: the first two join
+    (and speak their solo tokens), the third is refused, and nothing of it is kept."""
+    batch = BatchedDecoder(decoder, max_batch=2, max_tokens=256)
+    opened = [batch.open(TEXTS[s], params(speaker, s)) for s in range(3)]
+    assert batch.prefill_many([row for row, _ in opened], [e for _, e in opened]) == [
+        True,
+        True,
+        False,
+    ]
+    assert opened[2][0].row is None
+    run(batch, [row for row, _ in opened[:2]])
+    assert [tokens(row) for row, _ in opened[:2]] == [solo[0], solo[1]]
+
+
 def test_rows_that_sit_out_steps_keep_their_tokens(
     decoder: StreamingDecoder, speaker: str, solo: dict[int, list[list[int]]]
 ) -> None:

@@ -1,0 +1,34 @@
+"""How a batching engine starts the segments that join it (docs/settings.md, group engine)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from server.declaration import bound_problems, option
+
+__all__ = ["PrefillSettings"]
+
+
+@dataclass(frozen=True)
+class PrefillSettings:
+    """Prompts of joining segments between two steps (server.runtime.scheduler)."""
+
+    prefills_per_step: int = option(
+        8,
+        "batching: prompts of joining segments run between two steps at most; more than "
+        "one only while they and the step take less than the audio a step makes (together: "
+        "as many as the last rounds showed fit)",
+        group="engine",
+        gt=0,
+    )
+    prefill_together: bool = option(
+        True,
+        "batching: the prompts joining in one round run as one forward, padded to the "
+        "longest (on a GPU about what one prompt costs); false: a forward each",
+        group="engine",
+    )
+
+    def __post_init__(self) -> None:
+        problems = bound_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))

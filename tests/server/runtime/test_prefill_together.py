@@ -1,0 +1,187 @@
+"""Prompts of joining rows in one forward (``prefill_together``): as many a round as the
+last rounds showed fit a step's audio, the most urgent first; a row that cannot join
+fails alone."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from server.engines.base import BatchRow, SynthesisRequest, VoiceSpec
+from server.engines.modelled import ModelledEngine
+from server.metrics import Metrics
+from server.runtime.fallback import FallbackVoice
+from server.runtime.jobs import Handoff, Job
+from server.runtime.scheduler import Scheduler
+from streaming.policy import BatchSettings, StepCosts
+
+RATE_HZ = 24_000
+TEXT = "一句很长的话，说了很久很久。" * 4
+
+
+class _Stub:
+    name = "none"
+    sample_rate_hz = RATE_HZ
+
+
+class Batcher:
+    """The modelled engine's batcher, with each call to ``prefill`` and ``prefill_many``
+    recorded (the rows' orders), and rows of some orders refused."""
+
+    def __init__(
+        self,
+        prefill_s: float,
+        per_prompt_s: float = 0.0,
+        refuse: Sequence[int] = (),
+        fail: bool = False,
+    ) -> None:
+        engine = ModelledEngine(step_a_s=0.001, step_b_s=0.0, prefill_s=prefill_s)
+        #: A forward of n prompts costs prefill_s + per_prompt_s * n.
+        self.prefill_s, self.per_prompt_s = prefill_s, per_prompt_s
+        inner = engine.batcher(64)
+        assert inner is not None
+        self.inner = inner
+        self.max_batch = 64
+        self.refuse = set(refuse)
+        self.fail = fail
+        self.together: list[list[int]] = []
+        self.alone: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def prefill(self, row: BatchRow) -> None:
+        self.alone.append(row.request.voice.seed or 0)
+        self.inner.prefill(row)
+
+    def prefill_many(self, rows: list[BatchRow]) -> None:
+        self.together.append([row.request.voice.seed or 0 for row in rows])
+        if self.fail:
+            raise RuntimeError("the forward failed")
+        time.sleep(self.prefill_s + self.per_prompt_s * len(rows))
+        for row in rows:
+            if row.request.voice.seed in self.refuse:
+                row.error = RuntimeError("no room in the batch's KV cache for this segment")
+            else:
+                self.inner._advance(row)
+
+
+@contextmanager
+def scheduler(batcher: Batcher, *, together: bool = True, limit: int = 8) -> Iterator[Any]:
+    loop = asyncio.new_event_loop()
+    try:
+        metrics, handoff = Metrics(), Handoff()
+        policy = BatchSettings(max_batch=64, prefills_per_step=limit, prefill_together=together)
+        made = Scheduler(
+            batcher,  # type: ignore[arg-type]
+            max_rows=64,
+            rate_hz=RATE_HZ,
+            policy=policy,
+            costs=StepCosts(),
+            metrics=metrics,
+            handoff=handoff,
+            fallback=FallbackVoice(None, _Stub(), metrics, handoff),  # type: ignore[arg-type]
+            progress=lambda: None,
+        )
+        jobs: list[Job] = []
+
+        def add(order: int, deadline: float = 0.0) -> Job:
+            job = Job(SynthesisRequest(TEXT, VoiceSpec(seed=order)), loop, handoff,
+                      deadline=deadline, order=order, playing=False, on_end=lambda job: None)  # fmt: skip
+            made.add(job)
+            jobs.append(job)
+            return job
+
+        made.add_job = add
+        made.jobs = jobs
+        yield made
+    finally:
+        loop.close()
+
+
+def forwards(s: Any, batcher: Batcher, jobs: int = 0, rounds: int = 0) -> list[int]:
+    """Add ``jobs`` joining rows, run ``rounds`` rounds: the size of every forward so far."""
+    for order in range(len(s.jobs), len(s.jobs) + jobs):
+        s.add_job(order)
+    for _ in range(rounds):
+        s.run_once()
+    return [len(call) for call in batcher.together]
+
+
+def test_a_burst_joins_in_growing_forwards_up_to_the_limit() -> None:
+    """Twenty rows joining at once, prompts cheap beside a step's audio: one forward a
+    round of 1, 2, 4, then 8 (prefills_per_step), never one prompt alone after the first."""
+    batcher = Batcher(prefill_s=0.0005)
+    with scheduler(batcher) as s:
+        assert forwards(s, batcher, jobs=20, rounds=5) == [1, 2, 4, 8, 5]
+        assert batcher.alone == []
+        assert sorted(seed for call in batcher.together for seed in call) == list(range(20))
+        assert all(row.prefilled for row in s.active.values())
+
+
+def test_the_most_urgent_rows_join_first() -> None:
+    """Rows whose listeners need audio sooner (earlier deadlines) are in the first forwards."""
+    batcher = Batcher(prefill_s=0.0005)
+    with scheduler(batcher, limit=4) as s:
+        for order in range(8):
+            s.add_job(order, deadline=100.0 - order)  # the last added is the most urgent
+        for _ in range(4):
+            s.run_once()
+        joined = [seed for call in batcher.together for seed in call]
+        assert joined[:3] == [7, 6, 5] and sorted(joined) == list(range(8))
+
+
+def test_a_forward_that_costs_what_a_lone_prompt_does_grows_past_the_budget() -> None:
+    """Forwards of 30 ms whatever their rows (a step makes 21.3 ms of audio: over budget
+    from the first), as on a GPU: the first prompt runs anyway and the others ride along,
+    so the size still grows to the limit."""
+    batcher = Batcher(prefill_s=0.03)
+    with scheduler(batcher) as s:
+        assert forwards(s, batcher, jobs=16, rounds=5) == [1, 2, 4, 8, 1]
+
+
+def test_forwards_whose_prompts_each_cost_shrink() -> None:
+    """Prompts of 12 ms each in a forward (as on a CPU): one fits the round's 20 ms,
+    two do not, so the size goes back to one after each try of two; after cheap forwards
+    grew it to 8, forwards that cost by the prompt halve it each round back to one."""
+    batcher = Batcher(prefill_s=0.0, per_prompt_s=0.012)
+    with scheduler(batcher) as s:
+        assert forwards(s, batcher, jobs=8, rounds=5) == [1, 2, 1, 2, 1]
+    batcher = Batcher(prefill_s=0.0005)
+    with scheduler(batcher) as s:
+        forwards(s, batcher, jobs=40, rounds=3)
+        batcher.prefill_s, batcher.per_prompt_s = 0.0, 0.012
+        assert forwards(s, batcher, rounds=4) == [1, 2, 4, 8, 4, 2, 1]
+
+
+def test_off_the_prompts_run_one_at_a_time() -> None:
+    """prefill_together off: the batcher's prefill, one row each, even though it could."""
+    batcher = Batcher(prefill_s=0.0005)
+    with scheduler(batcher, together=False, limit=4) as s:
+        for order in range(4):
+            s.add_job(order)
+        s.run_once()
+        assert batcher.together == [] and batcher.alone == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_row_that_cannot_join_fails_alone(fail: bool) -> None:
+    """A row refused by the batcher (no room) leaves, ended with its error, while the
+    other of its forward joins; a forward that fails as a whole fails each of its rows,
+    and none of the rows already speaking."""
+    batcher = Batcher(prefill_s=0.0005, refuse=[1])
+    with scheduler(batcher) as s:
+        first = s.add_job(0)
+        s.run_once()  # a forward of one row: it speaks
+        others = [s.add_job(order) for order in (1, 2)]
+        batcher.fail = fail
+        s.run_once()  # a forward of the two others
+        assert batcher.together == [[0], [1, 2]]
+        assert others[0] not in s.active and others[0]._ended
+        assert (others[1] in s.active) is not fail
+        assert first in s.active and s.active[first].prefilled and not first._ended
