@@ -21,7 +21,11 @@ thread, so what is left is mostly the host's work per step and per row:
   host + device step stays within a real-time step (21.3 ms), and within it with the
   admission headroom (0.8);
 - the same for the step as it was before (``bench/legacy_batch.py``: a generator, a
-  device read and a Python-built penalty window per row), in the same run.
+  device read and a Python-built penalty window per row), in the same run;
+- starting ``k`` joining rows (``--prefill-sizes``): their prompts a forward each
+  (``prefill``) against one forward together (``prefill_many``, padded to the longest):
+  thread CPU ms (median of ``--prefill-repeats``) and operations dispatched, and the
+  ratio, in the same run.
 
     .venv/bin/python bench/host_overhead.py            # about 2 minutes on a quiet machine
     .venv/bin/python bench/host_overhead.py --smoke    # a few steps (a test)
@@ -32,6 +36,7 @@ Ends with one JSON line. Goal: b <= 0.05 ms per row and a <= 4 ms, one read per 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -201,6 +206,68 @@ def measure(
     }
 
 
+def prefill_costs(
+    stream: StreamingDecoder, chat: Any, sizes: list[int], repeats: int
+) -> dict[int, dict[str, float]]:
+    """Thread CPU ms and operations to start ``k`` joining rows, their prompts one
+    forward each against one forward together, for each ``k`` of ``sizes``."""
+    batch = BatchedDecoder(stream, max_batch=max(sizes), max_tokens=512, attention="masked")
+    voices = [speaker(chat, i) for i in range(max(sizes))]
+
+    def opened(k: int) -> tuple[list[Any], list[Any]]:
+        pairs = [
+            batch.open(
+                TEXTS[i % len(TEXTS)],
+                GenerationParams(spk_emb=voices[i], seed=i, max_new_token=8, min_new_token=8),
+            )
+            for i in range(k)
+        ]
+        return [row for row, _ in pairs], [embeds for _, embeds in pairs]
+
+    def start(k: int, together: bool) -> tuple[float, int]:
+        """CPU ms of one start of ``k`` rows, then the operations of another (counted
+        apart: counting is slow)."""
+        spent, ops = 0.0, 0
+        for counted in (False, True):
+            rows, embeds = opened(k)
+            counter = OpCounter()
+            began = time.thread_time()
+            with counter if counted else contextlib.nullcontext():
+                if together:
+                    assert all(batch.prefill_many(rows, embeds))
+                else:
+                    assert all(batch.prefill(row, e) for row, e in zip(rows, embeds, strict=True))
+            if counted:
+                ops = counter.ops
+            else:
+                spent = (time.thread_time() - began) * 1000
+            for row in rows:
+                batch.close(row)
+        return spent, ops
+
+    results: dict[int, dict[str, float]] = {}
+    for k in sizes:
+        start(k, True)  # warm: shapes seen once
+        alone = [start(k, False) for _ in range(repeats)]
+        together = [start(k, True) for _ in range(repeats)]
+        alone_ms = statistics.median(ms for ms, _ in alone)
+        together_ms = statistics.median(ms for ms, _ in together)
+        results[k] = {
+            "alone_cpu_ms": round(alone_ms, 2),
+            "together_cpu_ms": round(together_ms, 2),
+            "ratio": round(together_ms / alone_ms, 2),
+            "alone_ops": alone[0][1],
+            "together_ops": together[0][1],
+        }
+        print(
+            f"  {k:3d} joining rows: {alone_ms:7.2f} ms a prompt at a time "
+            f"({alone[0][1]} operations), {together_ms:7.2f} ms together "
+            f"({together[0][1]}): {together_ms / alone_ms:.2f}x",
+            flush=True,
+        )
+    return results
+
+
 def profile(stream: StreamingDecoder, chat: Any, size: int, steps: int) -> list[tuple[str, float]]:
     """Self CPU ms per step of the top operations of the new step at ``size`` rows."""
     batch = BatchedDecoder(stream, max_batch=size, max_tokens=512, attention="masked")
@@ -327,12 +394,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=120, help="steps per utterance")
     parser.add_argument("--no-baseline", action="store_true", help="skip the old step")
     parser.add_argument("--smoke", action="store_true", help="a few steps (a test)")
+    parser.add_argument(
+        "--prefill-sizes", type=int, nargs="+", default=[1, 8, 32], help="joining rows"
+    )
+    parser.add_argument("--prefill-repeats", type=int, default=5)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         if args.smoke:
             args.checkpoint = Path(tmp) / "deep"
             args.batches, args.steps = [1, 4], 10
+            args.prefill_sizes, args.prefill_repeats = [1, 4], 1
         if not (args.checkpoint / "asset").is_dir():
             write_checkpoint(args.checkpoint, size="deep", seed=0)
         chat = load_chat(args.checkpoint, device="cpu")
@@ -347,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"top operations at batch {max(args.batches)} (self CPU ms/step):")
         for name, ms in report["profile_ms"]:
             print(f"  {ms:8.3f}  {name}")
+        print("starting joining rows (prompts):")
+        report["prefill"] = prefill_costs(stream, chat, args.prefill_sizes, args.prefill_repeats)
         if not args.no_baseline:
             report["legacy"] = legacy = run("legacy", stream, chat, args)
             legacy.update(legacy_gpu_host(legacy, report["batched"]))

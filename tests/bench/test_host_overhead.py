@@ -20,3 +20,10 @@ def test_smoke_run_reports_step_costs_reads_and_projections() -> None:
     assert [old["by_batch"][n]["reads_per_step"] for n in ("1", "4")] == [1, 4]
     assert figure(report, "a_ms") > 0 and figure(report, "gpu_host_a_ms") > 0
     assert report["projected_streams"] >= 1 and report["profile_ms"]
+    # Four prompts in one forward dispatch far fewer operations than four forwards; one
+    # prompt the same either way.
+    prefill = report["prefill"]
+    assert set(prefill) == {"1", "4"}
+    assert prefill["1"]["together_ops"] == prefill["1"]["alone_ops"] > 0
+    assert prefill["4"]["together_ops"] < prefill["4"]["alone_ops"] / 2
+    assert figure(prefill["4"], "together_cpu_ms") > 0 and figure(prefill["4"], "ratio") > 0
