@@ -16,8 +16,8 @@ class PrefillSettings:
     prefills_per_step: int = option(
         8,
         "batching: prompts of joining segments run between two steps at most; more than "
-        "one only while they and the step take less than the audio a step makes (together: "
-        "as many as the last rounds showed fit)",
+        "one only while they and the step take less than the audio a step makes, or, run "
+        "together, while each adds little to their forward",
         group="engine",
         gt=0,
     )

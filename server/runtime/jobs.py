@@ -188,8 +188,9 @@ class Job:
         included, but not the time the caller spends between chunks (sending them to a
         slow client is not slow synthesis); on expiry the job is cancelled so the
         engine moves on. Chunks already handed over when one is taken are yielded with
-        it as one, until that holds ``join_samples`` (0: never joined): an engine ahead
-        of the loop costs it one pass down the speech path, not one a chunk.
+        it as one, until that holds ``join_samples`` or more (the last chunk taken may
+        pass it; 0: never joined): an engine ahead of the loop costs it one pass down
+        the speech path, not one a chunk.
         """
         remaining = timeout_s
         held: object = None  # taken while joining, not audio: the next item

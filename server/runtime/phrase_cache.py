@@ -137,8 +137,9 @@ class CachedJob:
         self._cancelled = True
 
     async def chunks(self, timeout_s: float, *, join_samples: int = 0) -> AsyncIterator[np.ndarray]:
-        """The kept chunks, joined up to ``join_samples`` (as :meth:`Job.chunks` joins
-        those handed over together: these are all ready)."""
+        """The kept chunks, joined while they stay within ``join_samples`` (0: never
+        joined; these are all ready, where :meth:`Job.chunks` joins those handed over
+        together and may pass the bound by its last chunk)."""
         parts: list[np.ndarray] = []
         size = 0
         for chunk in self.phrase.chunks:

@@ -30,9 +30,9 @@ __all__ = ["Scheduler"]
 
 logger = logging.getLogger(__name__)
 
-#: A forward of several prompts that costs at most this times a lone prompt's (its
-#: running mean) counts as fitting a round, whatever the budget.
-LONE_PROMPT_SLACK = 1.25
+#: Prompts ride along in a forward, whatever the budget, while doubling them would add
+#: at most this share of the forward's fixed cost.
+RIDE_ALONG_SHARE = 0.25
 
 
 class Scheduler:
@@ -75,7 +75,8 @@ class Scheduler:
         # Joining rows whose prompts run together next (prefill_together): adapted to
         # what the last rounds' prompts cost against the budget.
         self._together = 1
-        self._prefill_costs = StepCosts()
+        self._last_forward: tuple[int, float] | None = None  # (prompts, seconds)
+        self._per_prompt_s: float | None = None  # what a prompt adds to a forward
 
     @property
     def idle(self) -> bool:
@@ -194,10 +195,14 @@ class Scheduler:
         rounds showed fit (twice as many as the largest that did, half as many after one
         that did not; always one, at most ``prefills_per_step``).
 
-        A forward fits when the round stays within the budget, or when it cost little
-        more than a prompt alone (:data:`LONE_PROMPT_SLACK`): the first prompt runs
-        whatever the budget, and prompts that ride along for free (on a GPU a forward
-        costs its launches, not its rows) delay the speaking rows no more than it does."""
+        A forward fits when the round stays within the budget, or when prompts ride
+        along nearly free: the cost a prompt adds (from the last two forwards of
+        different sizes) times the prompts a doubling would add stays within
+        :data:`RIDE_ALONG_SHARE` of the forward's fixed cost. The first prompt runs
+        whatever the budget; prompts that add little to its forward (on a GPU, where a
+        forward of short prompts costs its launches) delay the speaking rows little more.
+        Judged from consecutive forwards, so one slow forward (a cold first one) weighs
+        on the next decision only."""
         first = first_by(joining, min(self._together, self.policy.prefills_per_step), urgency)
         rows = [self.active[job] for job in first]
         started = time.perf_counter()
@@ -209,9 +214,8 @@ class Scheduler:
                 row.error = exc
         spent_s = time.perf_counter() - started
         self.metrics.prefill_rows.observe(len(rows))
-        self._prefill_costs.observe(len(rows), spent_s)
-        alone_s = self._prefill_costs.seconds.get(1, spent_s)
-        if spent_s <= budget_s or spent_s <= LONE_PROMPT_SLACK * alone_s:
+        rides = self._prompts_ride_along(len(rows), spent_s)  # learns from every forward
+        if spent_s <= budget_s or rides:
             self._together = min(self.policy.prefills_per_step, max(self._together, 2 * len(rows)))
         else:
             self._together = max(1, len(rows) // 2)
@@ -226,6 +230,18 @@ class Scheduler:
         self._progress()
         for job in first:
             self._collect(job)
+
+    def _prompts_ride_along(self, size: int, spent_s: float) -> bool:
+        """Whether doubling a forward of ``size`` prompts that took ``spent_s`` adds at
+        most :data:`RIDE_ALONG_SHARE` of its fixed cost (unknown yet: yes, a probe)."""
+        last = self._last_forward
+        self._last_forward = (size, spent_s)
+        if last is not None and last[0] != size:
+            self._per_prompt_s = max(0.0, (spent_s - last[1]) / (size - last[0]))
+        if self._per_prompt_s is None:
+            return True
+        fixed_s = max(0.0, spent_s - self._per_prompt_s * (size - 1))
+        return self._per_prompt_s * size <= RIDE_ALONG_SHARE * fixed_s
 
     def _prefill_budget_s(self) -> float:
         """The time a round may spend on prefills: what a step's audio lasts, less what

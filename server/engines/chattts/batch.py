@@ -232,7 +232,11 @@ class BatchedDecoder:
         slot = self.gpt.acquire(row.prompt_tokens + max_new)
         if slot is None:
             return False
-        self._ensure(self.gpt.rows, max_new)
+        try:
+            self._ensure(self.gpt.rows, max_new)
+        except BaseException:
+            self.gpt.release(slot)  # not the row's yet: close() would not free it
+            raise
         row.row = slot
         grown = self.sampling.assign(slot, row.params, self.generation.chat.gpt.generator)
         if grown and self.graphs is not None:

@@ -168,11 +168,13 @@ class BatchedGPT:
         x = x.to(self.device, self.dtype)
         positions = torch.arange(longest, device=self.device).unsqueeze(0)
         cos_sin = self.model.rotary_emb(x, position_ids=positions)
-        # Every (prompt, position) pair written, and the row and position it goes to.
-        counts = torch.tensor(lengths, device=self.device)
-        source = torch.arange(len(lengths), device=self.device).repeat_interleave(counts)
-        target = torch.tensor(list(rows), device=self.device).repeat_interleave(counts)
-        position = torch.cat([self._key_positions[:n] for n in lengths])
+        # Every (prompt, position) pair written, and the row and position it goes to:
+        # built on the host (no device read), copied over once each.
+        source = torch.as_tensor(np.repeat(np.arange(len(lengths)), lengths), device=self.device)
+        target = torch.as_tensor(np.repeat(np.asarray(rows), lengths), device=self.device)
+        position = torch.as_tensor(
+            np.concatenate([np.arange(n) for n in lengths]), device=self.device
+        )
         for index, layer in enumerate(self.layers):
             residual, q, k, v = layer_inputs(layer, x, cos_sin, self.head_dim)
             self.keys[index][target, :, position] = k[source, :, position]

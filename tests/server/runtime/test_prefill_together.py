@@ -51,9 +51,15 @@ class Batcher:
         self.fail = fail
         self.together: list[list[int]] = []
         self.alone: list[int] = []
+        self.closed: list[int] = []
+        #: Seconds added to the next forward only (a cold first one).
+        self.once_s = 0.0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+    def close(self, row: BatchRow) -> None:
+        self.closed.append(row.request.voice.seed or 0)
 
     def prefill(self, row: BatchRow) -> None:
         self.alone.append(row.request.voice.seed or 0)
@@ -63,7 +69,8 @@ class Batcher:
         self.together.append([row.request.voice.seed or 0 for row in rows])
         if self.fail:
             raise RuntimeError("the forward failed")
-        time.sleep(self.prefill_s + self.per_prompt_s * len(rows))
+        time.sleep(self.prefill_s + self.per_prompt_s * len(rows) + self.once_s)
+        self.once_s = 0.0
         for row in rows:
             if row.request.voice.seed in self.refuse:
                 row.error = RuntimeError("no room in the batch's KV cache for this segment")
@@ -159,6 +166,17 @@ def test_forwards_whose_prompts_each_cost_shrink() -> None:
         assert forwards(s, batcher, rounds=4) == [1, 2, 4, 8, 4, 2, 1]
 
 
+def test_one_slow_forward_does_not_let_dear_prompts_pile_up() -> None:
+    """A cold first forward of 150 ms, then prompts of 12 ms each: the size is judged
+    from consecutive forwards, so it never climbs past what the next ones cost (no
+    forward of 8 prompts, 96 ms, against a round of 20 ms)."""
+    batcher = Batcher(prefill_s=0.0, per_prompt_s=0.012)
+    batcher.once_s = 0.15
+    with scheduler(batcher) as s:
+        sizes = forwards(s, batcher, jobs=24, rounds=8)
+    assert max(sizes) <= 4 and sizes[-4:].count(1) >= 2, sizes
+
+
 def test_off_the_prompts_run_one_at_a_time() -> None:
     """prefill_together off: the batcher's prefill, one row each, even though it could."""
     batcher = Batcher(prefill_s=0.0005)
@@ -183,5 +201,6 @@ def test_a_row_that_cannot_join_fails_alone(fail: bool) -> None:
         s.run_once()  # a forward of the two others
         assert batcher.together == [[0], [1, 2]]
         assert others[0] not in s.active and others[0]._ended
+        assert batcher.closed == ([1, 2] if fail else [1])  # their rows given back
         assert (others[1] in s.active) is not fail
         assert first in s.active and s.active[first].prefilled and not first._ended
