@@ -20,9 +20,11 @@ Engine models: ``--engine modelled`` (default): a GPT step of a batch of n costs
 ``a + b * n`` (``server.engines.modelled.ModelledEngine``), with presets ``gpu`` (the host's
 cost measured by bench/host_overhead.py plus a modelled H200 device step: bound by
 per-step overhead, as on a GPU) and ``cpu`` (measured on the real-dims checkpoint on
-these 2 cores by bench/batch_step.py), or ``--a-ms/--b-ms``; each joining segment's
-prompt costs ``--prefill-ms`` (default ``a``: a forward of its own, one segment at a
-time between steps, as the ChatTTS batcher prefills);
+these 2 cores by bench/batch_step.py), or ``--a-ms/--b-ms``; a forward of joining
+segments' prompts costs ``--prefill-ms`` (default ``a``: as overhead-bound as a step)
+plus ``b`` a prompt, whether it runs one prompt or the prompts of a round together
+(``--prefill-together``, the server's default: the model assumes a GPU's forward of
+short prompts costs its launches, as its eager steps did on the H200 measured);
 ``--engine chattts``: the real ChatTTS code on the tiny checkpoint (CPU).
 
     .venv/bin/python bench/capacity.py --quick            # gpu preset, < 50 s
@@ -34,9 +36,9 @@ time between steps, as the ChatTTS batcher prefills);
 
 Each trial also reports the server process's own CPU per stream (the clients share the
 cores, so a capacity gained by a lighter client shows there), and the share of a core
-each side used over the trial (server, clients), to tell which ran out. ``--set NAME=VALUE`` gives
-every server a setting; ``--compare NAME=VALUE`` measures each design a second time
-with those settings ("DESIGN before"), in the same run.
+each side used over the trial (server, clients), to tell which ran out.
+``--set NAME=VALUE`` gives every server a setting; ``--compare NAME=VALUE`` measures
+each design a second time with those settings ("DESIGN before"), in the same run.
 
 The server runs in a child process (its own GIL); the clients run here. Prints a table
 and a final JSON line: capacity per design and the ratios.
@@ -443,8 +445,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--prefill-ms",
         type=float,
-        help="cost of one segment's prompt (default: a, one forward as overhead-bound as a "
-        "step); the engine prefills joining segments one at a time, between steps",
+        help="cost of a forward of joining segments' prompts, plus b a prompt (default: a, "
+        "as overhead-bound as a step); one prompt a forward with --set prefill_together=false",
     )
     parser.add_argument("--chars", type=int, default=31, help="characters each stream speaks")
     parser.add_argument(
@@ -503,7 +505,9 @@ def main(argv: list[str] | None = None) -> int:
     trials: list[dict[str, Any]] = []
     variants = {"": settings_overrides(args.set, "--set")}
     if args.compare:
-        variants[" before"] = {**variants[""], **settings_overrides(args.compare, "--compare")}
+        # One list, --compare's pairs last: a setting of a bundle (prefill, heap, ...)
+        # given to each keeps the other's, where merging the bundles would not.
+        variants[" before"] = settings_overrides([*args.set, *args.compare], "--compare")
     for design in args.designs:
         for suffix, overrides in variants.items():
             label = design + suffix

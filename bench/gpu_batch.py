@@ -5,7 +5,9 @@ memory (the memory curve), audio seconds made per wall second over whole utteran
 (real-time streams at that size), and the time to first audio a joining stream would see
 (prefill + the first chunk's steps at that step cost). Then the capacity the server's
 admission control would derive from those step costs (``streaming.policy.capacity``,
-80 % headroom) and the TTFA at it. Float32 and bfloat16 GPT.
+80 % headroom) and the TTFA at it; and what starting 1, 8 and 32 joining rows costs,
+their prompts a forward each against one forward together (the server's
+``--prefill-together``). Float32 and bfloat16 GPT.
 
     python bench/gpu_batch.py --checkpoint checkpoints/full       # from bench/gpu_check.sh
     .venv/bin/python bench/gpu_batch.py --smoke   # does it run? (tiny, batches 1 and 2;
@@ -102,6 +104,54 @@ def measure(
     return figures
 
 
+def prompts(
+    decoder: StreamingDecoder, chat: Any, sizes: list[int], repeats: int = 3
+) -> dict[int, dict[str, float]]:
+    """Wall ms (synchronised) to start ``k`` joining rows: their prompts a forward each
+    (``prefill``) against one forward together (``prefill_many``), median of ``repeats``."""
+    from bench.batch_step import TEXTS, speaker
+    from server.engines.chattts.batch import BatchedDecoder
+    from server.engines.chattts.decoder import GenerationParams
+
+    device = torch.device(chat.device)
+    batch = BatchedDecoder(decoder, max_batch=max(sizes), max_tokens=512)
+    voices = [speaker(chat, i) for i in range(max(sizes))]
+
+    def start(k: int, together: bool) -> float:
+        opened = [
+            batch.open(
+                TEXTS[i % len(TEXTS)],
+                GenerationParams(spk_emb=voices[i], seed=i, max_new_token=8, min_new_token=8),
+            )
+            for i in range(k)
+        ]
+        rows, embeds = [row for row, _ in opened], [e for _, e in opened]
+        _sync(device)
+        began = time.perf_counter()
+        if together:
+            assert all(batch.prefill_many(rows, embeds))
+        else:
+            assert all(batch.prefill(row, e) for row, e in zip(rows, embeds, strict=True))
+        _sync(device)
+        spent = (time.perf_counter() - began) * 1000
+        for row in rows:
+            batch.close(row)
+        return spent
+
+    results: dict[int, dict[str, float]] = {}
+    for k in sizes:
+        start(k, True)  # warm
+        alone = statistics.median(start(k, False) for _ in range(repeats))
+        together = statistics.median(start(k, True) for _ in range(repeats))
+        results[k] = {"alone_ms": alone, "together_ms": together, "ratio": together / alone}
+        print(
+            f"  {k:3d} joining rows: {alone:7.2f} ms a prompt at a time, {together:7.2f} ms "
+            f"together ({together / alone:.2f}x)",
+            flush=True,
+        )
+    return results
+
+
 def ramp(
     checkpoint: Path,
     device: str,
@@ -111,6 +161,7 @@ def ramp(
     warm_up: bool,
     cuda_graphs: bool = False,
     max_tokens: int = 1024,
+    prompt_sizes: tuple[int, ...] = (1, 8, 32),
 ) -> dict[str, Any]:
     """The batch sizes in turn on a fresh model with a ``dtype`` GPT, then the capacity."""
     from server.engines.chattts.checkpoint import load_chat
@@ -139,6 +190,8 @@ def ramp(
             f"real-time streams{memory}, TTFA ~{row['ttfa_estimate_ms']:.0f} ms",
             flush=True,
         )
+    print(f"{dtype}: starting joining rows (prompts):")
+    started = prompts(decoder, chat, list(prompt_sizes))
     streams = capacity(costs, max(rows), headroom=0.8)
     at = min((s for s in rows if s >= (streams or 1)), default=max(rows))
     print(
@@ -152,6 +205,7 @@ def ramp(
         "by_batch": {s: {k: round(v, 2) for k, v in r.items()} for s, r in rows.items()},
         "capacity_streams": streams,
         "ttfa_ms_at_capacity": round(rows[at]["ttfa_estimate_ms"], 1),
+        "prompts": {k: {n: round(v, 2) for n, v in r.items()} for k, r in started.items()},
     }
 
 
@@ -203,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                 checkpoint, device, dtype, args.batches, args.steps,
                 warm_up=not args.smoke, cuda_graphs=args.cuda_graphs,
                 max_tokens=args.max_tokens,
+                prompt_sizes=(1, 2) if args.smoke else (1, 8, 32),
             )  # fmt: skip
     print(json.dumps(report))
     return 0

@@ -55,6 +55,10 @@ def test_smoke_run_ramps_the_batch_and_derives_a_capacity(
             assert ("memory_mb" in ramp["by_batch"][size]) == (device == "cuda")
         assert isinstance(ramp["capacity_streams"], int) and ramp["capacity_streams"] >= 0
         assert figure(ramp, "ttfa_ms_at_capacity") > 0
+        assert list(ramp["prompts"]) == ["1", "2"]  # joining rows started, both ways
+        for size in ("1", "2"):
+            for name in ("alone_ms", "together_ms", "ratio"):
+                assert figure(ramp, f"prompts.{size}.{name}") > 0
 
 
 def test_without_cuda_it_says_so_and_how_to_run_anyway() -> None:
