@@ -1,11 +1,16 @@
 """Prompts of joining rows in one forward (``prefill_together``): as many a round as the
 last rounds showed fit a step's audio, the most urgent first; a row that cannot join
-fails alone."""
+fails alone.
+
+The scheduler's clock for what work costs is a fake one that the batcher below moves
+by what its forwards and steps are given to cost: the decisions are tested exactly,
+however busy the machine that runs them."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+import types
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -29,9 +34,20 @@ class _Stub:
     sample_rate_hz = RATE_HZ
 
 
+class Clock:
+    """``perf_counter`` for the scheduler: seconds moved on by the work done."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
 class Batcher:
-    """The modelled engine's batcher, with each call to ``prefill`` and ``prefill_many``
-    recorded (the rows' orders), and rows of some orders refused."""
+    """The modelled engine's batcher on a :class:`Clock`: a step costs 1 ms, a forward of
+    n prompts ``prefill_s + per_prompt_s * n``; each call to ``prefill`` and
+    ``prefill_many`` recorded (the rows' orders), and rows of some orders refused."""
 
     def __init__(
         self,
@@ -54,6 +70,7 @@ class Batcher:
         self.closed: list[int] = []
         #: Seconds added to the next forward only (a cold first one).
         self.once_s = 0.0
+        self.clock = Clock()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -63,13 +80,19 @@ class Batcher:
 
     def prefill(self, row: BatchRow) -> None:
         self.alone.append(row.request.voice.seed or 0)
-        self.inner.prefill(row)
+        self.clock.now += self.prefill_s + self.per_prompt_s
+        self.inner._advance(row)
+
+    def step(self, rows: Sequence[BatchRow]) -> None:
+        self.clock.now += 0.001
+        for row in rows:
+            self.inner._advance(row)
 
     def prefill_many(self, rows: list[BatchRow]) -> None:
         self.together.append([row.request.voice.seed or 0 for row in rows])
         if self.fail:
             raise RuntimeError("the forward failed")
-        time.sleep(self.prefill_s + self.per_prompt_s * len(rows) + self.once_s)
+        self.clock.now += self.prefill_s + self.per_prompt_s * len(rows) + self.once_s
         self.once_s = 0.0
         for row in rows:
             if row.request.voice.seed in self.refuse:
@@ -81,6 +104,9 @@ class Batcher:
 @contextmanager
 def scheduler(batcher: Batcher, *, together: bool = True, limit: int = 8) -> Iterator[Any]:
     loop = asyncio.new_event_loop()
+    clock = types.SimpleNamespace(perf_counter=batcher.clock.perf_counter, monotonic=time.monotonic)
+    patch = pytest.MonkeyPatch()
+    patch.setattr("server.runtime.scheduler.time", clock)
     try:
         metrics, handoff = Metrics(), Handoff()
         policy = BatchSettings(max_batch=64, prefills_per_step=limit, prefill_together=together)
@@ -108,6 +134,7 @@ def scheduler(batcher: Batcher, *, together: bool = True, limit: int = 8) -> Ite
         made.jobs = jobs
         yield made
     finally:
+        patch.undo()
         loop.close()
 
 
