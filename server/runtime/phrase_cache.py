@@ -40,6 +40,7 @@ from server.declaration import bound_problems, option
 from server.engines.base import SynthesisRequest
 from server.metrics import Metrics
 from server.runtime.phrase_store import CachedPhrase
+from streaming.audio import join_frames
 
 if TYPE_CHECKING:
     from server.runtime.phrase_store import SharedPhrases
@@ -140,18 +141,10 @@ class CachedJob:
         """The kept chunks, joined while they stay within ``join_samples`` (0: never
         joined; these are all ready, where :meth:`Job.chunks` joins those handed over
         together and may pass the bound by its last chunk)."""
-        parts: list[np.ndarray] = []
-        size = 0
-        for chunk in self.phrase.chunks:
-            if parts and size + chunk.size > join_samples:
-                if self._cancelled:
-                    return
-                yield parts[0] if len(parts) == 1 else np.concatenate(parts)
-                parts, size = [], 0
-            parts.append(chunk)
-            size += chunk.size
-        if parts and not self._cancelled:
-            yield parts[0] if len(parts) == 1 else np.concatenate(parts)
+        for chunk in join_frames(list(self.phrase.chunks), join_samples):
+            if self._cancelled:
+                return
+            yield chunk
 
 
 class PhraseCache:

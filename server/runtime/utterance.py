@@ -152,9 +152,7 @@ class Utterance:
 
     def lead_s(self) -> float:
         """Seconds of audio the listener has ahead of its playback (0 before the first)."""
-        now = time.monotonic()
-        started, samples = self.playback_started_at, self.tally.samples
-        return playback_deadline(now, started, samples, self.output_rate_hz) - now
+        return self.playback_deadline() - time.monotonic()
 
     def summary(
         self,

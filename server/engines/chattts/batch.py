@@ -200,9 +200,7 @@ class BatchedDecoder:
         """Put ``row`` in the store and sample its first token; False when the store is full."""
         if not self._place(row):
             return False
-        assert row.row is not None
-        states = self.gpt.prefill(row.row, embeds).to(self.device, dtype=torch.float)
-        self._first_token(row, states)
+        self._prefill_alone(row, embeds)
         return True
 
     @torch.inference_mode()
@@ -214,10 +212,7 @@ class BatchedDecoder:
             (row, prompt) for row, prompt in zip(rows, embeds, strict=True) if self._place(row)
         ]
         if len(placed) == 1:  # alone: the lone prompt's forward (no padding to do)
-            row, prompt = placed[0]
-            assert row.row is not None
-            states = self.gpt.prefill(row.row, prompt).to(self.device, dtype=torch.float)
-            self._first_token(row, states)
+            self._prefill_alone(*placed[0])
         elif placed:
             slots = [row.row for row, _ in placed]
             states = self.gpt.prefill_many(slots, [prompt for _, prompt in placed])  # type: ignore[arg-type]
@@ -225,6 +220,12 @@ class BatchedDecoder:
             for i, (row, _) in enumerate(placed):
                 self._first_token(row, states[i : i + 1, : row.prompt_tokens])
         return [row.row is not None for row in rows]
+
+    def _prefill_alone(self, row: Row, embeds: torch.Tensor) -> None:
+        """A placed row's prompt in a forward of its own, then its first token."""
+        assert row.row is not None
+        states = self.gpt.prefill(row.row, embeds).to(self.device, dtype=torch.float)
+        self._first_token(row, states)
 
     def _place(self, row: Row) -> bool:
         """Give ``row`` a row of the store and its sampling settings; False when full."""
