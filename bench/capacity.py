@@ -25,7 +25,11 @@ segments' prompts costs ``--prefill-ms`` (default ``a``: as overhead-bound as a 
 plus ``b`` a prompt, whether it runs one prompt or the prompts of a round together
 (``--prefill-together``, the server's default: the model assumes a GPU's forward of
 short prompts costs its launches, as its eager steps did on the H200 measured);
-``--engine chattts``: the real ChatTTS code on the tiny checkpoint (CPU).
+``--engine chattts``: the real ChatTTS code on the tiny checkpoint (CPU). The model's audio
+is a table lookup (a GPU engine's audio is made on the device; the host only takes it),
+and the batched server may hold twice ``--max-streams`` rows (at least 256): how many rows
+fit is the GPU's memory's to say (docs/gpu.md), not what is measured here
+(``--set max_batch=256`` caps them as before).
 
     .venv/bin/python bench/capacity.py --quick            # gpu preset, < 50 s
     .venv/bin/python bench/capacity.py --preset cpu
@@ -398,6 +402,10 @@ def start_server(
     design: str, args: argparse.Namespace, overrides: dict[str, Any] | None = None
 ) -> tuple[multiprocessing.Process, int]:
     overrides = settings_overrides(args.set, "--set") if overrides is None else overrides
+    if design == "batched":
+        # The engine's rows are not what is measured: room for every stream's current and
+        # next segment (a GPU's memory sets its own --max-batch: docs/gpu.md).
+        overrides = {"max_batch": max(256, 2 * args.max_streams), **overrides}
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     process = context.Process(
