@@ -110,7 +110,7 @@ class Resampler:
     ROLLOFF = 0.9
     #: Fewest output samples per block (see ``__init__``).
     MIN_BLOCK_OUTPUTS = 64
-    #: Upper bound on the polyphase block matrix (float32 entries, i.e. 16 MiB).
+    #: Upper bound on the polyphase block matrix (float64 entries, i.e. 32 MiB).
     MAX_TABLE_ENTRIES = 1 << 22
 
     def __init__(self, in_rate_hz: int, out_rate_hz: int) -> None:
@@ -155,7 +155,7 @@ class Resampler:
         kernel = 2.0 * cutoff * np.sinc(2.0 * cutoff * t) * window
         # Exact unity gain at DC for every phase (the windowed sum is off by ~1e-4).
         kernel /= kernel.sum(axis=1, keepdims=True)
-        return np.ascontiguousarray(kernel.T, dtype=np.float32)
+        return np.ascontiguousarray(kernel.T, dtype=np.float64)
 
     def _reset(self) -> None:
         k = self._taps_each_side
@@ -195,9 +195,13 @@ class Resampler:
         blocks = (len(self._buffer) - self._window) // self._down + 1
         if blocks <= 0:
             return np.zeros(0, dtype=np.float32)
-        # Rows are strided views into the buffer (no copy); one matmul does all phases.
-        windows = sliding_window_view(self._buffer, self._window)[:: self._down][:blocks]
-        out = (windows @ self._table).reshape(-1)
+        # Rows are strided views into the buffer; one matmul does all phases. In float64:
+        # a float32 BLAS product's rows differ in their last bits with the number of rows
+        # (its kernels block them), so a chunk's output would depend on how the stream was
+        # cut; float64's differences are far below float32's rounding.
+        buffer = self._buffer.astype(np.float64)
+        windows = sliding_window_view(buffer, self._window)[:: self._down][:blocks]
+        out = (windows @ self._table).astype(np.float32).reshape(-1)
         consumed = blocks * self._down
         self._buffer = self._buffer[consumed:].copy()
         self._buffer_start += consumed
