@@ -11,13 +11,14 @@ Measured here with a thread that stands for a saturated event loop (Python busy 
 waits) and, beside it, a thread making calls one after another, as the engine thread does:
 
 - each kind of call (Python only; NumPy: the engine model's tone of a 12-step chunk; a
-  small PyTorch operation), median wall time per call alone and beside the busy thread;
+  small PyTorch operation, on ``--device``), median wall time per call alone and beside the busy thread;
 - the same with a shorter switch interval (``--short-interval-ms``, 0.5), and what the
   busy thread then gets done (its iterations per second against alone-with-the-caller at
   the default interval), since a shorter interval makes it yield more often.
 
     .venv/bin/python bench/gil_convoy.py
     .venv/bin/python bench/gil_convoy.py --smoke    # a few calls (a test)
+    python3 bench/gil_convoy.py --device cuda       # a GPU's kernel launch (gpu_check.sh)
 
 Ends with one JSON line. The engine in a process of its own (docs/gpu.md) has no loop to
 wait for.
@@ -37,11 +38,14 @@ import torch
 
 from server.engines.modelled import ModelledEngine
 
+#: The busy thread's work is counted over at least this long, the calls going on.
+MIN_WINDOW_S = 0.2
 
-def calls() -> dict[str, Callable[[], object]]:
-    """The kinds of call measured, by name."""
+
+def calls(device: str) -> dict[str, Callable[[], object]]:
+    """The kinds of call measured, by name (the PyTorch one on ``device``)."""
     engine = ModelledEngine(step_a_s=0.0, step_b_s=0.0)
-    small = torch.ones(1024)
+    small = torch.ones(1024, device=device)
 
     def python_only() -> object:
         return sum(range(300))
@@ -90,12 +94,12 @@ def per_call_us(call: Callable[[], object], n: int) -> float:
     return statistics.median(times) * 1e6
 
 
-def measure(n: int, short_s: float) -> dict[str, dict[str, float]]:
+def measure(n: int, short_s: float, device: str) -> dict[str, dict[str, float]]:
     default_s = sys.getswitchinterval()
     figures: dict[str, dict[str, float]] = {}
     rates: dict[float, float] = {}
     try:
-        for name, call in calls().items():
+        for name, call in calls(device).items():
             call()  # warm
             row = {"alone_us": per_call_us(call, n)}
             for label, interval_s in (("busy_default_us", default_s), ("busy_short_us", short_s)):
@@ -103,6 +107,8 @@ def measure(n: int, short_s: float) -> dict[str, dict[str, float]]:
                 with Busy() as busy:
                     before, started = busy.iterations, time.perf_counter()
                     row[label] = per_call_us(call, n)
+                    while time.perf_counter() - started < MIN_WINDOW_S:  # a rate to tell
+                        call()
                     rate = (busy.iterations - before) / (time.perf_counter() - started)
                 if name == "numpy":
                     rates[interval_s] = rate
@@ -122,12 +128,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=200, help="calls of each kind per case")
     parser.add_argument("--short-interval-ms", type=float, default=0.5)
+    parser.add_argument(
+        "--device", default="cpu", help="where the PyTorch call runs (cuda: a kernel launch)"
+    )
     parser.add_argument("--smoke", action="store_true", help="a few calls (a test)")
     args = parser.parse_args(argv)
     n = 5 if args.smoke else args.calls
     torch.set_num_threads(1)
     default_ms = sys.getswitchinterval() * 1000
-    figures = measure(n, args.short_interval_ms / 1000)
+    figures = measure(n, args.short_interval_ms / 1000, args.device)
     print(f"switch interval {default_ms:g} ms (default) and {args.short_interval_ms:g} ms")
     print(f"{'call':8} {'alone':>10} {'beside busy':>14} {'beside busy, short':>20}  (us, median)")
     for name in ("python", "numpy", "torch"):
@@ -146,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                 "switch_interval_ms": default_ms,
                 "short_interval_ms": args.short_interval_ms,
                 "calls": n,
+                "device": args.device,
                 "figures": figures,
             }
         )

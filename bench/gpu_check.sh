@@ -11,7 +11,9 @@
 #    uncaptured step, rows against their solo tokens, one synchronisation per step);
 # 2. the streaming-decoder benchmark (bench/gpu_stream_decoder.sh), even if 1 failed;
 # 3. continuous batching at real dims (bench/gpu_batch.py): ms per step, real-time
-#    streams, memory and estimated TTFA per batch size 1 -> 128, and the capacity.
+#    streams, memory and estimated TTFA per batch size 1 -> 128, and the capacity;
+# 4. what a busy event loop costs a CUDA kernel launch beside it (bench/gil_convoy.py
+#    --device cuda; ~5 s; its status does not count).
 # With $OUT set (the device tool's output folder) the logs are kept there.
 #
 # Each stage has a wall-clock bound (seconds; a stage that runs past it is stopped and the
@@ -47,6 +49,9 @@ batch_log=/dev/null
 [[ -n "${OUT:-}" ]] && batch_log="$OUT/gpu_batch.log"
 timeout "${BATCH_S:-300}" "$PY" bench/gpu_batch.py --checkpoint "${CKPT:-checkpoints/full}" 2>&1 | tee "$batch_log" \
   || batch_status=$?
+convoy_log=/dev/null
+[[ -n "${OUT:-}" ]] && convoy_log="$OUT/gil_convoy.log"
+timeout 60 "$PY" bench/gil_convoy.py --device cuda 2>&1 | tee "$convoy_log" || true
 echo "CUDA tests: exit status $tests_status; benchmark: exit status $bench_status;" \
   "batching: exit status $batch_status"
 [[ $tests_status == 0 && $bench_status == 0 && $batch_status == 0 ]]
