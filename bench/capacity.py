@@ -27,9 +27,9 @@ plus ``b`` a prompt, whether it runs one prompt or the prompts of a round togeth
 short prompts costs its launches, as its eager steps did on the H200 measured);
 ``--engine chattts``: the real ChatTTS code on the tiny checkpoint (CPU). The model's audio
 is a table lookup (a GPU engine's audio is made on the device; the host only takes it),
-and the batched server may hold twice ``--max-streams`` rows (at least 256): how many rows
-fit is the GPU's memory's to say (docs/gpu.md), not what is measured here
-(``--set max_batch=256`` caps them as before).
+and the batched design's server, either engine, may hold twice ``--max-streams`` rows (at
+least 256): how many rows fit is the GPU's memory's to say (docs/gpu.md), not what is
+measured here (``--set max_batch=256`` caps them as before).
 
     .venv/bin/python bench/capacity.py --quick            # gpu preset, < 50 s
     .venv/bin/python bench/capacity.py --preset cpu

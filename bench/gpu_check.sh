@@ -13,12 +13,12 @@
 # 3. continuous batching at real dims (bench/gpu_batch.py): ms per step, real-time
 #    streams, memory and estimated TTFA per batch size 1 -> 128, and the capacity;
 # 4. what a busy event loop costs a CUDA kernel launch beside it (bench/gil_convoy.py
-#    --device cuda; ~5 s; its status does not count).
+#    --device cuda; ~5 s; its status does not count; CONVOY_S, 60 by default).
 # With $OUT set (the device tool's output folder) the logs are kept there.
 #
 # Each stage has a wall-clock bound (seconds; a stage that runs past it is stopped and the
 # next one starts), so that a lease of a few minutes always gets every stage's figures:
-#     TESTS_S=150 BATCH_S=200 DECODER_S=150 bash bench/gpu_check.sh
+#     TESTS_S=150 BATCH_S=200 DECODER_S=150 CONVOY_S=30 bash bench/gpu_check.sh
 # QUICK=1 runs the streaming-decoder stage on 10 s utterances only (float32, then bf16).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,7 +51,7 @@ timeout "${BATCH_S:-300}" "$PY" bench/gpu_batch.py --checkpoint "${CKPT:-checkpo
   || batch_status=$?
 convoy_log=/dev/null
 [[ -n "${OUT:-}" ]] && convoy_log="$OUT/gil_convoy.log"
-timeout 60 "$PY" bench/gil_convoy.py --device cuda 2>&1 | tee "$convoy_log" || true
+timeout "${CONVOY_S:-60}" "$PY" bench/gil_convoy.py --device cuda 2>&1 | tee "$convoy_log" || true
 echo "CUDA tests: exit status $tests_status; benchmark: exit status $bench_status;" \
   "batching: exit status $batch_status"
 [[ $tests_status == 0 && $bench_status == 0 && $batch_status == 0 ]]
