@@ -26,7 +26,6 @@ import sys
 import time
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from streaming.audio import Resampler
 
@@ -38,21 +37,7 @@ CHUNKS_MS = (40, 1000)
 class Float32Resampler(Resampler):
     """The same resampler with its block products in float32 (before)."""
 
-    def __init__(self, in_rate_hz: int, out_rate_hz: int) -> None:
-        super().__init__(in_rate_hz, out_rate_hz)
-        self._table = self._table.astype(np.float32)
-
-    def _run_blocks(self) -> np.ndarray:
-        blocks = (len(self._buffer) - self._window) // self._down + 1
-        if blocks <= 0:
-            return np.zeros(0, dtype=np.float32)
-        windows = sliding_window_view(self._buffer, self._window)[:: self._down][:blocks]
-        out = (windows @ self._table).reshape(-1)
-        consumed = blocks * self._down
-        self._buffer = self._buffer[consumed:].copy()
-        self._buffer_start += consumed
-        self._blocks_done += blocks
-        return out
+    PRODUCT_DTYPE = np.float32
 
 
 def fed(kind: type[Resampler], out_hz: int, audio: np.ndarray, chunk: int) -> np.ndarray:

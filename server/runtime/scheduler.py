@@ -172,16 +172,13 @@ class Scheduler:
             self.metrics.prefill_rows.observe(1)
             try:
                 self.batcher.prefill(row)
-                row.prefilled = True
-                del self._joining[job]
-                self._speaking[job] = None
-                if self.policy.max_batch == 1:
-                    heapq.heappush(self._by_urgency, (*urgency(job, self.rate_hz), job))
+                self._joined(job, row)
             except Exception as exc:
                 logger.exception("synthesis failed to start for %r", job.request.text[:40])
                 row.error = exc
-            job.engine_seconds += time.perf_counter() - started
-            spent_s += time.perf_counter() - started
+            elapsed_s = time.perf_counter() - started
+            job.engine_seconds += elapsed_s
+            spent_s += elapsed_s
             self._progress()
             self._collect(job)
 
@@ -222,14 +219,18 @@ class Scheduler:
         for job, row in zip(first, rows, strict=True):
             job.engine_seconds += spent_s / len(rows)
             if row.error is None:
-                row.prefilled = True
-                del self._joining[job]
-                self._speaking[job] = None
-                if self.policy.max_batch == 1:
-                    heapq.heappush(self._by_urgency, (*urgency(job, self.rate_hz), job))
+                self._joined(job, row)
         self._progress()
         for job in first:
             self._collect(job)
+
+    def _joined(self, job: Job, row: BatchRow) -> None:
+        """``job``'s row is prefilled: it speaks from the next step on."""
+        row.prefilled = True
+        del self._joining[job]
+        self._speaking[job] = None
+        if self.policy.max_batch == 1:
+            heapq.heappush(self._by_urgency, (*urgency(job, self.rate_hz), job))
 
     def _prompts_ride_along(self, size: int, spent_s: float) -> bool:
         """Whether doubling a forward of ``size`` prompts that took ``spent_s`` adds at
