@@ -52,9 +52,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import multiprocessing
-import os
 import statistics
 import sys
 import time
@@ -65,7 +65,7 @@ from typing import Any
 import httpx
 from chattts_client import AudioFrame, StreamClient
 
-from harness.bench_server import ensure_checkpoint, settings_overrides
+from harness.bench_server import cpu_seconds, ensure_checkpoint, settings_overrides
 from server.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,10 +93,19 @@ TTFA_LIMIT_S = 1.0
 PREBUFFER_S = 0.2
 CHARS_PER_DELTA = 3
 DELTA_INTERVAL_S = 0.06
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 # -- the server (child process) --------------------------------------------------------
+
+
+def tiny_chattts(checkpoint: str) -> Any:
+    """The ChatTTS engine on the tiny checkpoint. Random weights end at random (an EOS at
+    step 0 is a segment without audio): every segment is 100 steps (2.1 s of audio)."""
+    from server.engines.chattts.engine import ChatTTSEngine
+    from server.engines.chattts.settings import ChatTTSSettings
+
+    options = ChatTTSSettings(device="cpu", max_new_token=100, min_new_token=100)
+    return ChatTTSEngine(checkpoint, options), False, None
 
 
 def serve(
@@ -115,33 +124,24 @@ def serve(
     import uvicorn
 
     from server.app import create_app
-    from server.engines.modelled import ModelledEngine
+    from server.engines.modelled import build_modelled
     from server.lifecycle import uvicorn_config
 
+    # Factories that pickle: --set engine_process=true builds the engine in a child.
+    factory: Any
     if engine_kind == "modelled":
         mode = {"seed": "whole", "interleave": "interleave", "batched": "batched"}[design]
-        engine = ModelledEngine(
+        factory = functools.partial(
+            build_modelled,
             step_a_s=a_ms / 1000,
             step_b_s=b_ms / 1000,
             mode=mode,
             host_share=host_share,
             prefill_s=None if prefill_ms is None else prefill_ms / 1000,
         )
-
-        def factory() -> Any:
-            return engine, False, None
-
         engine_setting: dict[str, Any] = {"engine": "espeak"}
     else:
-        from server.engines.chattts.engine import ChatTTSEngine
-        from server.engines.chattts.settings import ChatTTSSettings
-
-        def factory() -> Any:
-            # Random weights end at random (an EOS at step 0 is a segment without audio):
-            # every segment is 100 steps (2.1 s of audio) instead.
-            options = ChatTTSSettings(device="cpu", max_new_token=100, min_new_token=100)
-            return ChatTTSEngine(checkpoint, options), False, None
-
+        factory = functools.partial(tiny_chattts, checkpoint)
         engine_setting = {"engine": "chattts", "model_dir": Path(checkpoint)}
     settings = Settings(
         **engine_setting,
@@ -333,12 +333,6 @@ async def settle(port: int) -> None:
             await asyncio.sleep(0.05)
 
 
-def server_cpu_s(pid: int) -> float:
-    """User + system CPU of the server process so far (from /proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
-
-
 async def capacity(
     design: str, server: multiprocessing.Process, port: int, args: argparse.Namespace, label: str
 ) -> tuple[int, list[dict[str, Any]]]:
@@ -350,10 +344,10 @@ async def capacity(
 
     async def run(n: int) -> bool:
         started = time.perf_counter()
-        cpu_before, clients_before = server_cpu_s(pid), time.process_time()
+        cpu_before, clients_before = cpu_seconds(pid), time.process_time()
         result = await trial(design, port, n, text, args.spread_s)
         wall_s = time.perf_counter() - started
-        server_s, clients_s = server_cpu_s(pid) - cpu_before, time.process_time() - clients_before
+        server_s, clients_s = cpu_seconds(pid) - cpu_before, time.process_time() - clients_before
         # The server's own CPU (the clients share the cores): per stream of the trial; and
         # the clients' (this process), to tell which side ran out of core.
         result["server_cpu_ms_per_stream"] = round(server_s * 1000 / n, 2)
@@ -421,18 +415,25 @@ def start_server(
             args.prefill_ms,
             queue,
         ),
-        daemon=True,
+        # Not a daemon: with engine_process on, it starts the engine's process. The
+        # callers end it (terminate: uvicorn shuts down and closes the engine).
+        daemon=False,
     )
     process.start()
-    port = int(queue.get(timeout=120))
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=5).status_code == 200:
-                return process, port
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
+    try:
+        port = int(queue.get(timeout=120))
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=5).status_code == 200:
+                    return process, port
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+    except BaseException:
+        process.terminate()
+        raise
+    process.terminate()
     raise RuntimeError(f"the {design} server did not become ready")
 
 

@@ -62,7 +62,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.bench_server import settings_overrides
+from harness.bench_server import cpu_seconds, settings_overrides
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -136,12 +136,6 @@ def hottest(path: Path, loop_us_per_stream: float, count: int = 20) -> list[tupl
     return [(name, n * loop_us_per_stream / total) for name, n in own.most_common(count)]
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process so far (from /proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
-
-
 def loop_cpu_seconds(pid: int) -> float:
     """User + system CPU of a process's main thread (its event loop's) so far."""
     fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -201,6 +195,11 @@ class _PrintedPort:
         print(port, flush=True)
 
 
+def instant_engine() -> tuple[InstantEngine, bool, None]:
+    """The engine factory (it pickles: ``--compare engine_process=...``)."""
+    return InstantEngine(), False, None
+
+
 def serve_ours(
     port_queue: Any, overrides: dict[str, Any] | None = None, root: str | None = None
 ) -> None:
@@ -218,7 +217,6 @@ def serve_ours(
     if root is not None and not server.__file__.startswith(root):  # not the baseline's
         raise SystemExit(f"the baseline server came from {server.__file__}, not {root}")
 
-    engine = InstantEngine()
     settings = Settings(
         engine="espeak",
         max_connections=100_000,
@@ -226,7 +224,7 @@ def serve_ours(
         fallback_on_synthesis_failure=False,
         log_level="warning",
     ).replace(**(overrides or {}))
-    app = create_app(settings, engine=lambda: (engine, False, None))
+    app = create_app(settings, engine=instant_engine)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port_queue.put(sock.getsockname()[1])
@@ -278,7 +276,8 @@ def wait_ready(port: int, deadline_s: float = 120) -> None:
 def start(target: Any, *args: Any) -> tuple[multiprocessing.Process, int]:
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    process = context.Process(target=target, args=(queue, *args), daemon=True)
+    # Not a daemon: with engine_process on, our server starts the engine's process.
+    process = context.Process(target=target, args=(queue, *args), daemon=False)
     process.start()
     return process, int(queue.get(timeout=120))
 

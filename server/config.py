@@ -313,6 +313,13 @@ class Settings:
     coalesce_wakeups: bool = option(
         True, "a busy event loop is woken once for several engine rounds, not each", group="engine"
     )
+    engine_process: bool = option(
+        False,
+        "run the engine in a process of its own, so that its host work and the event loop "
+        "do not share one GIL (a step is one round trip over a pipe); pays on a host with "
+        "a core to spare for it (docs/gpu.md)",
+        group="engine",
+    )
     ws_direct_send: bool = option(
         True, "frame and write WebSocket messages once a round (false: ASGI)", group="connections"
     )

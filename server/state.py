@@ -23,6 +23,7 @@ from server.auth import TokenAuth, bearer_token
 from server.config import Settings
 from server.connection_guard import ConnectionGuard
 from server.encoding import Encoders
+from server.engines.remote import remote_factory
 from server.engines.select import (
     EngineChoice,
     EngineFactory,
@@ -106,9 +107,12 @@ class AppState:
         metrics = Metrics()
         choice = engine_choice(settings)
         fallback = fallback_factory(choice, enabled=settings.fallback_on_synthesis_failure)
-        worker = EngineWorker(
-            engine or engine_factory(choice), metrics, settings.runtime, fallback=fallback
-        )
+        factory = engine or engine_factory(choice)
+        if settings.engine_process:
+            factory = remote_factory(
+                factory, log_level=settings.log_level, log_format=settings.log_format
+            )
+        worker = EngineWorker(factory, metrics, settings.runtime, fallback=fallback)
         admission = Admission(worker, metrics, settings.admission, has_fallback=bool(fallback))
         frontend = TextFrontend(
             allow_control_tags=settings.allow_control_tags,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -193,3 +194,9 @@ class _ModelledRow:
     steps: int = 0
     emitted: int = 0
     index: int = 0
+
+
+def build_modelled(**options: Any) -> tuple[ModelledEngine, bool, None]:
+    """A factory's answer for ``ModelledEngine(**options)`` (``functools.partial`` of it
+    pickles, for ``--engine-process``)."""
+    return ModelledEngine(**options), False, None

@@ -7,6 +7,7 @@ these; nothing here knows the settings object.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ __all__ = [
     "RANDOM_WEIGHTS_MAX_NEW_TOKEN",
     "EngineChoice",
     "EngineFactory",
+    "build_engine",
     "choose_engine",
     "engine_factory",
     "fallback_factory",
@@ -104,47 +106,46 @@ def _resolved(
 
 
 def engine_factory(choice: EngineChoice) -> EngineFactory:
-    """A callable that builds the chosen engine on the engine thread: (engine, degraded,
-    detail).
+    """A callable that builds the chosen engine on the engine thread (:func:`build_engine`);
+    it pickles, so the engine may be built in a process of its own (``--engine-process``)."""
+    return functools.partial(build_engine, choice)
+
+
+def build_engine(choice: EngineChoice) -> tuple[Engine, bool, str | None]:
+    """The chosen engine: (engine, degraded, detail).
 
     With ``engine=auto`` and no model directory the fallback voice is the intended
     engine, not a degradation. When ChatTTS was asked for and fails to load, the fallback
     voice serves instead if ``choice.fallback_on_load_failure``, and /ready says so.
     """
+    from server.engines.espeak import EspeakEngine
 
-    def build() -> tuple[Engine, bool, str | None]:
-        from server.engines.espeak import EspeakEngine
+    if choice.name == "espeak":
+        detail = None
+        if choice.implied:
+            detail = "no ChatTTS model configured (--model-dir): using the espeak fallback voice"
+            logger.warning(detail)
+        return EspeakEngine(), False, detail
+    try:
+        from server.engines.chattts.engine import ChatTTSEngine
 
-        if choice.name == "espeak":
-            detail = None
-            if choice.implied:
-                detail = (
-                    "no ChatTTS model configured (--model-dir): using the espeak fallback voice"
-                )
-                logger.warning(detail)
-            return EspeakEngine(), False, detail
-        try:
-            from server.engines.chattts.engine import ChatTTSEngine
-
-            assert choice.model is not None
-            engine = ChatTTSEngine(choice.model, choice.chattts)
-        except Exception as exc:
-            if not choice.fallback_on_load_failure:
-                raise
-            detail = f"ChatTTS failed to load ({type(exc).__name__}: {exc}); serving the espeak fallback voice"
-            logger.error("%s", detail)
-            logger.debug("ChatTTS load failure", exc_info=True)
-            return EspeakEngine(), True, detail
-        if choice.random_weights:
-            assert choice.model is not None
-            logger.warning(
-                "the model in %s has random weights (a generated checkpoint): it speaks "
-                "noise; it is for tests and benchmarks",
-                choice.model.path,
-            )
-        return engine, False, None
-
-    return build
+        assert choice.model is not None
+        engine = ChatTTSEngine(choice.model, choice.chattts)
+    except Exception as exc:
+        if not choice.fallback_on_load_failure:
+            raise
+        detail = f"ChatTTS failed to load ({type(exc).__name__}: {exc}); serving the espeak fallback voice"
+        logger.error("%s", detail)
+        logger.debug("ChatTTS load failure", exc_info=True)
+        return EspeakEngine(), True, detail
+    if choice.random_weights:
+        assert choice.model is not None
+        logger.warning(
+            "the model in %s has random weights (a generated checkpoint): it speaks "
+            "noise; it is for tests and benchmarks",
+            choice.model.path,
+        )
+    return engine, False, None
 
 
 def fallback_factory(choice: EngineChoice, *, enabled: bool) -> Callable[[], Engine] | None:

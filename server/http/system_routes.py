@@ -52,11 +52,16 @@ def system_routes(state: AppState) -> APIRouter:
     )
     async def health() -> JSONResponse:
         """Liveness: the process serves HTTP and its engine thread has neither died nor
-        stopped making progress on work in flight (``--engine-stall-timeout-s``)."""
+        stopped making progress on work in flight (``--engine-stall-timeout-s``), nor has
+        the engine's own process ended (``--engine-process``)."""
         state.worker.watch()
         if not state.worker.alive:
-            stalled = state.worker.status.state == "stalled"
-            status = "engine thread stalled" if stalled else "engine thread stopped"
+            if state.worker.status.state == "stalled":
+                status = "engine thread stalled"
+            elif getattr(state.worker.engine, "lost", False):
+                status = "engine process ended"  # --engine-process
+            else:
+                status = "engine thread stopped"
             return JSONResponse({"status": status}, status_code=503)
         return JSONResponse({"status": "ok"})
 

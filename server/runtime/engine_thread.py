@@ -137,6 +137,12 @@ class EngineThread:
             while not self._take(engine, scheduler):
                 scheduler.run_once()
                 self.worker.watchdog.progress()
+                if getattr(engine, "lost", False):  # its process ended (--engine-process)
+                    logger.critical(
+                        "the engine's process has ended: the engine thread stops and /health "
+                        "fails (restart the server)"
+                    )
+                    return
         except BaseException:
             logger.exception("the engine thread failed; ending every job in flight")
             raise

@@ -105,6 +105,8 @@ class EngineWorker:
         """False when the engine thread died or is stuck (not loading, not stopped)."""
         if self._stopping or not self._loaded.is_set() or self.status.state == "failed":
             return True  # loading, shutting down, or a load failure (/ready reports those)
+        if getattr(self.engine, "lost", False):  # its process ended (--engine-process)
+            return False
         return self._thread.is_alive() and self.status.state != "stalled"
 
     @property
