@@ -23,10 +23,12 @@ over ``--spread-s``.
 ("before": e.g. ``ws_direct_send=false coalesce_wakeups=false``), in the same run,
 alternating with the defaults for ``--rounds`` rounds (each figure is the median over
 the rounds), so that a change is judged on the same machine at the same moment.
+``--set NAME=VALUE ...`` gives every run of our server a setting (``--compare``'s on top).
 
     .venv/bin/python bench/server_overhead.py                # 1,000 streams
     .venv/bin/python bench/server_overhead.py --streams 200
     .venv/bin/python bench/server_overhead.py --compare ws_direct_send=false --rounds 3
+    .venv/bin/python bench/server_overhead.py --set engine_process=true --compare engine_process=false
     .venv/bin/python bench/server_overhead.py --baseline a52c62e --rounds 3
     .venv/bin/python bench/server_overhead.py --smoke   # does it run? (40 streams)
 
@@ -473,6 +475,8 @@ def report(args: argparse.Namespace, figures: dict[str, dict[str, float]], messa
     compared = {name: against_bare(figures, name) for name in figures if name != "bare"}
     ratio, added = compared["ours"]["cpu_ratio"], compared["ours"]
     print(f"{args.streams} concurrent streams, {messages} messages each")
+    if args.set:
+        print(f"ours (and before): our server with {' '.join(args.set)}")
     if args.compare:
         print(f"before: our server with {' '.join(args.compare)}; median of {args.rounds} round(s)")
     if args.baseline:
@@ -509,6 +513,7 @@ def report(args: argparse.Namespace, figures: dict[str, dict[str, float]], messa
                 "bench": "server_overhead",
                 "smoke": args.smoke,
                 "streams": args.streams,
+                "settings": args.set,
                 "compare": args.compare,
                 "baseline": args.baseline,
                 "rounds": args.rounds,
@@ -546,6 +551,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--spread-s", type=float, default=5.0, help="the streams start spread over this"
     )
+    parser.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE",
+                        help="settings for every run of our server")  # fmt: skip
     parser.add_argument("--compare", nargs="*", default=[], metavar="NAME=VALUE",
                         help="also measure our server with these settings (before)")  # fmt: skip
     parser.add_argument("--baseline", metavar="REF",
@@ -562,9 +569,11 @@ def main(argv: list[str] | None = None) -> int:
         args.streams, args.spread_s = 40, 0.5
     if args.compare and args.baseline:
         parser.error("--compare and --baseline both name the before: give one")
-    variants: dict[str, dict[str, Any]] = {"ours": {}}
+    if args.set and args.baseline:
+        parser.error("--set applies to this checkout's server, not --baseline's")
+    variants: dict[str, dict[str, Any]] = {"ours": settings_overrides(args.set, "--set")}
     if args.compare:
-        variants["before"] = settings_overrides(args.compare, "--compare")
+        variants["before"] = settings_overrides([*args.set, *args.compare], "--compare")
     with contextlib.ExitStack() as stack:
         roots: dict[str, str | None] = dict.fromkeys(variants)
         if args.baseline:

@@ -41,10 +41,14 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import mmap
 import multiprocessing
 import multiprocessing.util
+import os
 import pickle
 import signal
+import struct
+import tempfile
 import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -76,8 +80,76 @@ CHECKED_VOICES = 4096
 CLOSE_TIMEOUT_S = 10.0
 
 
+#: Bytes of the shared buffers a call and its answer are written to; a larger one (a
+#: voice's clip, a step whose rows all bring back long chunks) goes over the pipe.
+CALL_BUFFER_BYTES = 1 << 20
+ANSWER_BUFFER_BYTES = 16 << 20
+#: How often a side waiting for the other checks that it is still there.
+POLL_S = 0.5
+
+
 class EngineProcessLost(RuntimeError):
     """The engine's process ended while the server still needed it."""
+
+
+class _Mailbox:
+    """One direction of the calls: a buffer both processes map and a semaphore that says
+    a message is in it. Posting a semaphore does not let go of the GIL and taking one
+    that is already posted does not either, so a round trip lets go of it once, while
+    the caller waits for the answer: beside a busy event loop it waits for the GIL once
+    (a pipe's reads and writes each let go of it). A message larger than the buffer
+    follows over ``pipe``."""
+
+    _HEADER = struct.Struct("<q")
+
+    def __init__(self, buffer: mmap.mmap, ready: Any, pipe: Connection) -> None:
+        self.buffer = buffer
+        self.ready = ready
+        self.pipe = pipe
+
+    def put(self, message: Any) -> None:
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        size = len(data)
+        header = self._HEADER.size
+        if header + size <= len(self.buffer):
+            self.buffer[header : header + size] = data
+            self._HEADER.pack_into(self.buffer, 0, size)
+            self.ready.release()
+        else:
+            self._HEADER.pack_into(self.buffer, 0, -1)
+            self.ready.release()
+            self.pipe.send_bytes(data)
+
+    def get(self, there: Callable[[], bool]) -> Any:
+        """The next message; EOFError once ``there()`` says the other side has gone."""
+        while not self.ready.acquire(timeout=POLL_S):
+            if not there():
+                raise EOFError
+        (size,) = self._HEADER.unpack_from(self.buffer, 0)
+        if size < 0:
+            return pickle.loads(self.pipe.recv_bytes())
+        header = self._HEADER.size
+        with memoryview(self.buffer) as view:
+            return pickle.loads(view[header : header + size])
+
+
+def _shared_buffer(size: int) -> tuple[str, mmap.mmap]:
+    """A file of ``size`` bytes in shared memory (/dev/shm where there is one), mapped."""
+    folder = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    descriptor, path = tempfile.mkstemp(prefix="tts-engine-", dir=folder)
+    try:
+        os.ftruncate(descriptor, size)
+        return path, mmap.mmap(descriptor, size)
+    finally:
+        os.close(descriptor)
+
+
+def _mapped(path: str) -> mmap.mmap:
+    descriptor = os.open(path, os.O_RDWR)
+    try:
+        return mmap.mmap(descriptor, 0)
+    finally:
+        os.close(descriptor)
 
 
 def remote_factory(
@@ -97,19 +169,28 @@ def _start(
     context = multiprocessing.get_context("spawn")
     main, main_child = context.Pipe()
     control, control_child = context.Pipe()
+    asked, answered = context.Semaphore(0), context.Semaphore(0)
+    calls_path, calls = _shared_buffer(CALL_BUFFER_BYTES)
+    answers_path, answers = _shared_buffer(ANSWER_BUFFER_BYTES)
     process = context.Process(
         target=_child_main,
-        args=(main_child, control_child, factory, log_level, log_format),
+        args=(main_child, control_child, (calls_path, asked), (answers_path, answered),
+              factory, log_level, log_format),
         name="tts-engine",
         # Not a daemon: an engine may start processes of its own (torch.compile's
         # workers). It ends with the server all the same (_end_child at exit).
         daemon=False,
-    )
-    process.start()
-    # Only the child holds its ends now: its death reads as end of file here.
-    main_child.close()
-    control_child.close()
+    )  # fmt: skip
     try:
+        process.start()
+        # Only the child holds its ends now: its death reads as end of file here.
+        main_child.close()
+        control_child.close()
+        try:
+            main.recv()  # the child has mapped the buffers: their files can go
+        finally:
+            for path in (calls_path, answers_path):
+                os.unlink(path)
         status, value = main.recv()
     except (EOFError, OSError):
         process.join(CLOSE_TIMEOUT_S)
@@ -122,7 +203,9 @@ def _start(
         raise value
     hello: dict[str, Any] = value
     logger.info("the %s engine runs in process %d", hello["name"], process.pid)
-    engine = RemoteEngine(process, main, control, hello)
+    engine = RemoteEngine(
+        process, _Mailbox(calls, asked, main), _Mailbox(answers, answered, main), control, hello
+    )
     # Before multiprocessing joins its children at exit (from atexit in the server, at
     # the end of a multiprocessing child's run): the child would wait for this pipe.
     multiprocessing.util.Finalize(
@@ -151,11 +234,17 @@ class RemoteEngine:
     engine thread only, as the engine contract says."""
 
     def __init__(
-        self, process: Any, main: Connection, control: Connection, hello: dict[str, Any]
+        self,
+        process: Any,
+        calls: _Mailbox,
+        answers: _Mailbox,
+        control: Connection,
+        hello: dict[str, Any],
     ) -> None:
         self.process = process
         self.pid: int = process.pid
-        self._main = main
+        self._calls = calls
+        self._answers = answers
         self._control = control
         self._control_lock = threading.Lock()
         self.name: str = hello["name"]
@@ -234,6 +323,13 @@ class RemoteEngine:
     def batcher(self, max_batch: int) -> Batcher | None:
         found: tuple[int, bool] | None = self._call("batcher", max_batch)
         if found is None:
+            logger.warning(
+                "the %s engine does not batch (--max-batch %d): in a process of its own each "
+                "chunk is a round trip to it; --engine-process pays for a batching engine "
+                "(ChatTTS, --max-batch above 1) on a host with a core to spare",
+                self.name,
+                max_batch,
+            )
             return None
         rows, together = found
         return _TogetherBatcher(self, rows) if together else _RemoteBatcher(self, rows)
@@ -245,7 +341,7 @@ class RemoteEngine:
                 self._call("close")
             except Exception:
                 logger.exception("the engine process did not close cleanly")
-        _end_child(process, self._main, self._control)
+        _end_child(process, self._calls.pipe, self._control)
 
     # --- the wire ---------------------------------------------------------------------
 
@@ -256,8 +352,8 @@ class RemoteEngine:
             raise EngineProcessLost(f"the engine process (pid {self.pid}) has ended")
         events, self._events = self._events, []
         try:
-            self._main.send((events, op, args))
-            status, value = self._main.recv()
+            self._calls.put((events, op, args))
+            status, value = self._answers.get(self.process.is_alive)
         except (EOFError, OSError):
             self._lost = True
             self.process.join(1.0)
@@ -345,6 +441,8 @@ def _portable(exc: BaseException) -> BaseException:
 def _child_main(
     main: Connection,
     control: Connection,
+    calls_at: tuple[str, Any],
+    answers_at: tuple[str, Any],
     factory: EngineFactory,
     log_level: str,
     log_format: str,
@@ -352,9 +450,13 @@ def _child_main(
     """The engine process: build the engine, then answer calls until told to close or
     until the server's end of the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server drains first, then closes us
-    from server import logs
+    calls = _Mailbox(_mapped(calls_at[0]), calls_at[1], main)
+    answers = _Mailbox(_mapped(answers_at[0]), answers_at[1], main)
+    main.send("mapped")
+    from server import blas, logs
 
     logs.configure(log_level, log_format)
+    blas.limit_threads()  # as in the server (server.blas), whoever started it
     try:
         engine, degraded, detail = factory()
     except BaseException as exc:
@@ -379,20 +481,25 @@ def _child_main(
     served = _Served(engine)
     while True:
         try:
-            events, op, args = main.recv()
+            # The server is there while its end of the pipe is open (nothing else comes
+            # over it between calls).
+            events, op, args = calls.get(lambda: not main.poll())
         except (EOFError, OSError):
             logger.warning("the server's end of the engine pipe closed: the engine process ends")
             break
         if op == "close":
             served.close()
-            main.send(("ok", None))
+            answers.put(("ok", None))
             break
         try:
             served.events(events)
-            answer = ("ok", served.run(op, args))
+            answer: tuple[str, Any] = ("ok", served.run(op, args))
         except Exception as exc:
             answer = ("err", _portable(exc))
-        main.send(answer)
+        try:
+            answers.put(answer)
+        except Exception as exc:  # an answer that does not pickle
+            answers.put(("err", _portable(exc)))
 
 
 def _answer_checks(control: Connection, engine: Engine) -> None:
