@@ -13,7 +13,11 @@ engine thread holds a :class:`RemoteEngine` that speaks for it. The scheduler, i
 jobs, deadlines, metrics and the fallback voice stay in the server; only the engine's
 calls cross, one message each way per call: a batched step is one round trip however many
 rows it takes (rows opened and closed since the last call travel with it), a
-``synthesize`` generator one per chunk. What crosses:
+``synthesize`` generator one per chunk (so it pays for a batching engine; the server warns
+for one that does not batch). A call and its answer are pickled into buffers both
+processes map, each signalled by a semaphore (:class:`_Mailbox`): the engine thread lets
+go of the GIL once a call, while it waits for the answer, where a pipe's reads and write
+would each let go of it (and beside a busy loop wait for it again). What crosses:
 
 - rows: the request when a row opens, its id and ``hurry`` for a step; back the rows
   that made audio, ended or failed, with their chunks (float32 arrays, pickled);
@@ -38,6 +42,7 @@ not stopped inside it.
 
 from __future__ import annotations
 
+import _multiprocessing
 import functools
 import itertools
 import logging
@@ -46,6 +51,7 @@ import multiprocessing
 import multiprocessing.util
 import os
 import pickle
+import secrets
 import signal
 import struct
 import tempfile
@@ -86,6 +92,8 @@ CALL_BUFFER_BYTES = 1 << 20
 ANSWER_BUFFER_BYTES = 16 << 20
 #: How often a side waiting for the other checks that it is still there.
 POLL_S = 0.5
+_SEMAPHORE = 1  # multiprocessing.synchronize.SEMAPHORE
+_SEM_MAX = _multiprocessing.SemLock.SEM_VALUE_MAX
 
 
 class EngineProcessLost(RuntimeError):
@@ -144,6 +152,20 @@ def _shared_buffer(size: int) -> tuple[str, mmap.mmap]:
         os.close(descriptor)
 
 
+def _semaphore() -> tuple[str, Any]:
+    """A named semaphore at 0, and its name: the child opens it by name, then the server
+    unlinks the name (:func:`_start`), so nothing is left behind however either ends.
+    (``_multiprocessing.SemLock`` is what ``multiprocessing.Semaphore`` wraps; the wrapper
+    would register the name for unlinking at exit, which a process killed by a signal,
+    as uvicorn re-raises one after shutting down, never does.)"""
+    name = f"/tts-engine-{os.getpid()}-{secrets.token_hex(6)}"
+    return name, _multiprocessing.SemLock(_SEMAPHORE, 0, _SEM_MAX, name, False)
+
+
+def _opened_semaphore(name: str) -> Any:
+    return _multiprocessing.SemLock._rebuild(0, _SEMAPHORE, _SEM_MAX, name)
+
+
 def _mapped(path: str) -> mmap.mmap:
     descriptor = os.open(path, os.O_RDWR)
     try:
@@ -169,13 +191,13 @@ def _start(
     context = multiprocessing.get_context("spawn")
     main, main_child = context.Pipe()
     control, control_child = context.Pipe()
-    asked, answered = context.Semaphore(0), context.Semaphore(0)
+    (asked_name, asked), (answered_name, answered) = _semaphore(), _semaphore()
     calls_path, calls = _shared_buffer(CALL_BUFFER_BYTES)
     answers_path, answers = _shared_buffer(ANSWER_BUFFER_BYTES)
     process = context.Process(
         target=_child_main,
-        args=(main_child, control_child, (calls_path, asked), (answers_path, answered),
-              factory, log_level, log_format),
+        args=(main_child, control_child, (calls_path, asked_name),
+              (answers_path, answered_name), factory, log_level, log_format),
         name="tts-engine",
         # Not a daemon: an engine may start processes of its own (torch.compile's
         # workers). It ends with the server all the same (_end_child at exit).
@@ -187,10 +209,12 @@ def _start(
         main_child.close()
         control_child.close()
         try:
-            main.recv()  # the child has mapped the buffers: their files can go
+            main.recv()  # the child has mapped the buffers: their names can go
         finally:
             for path in (calls_path, answers_path):
                 os.unlink(path)
+            for name in (asked_name, answered_name):
+                _multiprocessing.sem_unlink(name)
         status, value = main.recv()
     except (EOFError, OSError):
         process.join(CLOSE_TIMEOUT_S)
@@ -441,8 +465,8 @@ def _portable(exc: BaseException) -> BaseException:
 def _child_main(
     main: Connection,
     control: Connection,
-    calls_at: tuple[str, Any],
-    answers_at: tuple[str, Any],
+    calls_at: tuple[str, str],
+    answers_at: tuple[str, str],
     factory: EngineFactory,
     log_level: str,
     log_format: str,
@@ -450,8 +474,8 @@ def _child_main(
     """The engine process: build the engine, then answer calls until told to close or
     until the server's end of the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server drains first, then closes us
-    calls = _Mailbox(_mapped(calls_at[0]), calls_at[1], main)
-    answers = _Mailbox(_mapped(answers_at[0]), answers_at[1], main)
+    calls = _Mailbox(_mapped(calls_at[0]), _opened_semaphore(calls_at[1]), main)
+    answers = _Mailbox(_mapped(answers_at[0]), _opened_semaphore(answers_at[1]), main)
     main.send("mapped")
     from server import blas, logs
 

@@ -27,6 +27,7 @@ from chattts_client import AudioFrame, NotReadyError, StreamClient
 
 from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
+from server.engines import remote
 from server.engines.base import BatchRow, SynthesisRequest, VoiceSpec
 from server.engines.chattts.settings import ChatTTSSettings
 from server.engines.modelled import ModelledEngine, _ModelledBatcher
@@ -142,6 +143,9 @@ async def test_chattts_in_its_own_process_sounds_as_in_the_engine_thread(
     while not _gone(pid) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     assert _gone(pid), "the engine process outlived the server"
+    # Its shared buffers and semaphores were unlinked once both sides had them open.
+    assert not [n for n in os.listdir("/dev/shm") if f"tts-engine-{os.getpid()}" in n or
+                n.startswith("tts-engine-")]  # fmt: skip
 
 
 @pytest.mark.live
@@ -241,13 +245,23 @@ def _request(text: str) -> SynthesisRequest:
     return SynthesisRequest(text, VoiceSpec(seed=1))
 
 
-def test_failures_cross_as_the_engine_raised_them_and_stay_with_their_rows() -> None:
+@pytest.mark.parametrize("buffer_bytes", [None, 4096])
+def test_failures_cross_as_the_engine_raised_them_and_stay_with_their_rows(
+    buffer_bytes: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows that cannot open, a row failing alone and a step failing whole, each where it
+    belongs; with 4 kB buffers every chunk (24 kB) and the opening call (long texts) go
+    over the pipe instead, with the same result."""
+    if buffer_bytes is not None:
+        monkeypatch.setattr(remote, "CALL_BUFFER_BYTES", buffer_bytes)
+        monkeypatch.setattr(remote, "ANSWER_BUFFER_BYTES", buffer_bytes)
     engine, degraded, detail = remote_factory(picky)()
     try:
         assert isinstance(engine, RemoteEngine) and (degraded, detail) == (False, None)
         batcher = engine.batcher(8)
         assert batcher is not None and batcher.max_batch == 8
-        good, lone, unopened = (batcher.open(_request(t)) for t in ("好的。", "row!", "open!"))
+        texts = ("好的。", "row!" + "长" * 3000, "open!")
+        good, lone, unopened = (batcher.open(_request(t)) for t in texts)
         batcher.prefill_many([good, lone, unopened])  # type: ignore[attr-defined]
         assert isinstance(unopened.error, ValueError) and "cannot open" in str(unopened.error)
         assert good.error is None and lone.error is None
