@@ -19,6 +19,7 @@ ChatTTS's chunk schedule, and a thread busy in Python standing for a saturated l
 
     .venv/bin/python bench/engine_process.py
     .venv/bin/python bench/engine_process.py --smoke    # a few steps (a test)
+    python3 bench/engine_process.py --device cuda       # kernel launches (gpu_check.sh)
 
 Ends with one JSON line. On this 2-core VM the busy thread takes one core and the engine
 process the other; on a host with cores to spare the process has one of its own.
@@ -45,11 +46,13 @@ TEXT = "长" * 400
 
 
 class HostBound(ModelledEngine):
-    """A modelled engine whose step is ``ops`` small PyTorch operations (no sleeps)."""
+    """A modelled engine whose step is ``ops`` small PyTorch operations on ``device``
+    (no sleeps)."""
 
-    def __init__(self, ops: int) -> None:
+    def __init__(self, ops: int, device: str = "cpu") -> None:
         super().__init__(step_a_s=0.0, step_b_s=0.0)
         self.ops = ops
+        self.device = device
 
     def batcher(self, max_batch: int) -> _HostBoundBatcher:
         return _HostBoundBatcher(self, max_batch)
@@ -62,21 +65,25 @@ class _HostBoundBatcher(_ModelledBatcher):
         import torch
 
         super().__init__(engine, max_batch)
-        self._state = torch.zeros(max_batch, 64)
+        self._state = torch.zeros(max_batch, 64, device=engine.device)
 
     def step(self, rows: Sequence[BatchRow]) -> None:
+        import torch
+
         state = self._state
         for _ in range(self.engine.ops):
             state.add_(1.0)
+        if state.is_cuda:
+            torch.cuda.synchronize()  # the step's audio is read back: wait for it
         super().step(rows)
 
 
-def host_bound(ops: int) -> tuple[HostBound, bool, None]:
+def host_bound(ops: int, device: str = "cpu") -> tuple[HostBound, bool, None]:
     """The factory (it pickles: the engine process builds its own)."""
     import torch
 
     torch.set_num_threads(1)
-    return HostBound(ops), False, None
+    return HostBound(ops, device), False, None
 
 
 def step_ms(engine: Engine, rows: int, steps: int, busy: bool) -> tuple[float, float]:
@@ -119,7 +126,7 @@ def round_trip_us(engine: Engine, calls: int) -> float:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    factory = functools.partial(host_bound, args.ops)
+    factory = functools.partial(host_bound, args.ops, args.device)
     engines: dict[str, Engine] = {
         "thread": factory()[0],
         "process": remote_factory(factory, log_level="warning")()[0],
@@ -157,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=64, help="rows a step takes")
     parser.add_argument("--steps", type=int, default=10, help="steps timed per case")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (median)")
+    parser.add_argument(
+        "--device", default="cpu", help="where the operations run (cuda: kernel launches)"
+    )
     parser.add_argument("--smoke", action="store_true", help="a few small steps (a test)")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -166,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     result = measure(args)
     thread, process = result["thread"], result["process"]
-    print(f"a step of {args.rows} rows, {args.ops} PyTorch operations (ms, mean):")
+    print(f"a step of {args.rows} rows, {args.ops} PyTorch operations on {args.device} (ms, mean):")
     print(f"{'engine':10} {'alone':>8} {'beside a busy loop':>20} {'loop iterations/s':>18}")
     for name in ("thread", "process"):
         row = result[name]
@@ -187,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
                 "bench": "engine_process",
                 "smoke": args.smoke,
                 "ops": args.ops,
+                "device": args.device,
                 "rows": args.rows,
                 "steps": args.steps,
                 "rounds": args.rounds,

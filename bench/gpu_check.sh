@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything a lent GPU session should run, in one command (~6 min on an H200 by estimate):
+# Everything a lent GPU session should run, in one command (~7 min on an H200 by estimate):
 #
 #     bash bench/gpu_wheels.sh                                   # here, once (.whl/)
 #     run(command="bash bench/gpu_check.sh", carry=[".whl"], timeout_s=600)
@@ -13,12 +13,15 @@
 # 3. continuous batching at real dims (bench/gpu_batch.py): ms per step, real-time
 #    streams, memory and estimated TTFA per batch size 1 -> 128, and the capacity;
 # 4. what a busy event loop costs a CUDA kernel launch beside it (bench/gil_convoy.py
-#    --device cuda; ~5 s; its status does not count; CONVOY_S, 60 by default).
+#    --device cuda; ~5 s; its status does not count; CONVOY_S, 60 by default);
+# 5. a step of 200 kernel launches beside a busy loop, in the engine thread and in the
+#    engine's own process (bench/engine_process.py --device cuda: what --engine-process
+#    buys on a GPU; its status does not count; PROCESS_S, 120 by default).
 # With $OUT set (the device tool's output folder) the logs are kept there.
 #
 # Each stage has a wall-clock bound (seconds; a stage that runs past it is stopped and the
 # next one starts), so that a lease of a few minutes always gets every stage's figures:
-#     TESTS_S=150 BATCH_S=200 DECODER_S=150 CONVOY_S=30 bash bench/gpu_check.sh
+#     TESTS_S=150 BATCH_S=200 DECODER_S=150 CONVOY_S=30 PROCESS_S=60 bash bench/gpu_check.sh
 # QUICK=1 runs the streaming-decoder stage on 10 s utterances only (float32, then bf16).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,6 +55,10 @@ timeout "${BATCH_S:-300}" "$PY" bench/gpu_batch.py --checkpoint "${CKPT:-checkpo
 convoy_log=/dev/null
 [[ -n "${OUT:-}" ]] && convoy_log="$OUT/gil_convoy.log"
 timeout "${CONVOY_S:-60}" "$PY" bench/gil_convoy.py --device cuda 2>&1 | tee "$convoy_log" || true
+process_log=/dev/null
+[[ -n "${OUT:-}" ]] && process_log="$OUT/engine_process.log"
+timeout "${PROCESS_S:-120}" "$PY" bench/engine_process.py --device cuda --rounds 1 2>&1 \
+  | tee "$process_log" || true
 echo "CUDA tests: exit status $tests_status; benchmark: exit status $bench_status;" \
   "batching: exit status $batch_status"
 [[ $tests_status == 0 && $bench_status == 0 && $batch_status == 0 ]]

@@ -32,8 +32,9 @@ would each let go of it (and beside a busy loop wait for it again). What crosses
 If the child dies (killed, out of memory), the call in progress raises
 :class:`EngineProcessLost`, the engine thread ends (:mod:`server.runtime.engine_thread`)
 and /health fails, so a supervisor restarts the server. The child ends when the server
-closes the engine or when its pipe closes (the server died); it ignores SIGINT, so Ctrl-C
-in a terminal lets the server drain first.
+closes the engine or when its pipe closes (the server died); it ignores SIGINT and SIGTERM
+(Ctrl-C in a terminal, a service manager signalling the whole group), so the server
+drains first.
 
 A ``synthesize`` generator's ``should_stop`` is polled in the server between chunks: an
 engine that makes a segment whole in one chunk (ChatTTS with ``--decoder chattts``) is
@@ -130,8 +131,10 @@ class _Mailbox:
 
     def get(self, there: Callable[[], bool]) -> Any:
         """The next message; EOFError once ``there()`` says the other side has gone."""
-        while not self.ready.acquire(timeout=POLL_S):
-            if not there():
+        while not self.ready.acquire(True, POLL_S):
+            # A message larger than the buffer posts the semaphore before its bytes
+            # reach the pipe: one last look before reading the pipe's news as an end.
+            if not there() and not self.ready.acquire(False):
                 raise EOFError
         (size,) = self._HEADER.unpack_from(self.buffer, 0)
         if size < 0:
@@ -144,7 +147,7 @@ class _Mailbox:
 def _shared_buffer(size: int) -> tuple[str, mmap.mmap]:
     """A file of ``size`` bytes in shared memory (/dev/shm where there is one), mapped."""
     folder = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    descriptor, path = tempfile.mkstemp(prefix="tts-engine-", dir=folder)
+    descriptor, path = tempfile.mkstemp(prefix=f"tts-engine-{os.getpid()}-", dir=folder)
     try:
         os.ftruncate(descriptor, size)
         return path, mmap.mmap(descriptor, size)
@@ -204,11 +207,11 @@ def _start(
         daemon=False,
     )  # fmt: skip
     try:
-        process.start()
-        # Only the child holds its ends now: its death reads as end of file here.
-        main_child.close()
-        control_child.close()
         try:
+            process.start()
+            # Only the child holds its ends now: its death reads as end of file here.
+            main_child.close()
+            control_child.close()
             main.recv()  # the child has mapped the buffers: their names can go
         finally:
             for path in (calls_path, answers_path):
@@ -245,10 +248,8 @@ def _end_child(process: Any, main: Connection, control: Connection) -> None:
     control.close()
     process.join(CLOSE_TIMEOUT_S)
     if process.is_alive():
-        logger.warning(
-            "the engine process did not end within %.0f s: terminating it", CLOSE_TIMEOUT_S
-        )
-        process.terminate()
+        logger.warning("the engine process did not end within %.0f s: killing it", CLOSE_TIMEOUT_S)
+        process.kill()  # it ignores SIGTERM
         process.join(CLOSE_TIMEOUT_S)
 
 
@@ -321,11 +322,15 @@ class RemoteEngine:
         with self._control_lock:
             try:
                 self._control.send(voice)
-                problem: str | None = self._control.recv()
+                problem: tuple[str, str] | None = self._control.recv()
             except (EOFError, OSError):
                 raise Unavailable("the engine process ended", code="not_ready") from None
         if problem is not None:
-            raise ValueError(problem)
+            kind, message = problem
+            if kind == "invalid":
+                raise ValueError(message)
+            raise Unavailable(f"the engine could not check the voice: {message}",
+                              code="not_ready")  # fmt: skip
         if len(self._checked) >= CHECKED_VOICES:
             self._checked.pop(next(iter(self._checked)))
         self._checked[voice] = None
@@ -360,7 +365,7 @@ class RemoteEngine:
 
     def close(self) -> None:
         process = self.process
-        if not self._lost:
+        if not self.lost:
             try:
                 self._call("close")
             except Exception:
@@ -473,7 +478,10 @@ def _child_main(
 ) -> None:
     """The engine process: build the engine, then answer calls until told to close or
     until the server's end of the pipe closes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server drains first, then closes us
+    # Ctrl-C in a terminal, or a service manager's SIGTERM to the whole group: the server
+    # drains first, then closes the engine (or its pipe closes when it has gone).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     calls = _Mailbox(_mapped(calls_at[0]), _opened_semaphore(calls_at[1]), main)
     answers = _Mailbox(_mapped(answers_at[0]), _opened_semaphore(answers_at[1]), main)
     main.send("mapped")
@@ -533,13 +541,13 @@ def _answer_checks(control: Connection, engine: Engine) -> None:
             voice = control.recv()
         except (EOFError, OSError):
             return
+        problem: tuple[str, str] | None = None
         try:
             engine.check_voice(voice)
-            problem = None
         except ValueError as exc:
-            problem = str(exc)
+            problem = ("invalid", str(exc))
         except Exception as exc:
-            problem = f"{type(exc).__name__}: {exc}"
+            problem = ("failed", f"{type(exc).__name__}: {exc}")
         control.send(problem)
 
 
@@ -573,12 +581,12 @@ class _Served:
                     except Exception:
                         logger.exception("leaving the batch failed for %r", row.request.text[:40])
             elif kind == "generate":
-                self.generators[key] = iter(self.engine.synthesize(event[2], _never))
+                try:
+                    self.generators[key] = iter(self.engine.synthesize(event[2], _never))
+                except Exception as exc:
+                    self.generators[key] = _raising(_portable(exc))
             elif kind == "forget":
-                generator = self.generators.pop(key, None)
-                close = getattr(generator, "close", None)
-                if close is not None:
-                    close()
+                _close_generator(self.generators.pop(key, None))
 
     def run(self, op: str, args: tuple[Any, ...]) -> Any:
         if op == "rows":
@@ -606,6 +614,8 @@ class _Served:
             if row is not None:
                 row.hurry = hurry
                 keyed.append((key, row))
+            elif key not in self.failed:  # its open never arrived (a call that failed)
+                self.failed[key] = RuntimeError("the engine process has no such row")
         rows = [row for _, row in keyed]
         failure: BaseException | None = None
         memory = None
@@ -640,12 +650,27 @@ class _Served:
 
     def close(self) -> None:
         for generator in self.generators.values():
-            close = getattr(generator, "close", None)
-            if close is not None:
-                close()
+            _close_generator(generator)
         self.generators.clear()
         self.engine.close()
 
 
 def _never() -> bool:
     return False
+
+
+def _raising(exc: BaseException) -> Iterator[Any]:
+    """A generator that raises ``exc`` when first asked (a ``synthesize`` that failed at
+    once fails its own segment's first chunk, not the call it arrived with)."""
+    raise exc
+    yield  # a generator
+
+
+def _close_generator(generator: Iterator[Any] | None) -> None:
+    close = getattr(generator, "close", None)
+    if close is None:
+        return
+    try:
+        close()
+    except Exception:
+        logger.exception("closing a synthesis generator failed")

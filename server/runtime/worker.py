@@ -183,8 +183,19 @@ class EngineWorker:
         return result
 
     def watch(self) -> None:
-        """The watchdog (on the event loop, every second or so): see the module docstring."""
+        """The watchdog (on the event loop, every second or so): see the module docstring.
+        An engine whose process ended (``--engine-process``) stops the worker at once,
+        idle or not: /ready and new work see it before any job fails on it."""
         if self.status.state not in ("ready", "stalled"):
+            return
+        if getattr(self.engine, "lost", False):
+            logger.critical(
+                "the engine's process has ended: refusing new work, /health fails "
+                "(restart the server)"
+            )
+            self.status = replace(self.status, state="stopped", detail="the engine process ended")
+            _publish(self.metrics, self.status)
+            self.inbox.put(None)  # the engine thread ends its jobs and stops
             return
         waiting = self.inbox.in_flight()
         verdict = self.watchdog.verdict(busy=bool(waiting))
