@@ -310,19 +310,13 @@ class Settings:
         ge=0,
         zero=" (0: the OS default)",
     )
-    coalesce_wakeups: bool = option(
-        True, "a busy event loop is woken once for several engine rounds, not each", group="engine"
-    )
-    engine_process: bool = option(
-        False,
-        "run the engine in a process of its own, so that its host work and the event loop "
-        "do not share one GIL (a step is one round trip over a pipe); pays on a host with "
-        "a core to spare for it (docs/gpu.md)",
-        group="engine",
-    )
-    ws_direct_send: bool = option(
-        True, "frame and write WebSocket messages once a round (false: ASGI)", group="connections"
-    )
+    coalesce_wakeups: bool = option(True, "a busy event loop is woken once for several engine "
+                                    "rounds, not each", group="engine")  # fmt: skip
+    engine_process: bool = option(False, "run the engine in a process of its own (its host work "
+        "never waits on the event loop for the GIL); pays for a batching engine on a host with a "
+        "core to spare (docs/gpu.md)", group="engine")  # fmt: skip
+    ws_direct_send: bool = option(True, "frame and write WebSocket messages once a round "
+                                  "(false: ASGI)", group="connections")  # fmt: skip
     drain_timeout_s: float = option(
         30.0,
         "on SIGTERM, refuse new work and let audio in progress finish for up to this long "

@@ -15,7 +15,7 @@ calls cross, one message each way per call: a batched step is one round trip how
 rows it takes (rows opened and closed since the last call travel with it), a
 ``synthesize`` generator one per chunk (so it pays for a batching engine; the server warns
 for one that does not batch). A call and its answer are pickled into buffers both
-processes map, each signalled by a semaphore (:class:`_Mailbox`): the engine thread lets
+processes map, each signalled by a semaphore (:class:`~server.engines.remote_wire.Mailbox`): the engine thread lets
 go of the GIL once a call, while it waits for the answer, where a pipe's reads and write
 would each let go of it (and beside a busy loop wait for it again). What crosses:
 
@@ -47,17 +47,11 @@ import _multiprocessing
 import functools
 import itertools
 import logging
-import mmap
 import multiprocessing
 import multiprocessing.util
 import os
 import pickle
-import secrets
-import signal
-import struct
-import tempfile
 import threading
-import traceback
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
@@ -73,108 +67,27 @@ from server.engines.base import (
     VoiceSpec,
     WordMarks,
 )
+from server.engines.remote_child import child_main
+from server.engines.remote_wire import Mailbox, semaphore, shared_buffer
+from server.engines.select import EngineFactory
 from streaming.errors import Unavailable
 
 __all__ = ["EngineProcessLost", "RemoteEngine", "remote_factory"]
 
 logger = logging.getLogger(__name__)
 
-EngineFactory = Callable[[], tuple[Engine, bool, "str | None"]]
-
 #: Voices the server remembers as accepted by the child's ``check_voice``.
 CHECKED_VOICES = 4096
 #: How long closing waits for the child to end before it is terminated.
 CLOSE_TIMEOUT_S = 10.0
-
-
 #: Bytes of the shared buffers a call and its answer are written to; a larger one (a
 #: voice's clip, a step whose rows all bring back long chunks) goes over the pipe.
 CALL_BUFFER_BYTES = 1 << 20
 ANSWER_BUFFER_BYTES = 16 << 20
-#: How often a side waiting for the other checks that it is still there.
-POLL_S = 0.5
-_SEMAPHORE = 1  # multiprocessing.synchronize.SEMAPHORE
-_SEM_MAX = _multiprocessing.SemLock.SEM_VALUE_MAX
 
 
 class EngineProcessLost(RuntimeError):
     """The engine's process ended while the server still needed it."""
-
-
-class _Mailbox:
-    """One direction of the calls: a buffer both processes map and a semaphore that says
-    a message is in it. Posting a semaphore does not let go of the GIL and taking one
-    that is already posted does not either, so a round trip lets go of it once, while
-    the caller waits for the answer: beside a busy event loop it waits for the GIL once
-    (a pipe's reads and writes each let go of it). A message larger than the buffer
-    follows over ``pipe``."""
-
-    _HEADER = struct.Struct("<q")
-
-    def __init__(self, buffer: mmap.mmap, ready: Any, pipe: Connection) -> None:
-        self.buffer = buffer
-        self.ready = ready
-        self.pipe = pipe
-
-    def put(self, message: Any) -> None:
-        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        size = len(data)
-        header = self._HEADER.size
-        if header + size <= len(self.buffer):
-            self.buffer[header : header + size] = data
-            self._HEADER.pack_into(self.buffer, 0, size)
-            self.ready.release()
-        else:
-            self._HEADER.pack_into(self.buffer, 0, -1)
-            self.ready.release()
-            self.pipe.send_bytes(data)
-
-    def get(self, there: Callable[[], bool]) -> Any:
-        """The next message; EOFError once ``there()`` says the other side has gone."""
-        while not self.ready.acquire(True, POLL_S):
-            # A message larger than the buffer posts the semaphore before its bytes
-            # reach the pipe: one last look before reading the pipe's news as an end.
-            if not there() and not self.ready.acquire(False):
-                raise EOFError
-        (size,) = self._HEADER.unpack_from(self.buffer, 0)
-        if size < 0:
-            return pickle.loads(self.pipe.recv_bytes())
-        header = self._HEADER.size
-        with memoryview(self.buffer) as view:
-            return pickle.loads(view[header : header + size])
-
-
-def _shared_buffer(size: int) -> tuple[str, mmap.mmap]:
-    """A file of ``size`` bytes in shared memory (/dev/shm where there is one), mapped."""
-    folder = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    descriptor, path = tempfile.mkstemp(prefix=f"tts-engine-{os.getpid()}-", dir=folder)
-    try:
-        os.ftruncate(descriptor, size)
-        return path, mmap.mmap(descriptor, size)
-    finally:
-        os.close(descriptor)
-
-
-def _semaphore() -> tuple[str, Any]:
-    """A named semaphore at 0, and its name: the child opens it by name, then the server
-    unlinks the name (:func:`_start`), so nothing is left behind however either ends.
-    (``_multiprocessing.SemLock`` is what ``multiprocessing.Semaphore`` wraps; the wrapper
-    would register the name for unlinking at exit, which a process killed by a signal,
-    as uvicorn re-raises one after shutting down, never does.)"""
-    name = f"/tts-engine-{os.getpid()}-{secrets.token_hex(6)}"
-    return name, _multiprocessing.SemLock(_SEMAPHORE, 0, _SEM_MAX, name, False)
-
-
-def _opened_semaphore(name: str) -> Any:
-    return _multiprocessing.SemLock._rebuild(0, _SEMAPHORE, _SEM_MAX, name)
-
-
-def _mapped(path: str) -> mmap.mmap:
-    descriptor = os.open(path, os.O_RDWR)
-    try:
-        return mmap.mmap(descriptor, 0)
-    finally:
-        os.close(descriptor)
 
 
 def remote_factory(
@@ -194,11 +107,11 @@ def _start(
     context = multiprocessing.get_context("spawn")
     main, main_child = context.Pipe()
     control, control_child = context.Pipe()
-    (asked_name, asked), (answered_name, answered) = _semaphore(), _semaphore()
-    calls_path, calls = _shared_buffer(CALL_BUFFER_BYTES)
-    answers_path, answers = _shared_buffer(ANSWER_BUFFER_BYTES)
+    (asked_name, asked), (answered_name, answered) = semaphore(), semaphore()
+    calls_path, calls = shared_buffer(CALL_BUFFER_BYTES)
+    answers_path, answers = shared_buffer(ANSWER_BUFFER_BYTES)
     process = context.Process(
-        target=_child_main,
+        target=child_main,
         args=(main_child, control_child, (calls_path, asked_name),
               (answers_path, answered_name), factory, log_level, log_format),
         name="tts-engine",
@@ -231,7 +144,7 @@ def _start(
     hello: dict[str, Any] = value
     logger.info("the %s engine runs in process %d", hello["name"], process.pid)
     engine = RemoteEngine(
-        process, _Mailbox(calls, asked, main), _Mailbox(answers, answered, main), control, hello
+        process, Mailbox(calls, asked, main), Mailbox(answers, answered, main), control, hello
     )
     # Before multiprocessing joins its children at exit (from atexit in the server, at
     # the end of a multiprocessing child's run): the child would wait for this pipe.
@@ -261,8 +174,8 @@ class RemoteEngine:
     def __init__(
         self,
         process: Any,
-        calls: _Mailbox,
-        answers: _Mailbox,
+        calls: Mailbox,
+        answers: Mailbox,
         control: Connection,
         hello: dict[str, Any],
     ) -> None:
@@ -450,227 +363,3 @@ class _TogetherBatcher(_RemoteBatcher):
 
     def prefill_many(self, rows: Sequence[BatchRow]) -> None:
         self._run("prefill_many", rows)
-
-
-# --- the child ------------------------------------------------------------------------
-
-
-def _portable(exc: BaseException) -> BaseException:
-    """``exc`` with the child's traceback as a note (a traceback does not pickle), or a
-    RuntimeError naming it when it does not pickle."""
-    where = "".join(traceback.format_exception(exc)).rstrip()
-    try:
-        pickle.loads(pickle.dumps(exc))
-    except Exception:
-        exc = RuntimeError(f"{type(exc).__name__}: {exc}")
-    exc.add_note(f"in the engine process:\n{where}")
-    return exc
-
-
-def _child_main(
-    main: Connection,
-    control: Connection,
-    calls_at: tuple[str, str],
-    answers_at: tuple[str, str],
-    factory: EngineFactory,
-    log_level: str,
-    log_format: str,
-) -> None:
-    """The engine process: build the engine, then answer calls until told to close or
-    until the server's end of the pipe closes."""
-    # Ctrl-C in a terminal, or a service manager's SIGTERM to the whole group: the server
-    # drains first, then closes the engine (or its pipe closes when it has gone).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    calls = _Mailbox(_mapped(calls_at[0]), _opened_semaphore(calls_at[1]), main)
-    answers = _Mailbox(_mapped(answers_at[0]), _opened_semaphore(answers_at[1]), main)
-    main.send("mapped")
-    from server import blas, logs
-
-    logs.configure(log_level, log_format)
-    blas.limit_threads()  # as in the server (server.blas), whoever started it
-    try:
-        engine, degraded, detail = factory()
-    except BaseException as exc:
-        main.send(("err", _portable(exc)))
-        return
-    main.send(
-        (
-            "ok",
-            {
-                "name": engine.name,
-                "sample_rate_hz": engine.sample_rate_hz,
-                "interleaves": engine.interleaves,
-                "speed_range": getattr(engine, "speed_range", None),
-                "identity": getattr(engine, "identity", None),
-                "mixes": callable(getattr(engine, "mix_speakers", None)),
-                "degraded": degraded,
-                "detail": detail,
-            },
-        )
-    )
-    threading.Thread(target=_answer_checks, args=(control, engine), daemon=True).start()
-    served = _Served(engine)
-    while True:
-        try:
-            # The server is there while its end of the pipe is open (nothing else comes
-            # over it between calls).
-            events, op, args = calls.get(lambda: not main.poll())
-        except (EOFError, OSError):
-            logger.warning("the server's end of the engine pipe closed: the engine process ends")
-            break
-        if op == "close":
-            served.close()
-            answers.put(("ok", None))
-            break
-        try:
-            served.events(events)
-            answer: tuple[str, Any] = ("ok", served.run(op, args))
-        except Exception as exc:
-            answer = ("err", _portable(exc))
-        try:
-            answers.put(answer)
-        except Exception as exc:  # an answer that does not pickle
-            answers.put(("err", _portable(exc)))
-
-
-def _answer_checks(control: Connection, engine: Engine) -> None:
-    """The child's second thread: ``check_voice`` for the event loop (read-only)."""
-    while True:
-        try:
-            voice = control.recv()
-        except (EOFError, OSError):
-            return
-        problem: tuple[str, str] | None = None
-        try:
-            engine.check_voice(voice)
-        except ValueError as exc:
-            problem = ("invalid", str(exc))
-        except Exception as exc:
-            problem = ("failed", f"{type(exc).__name__}: {exc}")
-        control.send(problem)
-
-
-class _Served:
-    """The child's engine, its batcher, rows and generators."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.batcher: Batcher | None = None
-        self.rows: dict[int, BatchRow] = {}
-        #: Rows whose open failed, told with the next answer.
-        self.failed: dict[int, BaseException] = {}
-        self.generators: dict[int, Iterator[np.ndarray | WordMarks]] = {}
-
-    def events(self, events: list[tuple[Any, ...]]) -> None:
-        for event in events:
-            kind, key = event[0], event[1]
-            if kind == "open":
-                try:
-                    assert self.batcher is not None
-                    self.rows[key] = self.batcher.open(event[2])
-                except Exception as exc:
-                    logger.exception("synthesis failed to start for %r", event[2].text[:40])
-                    self.failed[key] = _portable(exc)
-            elif kind == "close":
-                self.failed.pop(key, None)
-                row = self.rows.pop(key, None)
-                if row is not None and self.batcher is not None:
-                    try:
-                        self.batcher.close(row)
-                    except Exception:
-                        logger.exception("leaving the batch failed for %r", row.request.text[:40])
-            elif kind == "generate":
-                try:
-                    self.generators[key] = iter(self.engine.synthesize(event[2], _never))
-                except Exception as exc:
-                    self.generators[key] = _raising(_portable(exc))
-            elif kind == "forget":
-                _close_generator(self.generators.pop(key, None))
-
-    def run(self, op: str, args: tuple[Any, ...]) -> Any:
-        if op == "rows":
-            return self._rows(*args)
-        if op == "next":
-            return self._next(*args)
-        if op == "call":
-            name, call_args = args
-            return getattr(self.engine, name)(*call_args)
-        if op == "batcher":
-            self.batcher = self.engine.batcher(*args)
-            if self.batcher is None:
-                return None
-            return self.batcher.max_batch, callable(getattr(self.batcher, "prefill_many", None))
-        raise ValueError(f"unknown engine call {op!r}")
-
-    def _rows(
-        self, op: str, asked: list[tuple[int, bool]]
-    ) -> tuple[list[tuple[Any, ...]], int | None, BaseException | None]:
-        batcher = self.batcher
-        assert batcher is not None
-        keyed = []
-        for key, hurry in asked:
-            row = self.rows.get(key)
-            if row is not None:
-                row.hurry = hurry
-                keyed.append((key, row))
-            elif key not in self.failed:  # its open never arrived (a call that failed)
-                self.failed[key] = RuntimeError("the engine process has no such row")
-        rows = [row for _, row in keyed]
-        failure: BaseException | None = None
-        memory = None
-        if rows:
-            try:
-                if op == "step":
-                    batcher.step(rows)
-                elif op == "prefill_many":
-                    batcher.prefill_many(rows)  # type: ignore[attr-defined]
-                else:
-                    for row in rows:
-                        batcher.prefill(row)
-            except Exception as exc:
-                failure = _portable(exc)
-            if op == "step":
-                memory = batcher.memory_bytes()
-        updates: list[tuple[Any, ...]] = [(key, [], False, exc) for key, exc in self.failed.items()]
-        self.failed.clear()
-        for key, row in keyed:
-            if row.chunks or row.done or row.error is not None:
-                error = None if row.error is None else _portable(row.error)
-                updates.append((key, list(row.chunks), row.done, error))
-                row.chunks.clear()
-        return updates, memory, failure
-
-    def _next(self, key: int) -> tuple[list[np.ndarray | WordMarks], bool]:
-        generator = self.generators[key]
-        try:
-            return [next(generator)], False
-        except StopIteration:
-            return [], True
-
-    def close(self) -> None:
-        for generator in self.generators.values():
-            _close_generator(generator)
-        self.generators.clear()
-        self.engine.close()
-
-
-def _never() -> bool:
-    return False
-
-
-def _raising(exc: BaseException) -> Iterator[Any]:
-    """A generator that raises ``exc`` when first asked (a ``synthesize`` that failed at
-    once fails its own segment's first chunk, not the call it arrived with)."""
-    raise exc
-    yield  # a generator
-
-
-def _close_generator(generator: Iterator[Any] | None) -> None:
-    close = getattr(generator, "close", None)
-    if close is None:
-        return
-    try:
-        close()
-    except Exception:
-        logger.exception("closing a synthesis generator failed")

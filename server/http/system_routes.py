@@ -42,6 +42,15 @@ def _readiness(state: AppState) -> tuple[bool, dict[str, object]]:
     return ready, body
 
 
+def _not_alive(state: AppState) -> str:
+    """Why /health fails."""
+    if state.worker.status.state == "stalled":
+        return "engine thread stalled"
+    if getattr(state.worker.engine, "lost", False):  # --engine-process
+        return "engine process ended"
+    return "engine thread stopped"
+
+
 def system_routes(state: AppState) -> APIRouter:
     router = APIRouter()
 
@@ -56,13 +65,7 @@ def system_routes(state: AppState) -> APIRouter:
         the engine's own process ended (``--engine-process``)."""
         state.worker.watch()
         if not state.worker.alive:
-            if state.worker.status.state == "stalled":
-                status = "engine thread stalled"
-            elif getattr(state.worker.engine, "lost", False):
-                status = "engine process ended"  # --engine-process
-            else:
-                status = "engine thread stopped"
-            return JSONResponse({"status": status}, status_code=503)
+            return JSONResponse({"status": _not_alive(state)}, status_code=503)
         return JSONResponse({"status": "ok"})
 
     @router.get(
