@@ -78,7 +78,7 @@ logger = logging.getLogger(__name__)
 
 #: Voices the server remembers as accepted by the child's ``check_voice``.
 CHECKED_VOICES = 4096
-#: How long closing waits for the child to end before it is terminated.
+#: How long closing waits for the child to end before it is killed.
 CLOSE_TIMEOUT_S = 10.0
 #: Bytes of the shared buffers a call and its answer are written to; a larger one (a
 #: voice's clip, a step whose rows all bring back long chunks) goes over the pipe.
@@ -133,6 +133,8 @@ def _start(
                 _multiprocessing.sem_unlink(name)
         status, value = main.recv()
     except (EOFError, OSError):
+        if process.pid is None:  # it never started
+            raise
         process.join(CLOSE_TIMEOUT_S)
         raise EngineProcessLost(
             f"the engine process (pid {process.pid}) ended while loading "
@@ -155,7 +157,7 @@ def _start(
 
 
 def _end_child(process: Any, main: Connection, control: Connection) -> None:
-    """End the child: its pipes closed it reads end of file and returns; terminated if it
+    """End the child: its pipes closed it reads end of file and returns; killed if it
     does not within :data:`CLOSE_TIMEOUT_S`."""
     main.close()
     control.close()

@@ -89,6 +89,17 @@ def metric(text: str, name: str) -> float:
     return float(found.group(1))
 
 
+async def _speaking(client: StreamClient, context: str, text: str) -> None:
+    """``text`` started in ``context`` and ended, once its first audio has arrived."""
+    await client.start(context, seed=3)
+    await client.send_text(text, context)
+    await client.end(context)
+    for _ in range(1000):
+        if isinstance(await client.recv(TIMEOUT_S), AudioFrame):
+            return
+    raise AssertionError("no audio")
+
+
 def _engine(live: LiveServer) -> Any:
     return live.state.worker.engine  # type: ignore[attr-defined]
 
@@ -172,12 +183,7 @@ async def test_the_espeak_voice_in_its_own_process_speaks_as_at_home() -> None:
         # A context cancelled mid-speech: its generator in the child is closed, and the
         # next context speaks as before.
         async with StreamClient.connect(live.ws_url) as client:
-            await client.start("long", seed=3)
-            await client.send_text("这是一段很长的话，" * 20, "long")
-            await client.end("long")
-            for _ in range(1000):
-                if isinstance(await client.recv(TIMEOUT_S), AudioFrame):
-                    break
+            await _speaking(client, "long", "这是一段很长的话，" * 20)
             await client.cancel("long")
             cancelled = await client.collect("long", timeout_s=TIMEOUT_S)
         assert cancelled.done is not None and cancelled.done["cancelled"] is True
@@ -225,12 +231,7 @@ async def test_a_killed_engine_process_fails_health_and_ends_its_streams() -> No
         engine = _engine(live)
         assert httpx.get(live.base_url + "/health", timeout=TIMEOUT_S).status_code == 200
         async with StreamClient.connect(live.ws_url) as client:
-            await client.start("a", seed=1)
-            await client.send_text("这是一段很长的话，" * 6, "a")
-            await client.end("a")
-            for _ in range(1000):
-                if isinstance(await client.recv(TIMEOUT_S), AudioFrame):
-                    break  # speaking now
+            await _speaking(client, "a", "这是一段很长的话，" * 6)
             os.kill(engine.pid, signal.SIGKILL)
             result = await client.collect("a", timeout_s=TIMEOUT_S)
         # It ends: the segment being spoken cut short and said so (no fallback voice
