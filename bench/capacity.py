@@ -430,11 +430,10 @@ def start_server(
             except httpx.TransportError:
                 pass
             time.sleep(0.1)
+        raise RuntimeError(f"the {design} server did not become ready")
     except BaseException:
         process.terminate()
         raise
-    process.terminate()
-    raise RuntimeError(f"the {design} server did not become ready")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

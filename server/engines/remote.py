@@ -14,10 +14,9 @@ jobs, deadlines, metrics and the fallback voice stay in the server; only the eng
 calls cross, one message each way per call: a batched step is one round trip however many
 rows it takes (rows opened and closed since the last call travel with it), a
 ``synthesize`` generator one per chunk (so it pays for a batching engine; the server warns
-for one that does not batch). A call and its answer are pickled into buffers both
-processes map, each signalled by a semaphore (:class:`~server.engines.remote_wire.Mailbox`): the engine thread lets
-go of the GIL once a call, while it waits for the answer, where a pipe's reads and write
-would each let go of it (and beside a busy loop wait for it again). What crosses:
+for one that does not batch). A call and its answer go through shared buffers
+(:mod:`server.engines.remote_wire`: the engine thread lets go of the GIL once a call).
+What crosses:
 
 - rows: the request when a row opens, its id and ``hurry`` for a step; back the rows
   that made audio, ended or failed, with their chunks (float32 arrays, pickled);

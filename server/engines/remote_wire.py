@@ -29,14 +29,12 @@ __all__ = ["POLL_S", "Mailbox", "mapped_buffer", "opened_semaphore", "portable",
 POLL_S = 0.5
 _SEMAPHORE = 1  # multiprocessing.synchronize.SEMAPHORE
 _SEM_MAX = _multiprocessing.SemLock.SEM_VALUE_MAX
+_WHERE = "in the engine process:"
 
 
 class Mailbox:
     """One direction of the calls: a buffer both processes map and a semaphore that says
-    a message is in it. Posting a semaphore does not let go of the GIL and taking one
-    that is already posted does not either, so a round trip lets go of it once, while
-    the caller waits for the answer: beside a busy event loop it waits for the GIL once
-    (a pipe's reads and writes each let go of it). A message larger than the buffer
+    a message is in it (see the module docstring); a message larger than the buffer
     follows over ``pipe``."""
 
     _HEADER = struct.Struct("<q")
@@ -87,7 +85,8 @@ def shared_buffer(size: int) -> tuple[str, mmap.mmap]:
 
 def semaphore() -> tuple[str, Any]:
     """A named semaphore at 0, and its name: the child opens it by name, then the server
-    unlinks the name (:func:`_start`), so nothing is left behind however either ends.
+    unlinks the name (``server.engines.remote._start``), so nothing is left behind however
+    either ends.
     (``_multiprocessing.SemLock`` is what ``multiprocessing.Semaphore`` wraps; the wrapper
     would register the name for unlinking at exit, which a process killed by a signal,
     as uvicorn re-raises one after shutting down, never does.)"""
@@ -109,11 +108,14 @@ def mapped_buffer(path: str) -> mmap.mmap:
 
 def portable(exc: BaseException) -> BaseException:
     """``exc`` with the child's traceback as a note (a traceback does not pickle), or a
-    RuntimeError naming it when it does not pickle."""
+    RuntimeError naming it when it does not pickle; once (a row's error is told with each
+    answer until the row leaves)."""
+    if any(note.startswith(_WHERE) for note in getattr(exc, "__notes__", ())):
+        return exc
     where = "".join(traceback.format_exception(exc)).rstrip()
     try:
         pickle.loads(pickle.dumps(exc))
     except Exception:
         exc = RuntimeError(f"{type(exc).__name__}: {exc}")
-    exc.add_note(f"in the engine process:\n{where}")
+    exc.add_note(f"{_WHERE}\n{where}")
     return exc
