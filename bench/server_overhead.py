@@ -33,11 +33,12 @@ the rounds), so that a change is judged on the same machine at the same moment.
     .venv/bin/python bench/server_overhead.py --smoke   # does it run? (40 streams)
 
 ``--profile`` samples our server with py-spy (``pip install py-spy``; ``--nonblocking``,
-250 Hz, every thread, ``--gil``: only a thread holding the GIL, so each sample is CPU
-spent, none is waiting) while the streams run, sorts the event loop's samples into what
-they were doing (:data:`PROFILE_CATEGORIES`: the first that matches a frame of the
-sample's stack) and reports each as microseconds of the loop's CPU per stream (its share
-of the samples times the loop's CPU per stream, from /proc).
+250 Hz or ``--profile-rate``, every thread, ``--gil``: only a thread holding the GIL, so
+each sample is CPU spent, none is waiting) while the streams run, sorts the event loop's
+samples into what they were doing (:data:`PROFILE_CATEGORIES`: the first that matches a
+frame of the sample's stack) and reports each as microseconds of the loop's CPU per
+stream (its share of the samples times the loop's CPU per stream, from /proc);
+``--profile-raw PATH`` keeps py-spy's samples (``PATH.ours``, ``PATH.before``).
 
 Ends with one JSON line of the headline figures. Goal: CPU <= 2.0x the bare server's,
 added time to first audio p50 <= 100 ms, with 1,000 streams.
@@ -90,13 +91,13 @@ PROFILE_CATEGORIES = [
 LOOP_ITSELF = "the event loop itself (uvloop: polling, reading sockets, callbacks)"
 
 
-def start_profiler(pid: int, path: Path) -> subprocess.Popen[bytes]:
+def start_profiler(pid: int, path: Path, rate_hz: int = 250) -> subprocess.Popen[bytes]:
     """py-spy recording every thread of ``pid`` into ``path`` (raw) until SIGINT."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy).exists():
         raise SystemExit("--profile needs py-spy (pip install py-spy)")
     # --gil: only samples of a thread holding the GIL, so that each is CPU it spent.
-    command = [spy, "record", "--nonblocking", "--threads", "--gil", "--rate", "250"]
+    command = [spy, "record", "--nonblocking", "--threads", "--gil", "--rate", str(rate_hz)]
     command += ["--pid", str(pid)]
     command += ["--output", str(path), "--format", "raw"]
     profiler = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -392,15 +393,18 @@ def measure(
     streams: int,
     spread_s: float,
     profiles: dict[str, float] | None = None,
+    keep: Path | None = None,
+    rate_hz: int = 250,
 ) -> dict[str, float]:
     """Server CPU over the streams (their connections' handshakes included); with
-    ``profiles`` (a dict to fill), where the event loop's CPU went."""
+    ``profiles`` (a dict to fill), where the event loop's CPU went (py-spy's samples
+    copied to ``keep``, when given)."""
     import uvloop
 
     assert process.pid is not None
     uvloop.run(run_streams(url, min(streams, 20), 0.1))  # warm: caches, first connections
     raw = Path(tempfile.mkstemp(suffix=".txt")[1])
-    profiler = start_profiler(process.pid, raw) if profiles is not None else None
+    profiler = start_profiler(process.pid, raw, rate_hz) if profiles is not None else None
     before, loop_before = cpu_seconds(process.pid), loop_cpu_seconds(process.pid)
     collected = gc_collections(url)
     ttfas, audio_bytes = uvloop.run(run_streams(url, streams, spread_s))
@@ -414,6 +418,8 @@ def measure(
         print("event loop CPU per stream by function (its own code), us:")
         for name, us in hottest(raw, loop_cpu * 1e6 / streams):
             print(f"  {us:6.1f}  {name}")
+    if profiler is not None and keep is not None:
+        shutil.copy(raw, keep)
     raw.unlink(missing_ok=True)
     audio_s = audio_bytes / 2 / 24000
     return {
@@ -561,6 +567,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="measurements of each server, alternating; medians reported")  # fmt: skip
     parser.add_argument("--profile", action="store_true",
                         help="where our server's event loop spends its CPU (py-spy)")  # fmt: skip
+    parser.add_argument("--profile-rate", type=int, default=250, metavar="HZ",
+                        help="with --profile: samples a second (more: finer, and a heavier "
+                        "load on the server)")  # fmt: skip
+    parser.add_argument("--profile-raw", metavar="PATH",
+                        help="with --profile: keep py-spy's raw samples of each server's last round "
+                        "as PATH.ours (PATH.before)")  # fmt: skip
     parser.add_argument("--smoke", action="store_true",
                         help="40 streams over 0.5 s: checks it runs (the suite runs it)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -613,7 +625,10 @@ def measure_all(
             if not script:
                 script = uvloop.run(record_script(url))
             profile: dict[str, float] | None = {} if args.profile else None
-            rows[name].append(measure(server, url, args.streams, args.spread_s, profile))
+            keep = Path(f"{args.profile_raw}.{name}") if args.profile_raw else None
+            rows[name].append(
+                measure(server, url, args.streams, args.spread_s, profile, keep, args.profile_rate)
+            )
             if profile is not None:
                 profiles[name] = profile  # the last round's
             stop(server)

@@ -30,6 +30,8 @@ _PCM16_SCALE = 32768.0
 # Below this magnitude a scaled sample rounds inside int16 (32767.5 would round to 32768).
 _PCM16_MAX = 32767.0
 _PEAK = np.maximum.reduce
+_FLOOR = np.minimum.reduce
+_SCALE32 = np.float32(_PCM16_SCALE)
 
 
 def float_to_pcm16(samples: np.ndarray) -> bytes:
@@ -39,13 +41,16 @@ def float_to_pcm16(samples: np.ndarray) -> bytes:
     into an exception in the audio path.
     """
     x = np.asarray(samples, dtype=np.float32)
-    scaled = x * np.float32(_PCM16_SCALE)
-    # One pass tells finite and in range apart from the rest (NaN fails the test too):
-    # what the joins' limiter sends is always inside, so the clip is seldom needed.
-    if scaled.size and not _PEAK(np.abs(scaled)) < _PCM16_MAX:
+    # Finite and in range, told from the largest and the smallest sample (NaN fails the
+    # test too) without an array of magnitudes: scaling by a positive factor keeps the
+    # order (rounding included), so the scaled extremes are these two scaled. What the
+    # joins' limiter sends is always inside, so the clip is seldom needed.
+    if x.size and not (_PEAK(x) * _SCALE32 < _PCM16_MAX and _FLOOR(x) * _SCALE32 > -_PCM16_MAX):
         if not np.isfinite(x).all():
             x = np.nan_to_num(x, nan=0.0, posinf=1.0, neginf=-1.0)
-        scaled = np.clip(x * np.float32(_PCM16_SCALE), -32768.0, 32767.0)
+        scaled = np.clip(x * _SCALE32, -32768.0, 32767.0)
+    else:
+        scaled = x * _SCALE32
     np.rint(scaled, out=scaled)
     return scaled.astype("<i2").tobytes()
 

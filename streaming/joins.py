@@ -33,6 +33,7 @@ window). Pure numpy; one sample rate; not thread-safe; one instance per context.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -130,16 +131,55 @@ def _db_to_power(db: float) -> float:
     return 10.0 ** (db / 10.0)
 
 
-#: The largest value of an array (NaN if it holds one): ufunc methods, no Python wrapper.
+#: The largest and smallest value of an array (NaN if it holds one): ufunc methods, no
+#: Python wrapper, and no array made (``abs`` first would make one the chunk's size).
 _PEAK = np.maximum.reduce
-_SUM_ROWS = np.add.reduce
+_FLOOR = np.minimum.reduce
+
+
+def within(x: np.ndarray, bound: float) -> bool:
+    """Every sample of ``x`` (non-empty) finite and inside ``[-bound, bound]``."""
+    return bool(_PEAK(x) <= bound and _FLOOR(x) >= -bound)
+
+
+def block_squares(blocks: np.ndarray) -> np.ndarray:
+    """The sum of squares of each row of ``blocks`` (float32): each row's dot product
+    with itself, in one call (squared and summed in float32: the levels compared here
+    are tens of dB apart, far beyond its 1e-7)."""
+    rows, size = blocks.shape
+    with np.errstate(over="ignore"):  # a sample past 1.8e19 squares to inf: tamed after
+        squares = np.matmul(blocks.reshape(rows, 1, size), blocks.reshape(rows, size, 1))
+    return squares.reshape(rows)
+
+
+# A sample beyond +-8 squares to more than 64; a margin for the sum's rounding.
+_SQUARES_BOUND = np.float32(63.9)
+
+
+def _sanitized(x: np.ndarray) -> np.ndarray:
+    """``x`` finite and inside +-8 (NaN silenced): ``x`` itself when it already is."""
+    if not x.size or within(x, 8.0):
+        return x
+    return np.clip(np.nan_to_num(x, nan=0.0), -8.0, 8.0)
+
+
+@functools.lru_cache(maxsize=64)
+def _ramp(n: int, rising: bool) -> np.ndarray:
+    """A raised-cosine ramp of ``n`` samples (float32, read-only): rising, sample ``i`` is
+    ``(1 - cos(pi i / n)) / 2`` from 0; falling, ``(1 + cos(pi (i + 1) / n)) / 2``,
+    ending at exactly 0."""
+    i = np.arange(n) if rising else np.arange(1, n + 1)
+    ramp = 0.5 * ((1.0 - np.cos(np.pi * i / n)) if rising else (1.0 + np.cos(np.pi * i / n)))
+    ramp = ramp.astype(np.float32)
+    ramp.flags.writeable = False
+    return ramp
 
 
 def soft_limit(x: np.ndarray, knee: float) -> np.ndarray:
     """Identity below ``knee``, a tanh curve above it: the result stays inside (-1, 1)."""
-    magnitude = np.abs(x)
-    if not x.size or _PEAK(magnitude) <= knee:  # the common case: one pass, no copy
+    if not x.size or within(x, knee):  # the common case: two reads, no copy
         return x
+    magnitude = np.abs(x)
     over = magnitude > knee
     out = x.copy()
     headroom = 1.0 - knee
@@ -225,20 +265,23 @@ class SegmentJoiner:
         if not self._active:
             raise RuntimeError("process() outside a segment: call begin() first")
         x = np.asarray(chunk, dtype=np.float32).reshape(-1)
-        # Finite and inside +-8 (no overflow when squared) is one pass over the chunk;
-        # a NaN or an infinity fails the test too.
-        if x.size and not _PEAK(np.abs(x)) <= 8.0:
-            x = np.clip(np.nan_to_num(x, nan=0.0), -8.0, 8.0)
         self._received += x.size
         data = np.concatenate((self._pending, x)) if self._pending.size else x
         whole = data.size - data.size % self._block
         if whole:
             blocks = data[:whole].reshape(-1, self._block)
-            # The mean square of each block (np.mean's sum and division, without its
-            # Python layers: the same value to the bit).
-            powers = _SUM_ROWS(np.square(blocks, dtype=np.float64), axis=1) / self._block
-            self._take_blocks(blocks, powers)
-        self._pending = data[whole:].copy()
+            squares = block_squares(blocks)
+            # Every sample is finite and inside +-8 (no overflow when squared) where no
+            # block's sum of squares reaches 64: told without a pass of its own. Else
+            # (NaN and infinities fail the test too) the samples are looked at.
+            if not _PEAK(squares) < _SQUARES_BOUND:
+                clean = _sanitized(data)
+                if clean is not data:  # not only loud
+                    data = clean
+                    blocks = data[:whole].reshape(-1, self._block)
+                    squares = block_squares(blocks)
+            self._take_blocks(blocks, squares / np.float32(self._block))
+        self._pending = data[whole:].copy()  # looked at with the blocks it completes
         return self._release(final=False)
 
     def finish(self, *, pause: bool = True) -> np.ndarray:
@@ -250,8 +293,8 @@ class SegmentJoiner:
         if not self._active:
             raise RuntimeError("finish() outside a segment: call begin() first")
         if self._pending.size:
-            power = float(np.mean(np.square(self._pending, dtype=np.float64)))
-            self._take_block(self._pending, power)
+            rest = _sanitized(self._pending)
+            self._take_block(rest, float(block_squares(rest[None])[0]) / rest.size)
             self._pending = np.zeros(0, dtype=np.float32)
         self._collect()
         if self._leading:
@@ -267,8 +310,7 @@ class SegmentJoiner:
         n = min(self._fade_out, body.size)
         if n:
             # cos^2 from just below 1 to exactly 0 at the last sample.
-            ramp = 0.5 * (1.0 + np.cos(np.pi * np.arange(1, n + 1) / n))
-            body[-n:] *= ramp.astype(np.float32)
+            body[-n:] *= _ramp(n, rising=False)
             body[-1] = 0.0
         had_audio = self._received > 0
         #: Silence cut from the head of the segment just finished (samples): its audio
@@ -397,7 +439,6 @@ class SegmentJoiner:
         out = soft_limit(out, self.settings.limiter_knee)
         if self._sent < self._fade_in:
             m = min(self._fade_in - self._sent, n)
-            i = np.arange(self._sent, self._sent + m)
-            out[:m] *= (0.5 * (1.0 - np.cos(np.pi * i / self._fade_in))).astype(np.float32)
+            out[:m] *= _ramp(self._fade_in, rising=True)[self._sent : self._sent + m]
         self._sent += n
         return out.astype(np.float32, copy=False)

@@ -201,6 +201,39 @@ def test_empty_segment_gives_nothing_and_nan_is_silence() -> None:
     assert np.all(np.isfinite(out)) and np.all(np.abs(out) < 1.0)
 
 
+_wild_sample = st.sampled_from([np.nan, np.inf, -np.inf, 9.0, -20.0, 1e30, 7.9, -8.0])
+_WILD_SIZE = 300 * MS + 100  # a partial block last
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    wild=st.lists(st.tuples(st.integers(0, _WILD_SIZE - 1), _wild_sample), max_size=6),
+    loud=st.booleans(),
+    cuts=st.lists(st.integers(1, _WILD_SIZE - 1), max_size=8),
+)
+@example(wild=[(_WILD_SIZE - 1, np.nan)], loud=False, cuts=[])  # in the last partial block
+@example(wild=[(2000, -20.0)], loud=False, cuts=[])  # finite, past +-8
+def test_wild_samples_are_tamed_alike_however_chunked(
+    wild: list[tuple[int, float]], loud: bool, cuts: list[int]
+) -> None:
+    """NaN, infinities and samples beyond +-8 anywhere (the partial last block included)
+    come out as if silenced and clipped to +-8 before the joins (which measure the
+    segment's loudness on them), for any chunking; loud speech inside +-8 is not clipped
+    (its blocks' squares pass 64)."""
+    audio = np.concatenate((speech_like(300), speech_like(300, amplitude=7.5 if loud else 0.3)))
+    audio = audio[:_WILD_SIZE].copy()
+    for at, value in wild:
+        audio[at] = value
+    tamed = np.clip(np.nan_to_num(audio, nan=0.0), -8.0, 8.0)
+    outputs = []
+    for second, chunks in ((tamed, []), (audio, cuts)):
+        joiner = SegmentJoiner(RATE)
+        run(joiner, speech_like(300))  # the reference: the second segment's gain is measured
+        outputs.append(run(joiner, second, cuts=chunks)[0])
+    np.testing.assert_array_equal(outputs[1], outputs[0])
+    assert np.all(np.isfinite(outputs[1])) and np.all(np.abs(outputs[1]) < 1.0)
+
+
 def test_contract_errors() -> None:
     """process/finish outside a segment and bad settings are refused."""
     joiner = SegmentJoiner(RATE)
