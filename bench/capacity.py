@@ -39,8 +39,11 @@ measured here (``--set max_batch=256`` caps them as before).
         --compare ws_direct_send=false coalesce_wakeups=false   # a change, before and after
 
 Each trial also reports the server process's own CPU per stream (the clients share the
-cores, so a capacity gained by a lighter client shows there), and the share of a core
-each side used over the trial (server, clients), to tell which ran out.
+cores, so a capacity gained by a lighter client shows there), the share of a core
+each side used over the trial (server, clients), to tell which ran out, and how late
+each side's event loop ran at worst (the server's from its ``tts_event_loop_lag_seconds``,
+a timer due every 100 ms; the clients' by a timer due every 10 ms): averaged over a
+trial, the CPU hides the burst of new streams a trial fails in.
 ``--set NAME=VALUE`` gives every server a setting; ``--compare NAME=VALUE`` measures
 each design a second time with those settings ("DESIGN before"), in the same run.
 
@@ -65,7 +68,13 @@ from typing import Any
 import httpx
 from chattts_client import AudioFrame, StreamClient
 
-from harness.bench_server import cpu_seconds, ensure_checkpoint, settings_overrides
+from harness.bench_server import (
+    cpu_seconds,
+    ensure_checkpoint,
+    loop_lag_buckets,
+    settings_overrides,
+    worst_loop_lag,
+)
 from server.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -322,6 +331,38 @@ async def trial(design: str, port: int, streams: int, text: str, spread_s: float
     }
 
 
+async def server_loop_lag(port: int) -> dict[float, float]:
+    """The server's event loop lag histogram now (tts_event_loop_lag_seconds)."""
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+        return loop_lag_buckets((await http.get("/metrics")).text)
+
+
+class ClientLoopLag:
+    """While entered, how late this process's event loop (the clients') runs a timer due
+    every 10 ms: the worst, in ``worst_s``."""
+
+    PERIOD_S = 0.01
+
+    def __init__(self) -> None:
+        self.worst_s = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    def __enter__(self) -> ClientLoopLag:
+        self._task = asyncio.get_running_loop().create_task(self._tick())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            due = loop.time() + self.PERIOD_S
+            await asyncio.sleep(self.PERIOD_S)
+            self.worst_s = max(self.worst_s, loop.time() - due)
+
+
 async def settle(port: int) -> None:
     """Wait until the server has let go of every stream of a trial cut short."""
     deadline = time.monotonic() + 30
@@ -343,11 +384,20 @@ async def capacity(
     pid = server.pid
 
     async def run(n: int) -> bool:
+        lag_before = await server_loop_lag(port)
+        clients_lag = ClientLoopLag()
         started = time.perf_counter()
         cpu_before, clients_before = cpu_seconds(pid), time.process_time()
-        result = await trial(design, port, n, text, args.spread_s)
+        with clients_lag:
+            result = await trial(design, port, n, text, args.spread_s)
         wall_s = time.perf_counter() - started
         server_s, clients_s = cpu_seconds(pid) - cpu_before, time.process_time() - clients_before
+        # How late each side's event loop ran at worst: the burst a trial fails in, which
+        # the CPU averaged over the trial hides.
+        worst_s, late_ticks = worst_loop_lag(lag_before, await server_loop_lag(port))
+        result["server_loop_lag_max_ms"] = round(worst_s * 1000) if worst_s < 1e9 else None
+        result["server_loop_ticks_over_50ms"] = late_ticks
+        result["client_loop_lag_max_ms"] = round(clients_lag.worst_s * 1000)
         # The server's own CPU (the clients share the cores): per stream of the trial; and
         # the clients' (this process), to tell which side ran out of core.
         result["server_cpu_ms_per_stream"] = round(server_s * 1000 / n, 2)
@@ -366,7 +416,9 @@ async def capacity(
             f"{' (cut short)' if result['cut_short'] else ''} ({result['seconds']} s; server "
             f"CPU {result['server_cpu_ms_per_stream']} ms a stream, {result['server_cores']} "
             f"of a core; clients {result['client_cpu_ms_per_stream']} ms, "
-            f"{result['client_cores']})",
+            f"{result['client_cores']}; event loop late at worst: server <= "
+            f"{result['server_loop_lag_max_ms']} ms, {late_ticks} ticks over 50 ms; clients "
+            f"{result['client_loop_lag_max_ms']} ms)",
             flush=True,
         )
         return bool(result["passed"])

@@ -41,6 +41,27 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
+def loop_lag_buckets(metrics_text: str) -> dict[float, float]:
+    """The server's ``tts_event_loop_lag_seconds`` from a /metrics page: cumulative tick
+    counts by bucket bound (``inf`` the last)."""
+    prefix = 'tts_event_loop_lag_seconds_bucket{le="'
+    return {
+        float(line[len(prefix) :].split('"')[0]): float(line.split()[-1])
+        for line in metrics_text.splitlines()
+        if line.startswith(prefix)
+    }
+
+
+def worst_loop_lag(before: dict[float, float], after: dict[float, float]) -> tuple[float, int]:
+    """Between two readings of :func:`loop_lag_buckets`: the bound of the worst bucket a
+    tick fell in (seconds; ``inf`` past the last bound, 0 without ticks) and the ticks
+    later than 50 ms."""
+    ticks = {bound: after[bound] - before.get(bound, 0.0) for bound in after}
+    total = ticks.get(float("inf"), 0.0)
+    worst = min((bound for bound, count in ticks.items() if count >= total), default=0.0)
+    return (worst if total else 0.0), round(total - ticks.get(0.05, total))
+
+
 def _process_tree(pid: int) -> list[int]:
     """``pid`` and its descendants now (from /proc/PID/task/*/children)."""
     found, queue = [], [pid]

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 
 from fastapi import FastAPI, WebSocket
 from fastapi.middleware.cors import CORSMiddleware
+from prometheus_client import Histogram
 
 from server import __version__, blas, logs
 from server.config import Settings
@@ -38,6 +39,9 @@ __all__ = ["AppState", "create_app"]
 
 logger = logging.getLogger(__name__)
 
+#: The event loop's lag is measured on a timer due this often (tts_event_loop_lag_seconds).
+LOOP_TICK_S = 0.1
+
 
 async def _watch(state: AppState, period_s: float = 1.0) -> None:
     """The engine worker's watchdog (server.runtime.worker), every ``period_s``; and,
@@ -50,6 +54,15 @@ async def _watch(state: AppState, period_s: float = 1.0) -> None:
         if not settled and loaded and state.worker.status.state != "loading":
             settled = True
             settle_heap(state.settings.heap, when="once loaded", collect=1)
+
+
+async def _time_the_loop(lag: Histogram, period_s: float = LOOP_TICK_S) -> None:
+    """How late the event loop runs a timer due every ``period_s``, into ``lag``."""
+    loop = asyncio.get_running_loop()
+    while True:
+        due = loop.time() + period_s
+        await asyncio.sleep(period_s)
+        lag.observe(max(0.0, loop.time() - due))
 
 
 def _lifespan(
@@ -79,9 +92,11 @@ def _lifespan(
             state.frontend.start()  # loads the text normaliser on its own thread
         hangup = _on_hangup(state.frontend.reload_lexicon) if state.frontend.lexicon_file else None
         watchdog = asyncio.create_task(_watch(state), name="engine-watchdog")
+        timing = asyncio.create_task(_time_the_loop(state.metrics.loop_lag), name="loop-lag")
         try:
             yield
         finally:
+            timing.cancel()
             if wyoming is not None:
                 await wyoming.close(state.settings.drain_timeout_s)
             if hangup is not None:

@@ -284,6 +284,13 @@ class Metrics:
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5),
             registry=r,
         )
+        self.loop_lag = Histogram(
+            "tts_event_loop_lag_seconds",
+            "how late the event loop ran a timer due every 100 ms: while it is saturated "
+            "(the process's ceiling, not the engine's) every stream's audio waits as long",
+            buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0),
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

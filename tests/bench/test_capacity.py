@@ -22,3 +22,27 @@ def test_smoke_run_reports_each_design_with_the_gpu_preset() -> None:
     for trial in report["trials"]:  # each side's CPU, to tell which one ran out of core
         assert trial["server_cpu_ms_per_stream"] > 0 and trial["client_cpu_ms_per_stream"] > 0
         assert 0 < trial["server_cores"] <= 2 and 0 < trial["client_cores"] <= 2
+        # and how late each side's event loop ran at worst (the server's from its metric)
+        assert 0 < trial["server_loop_lag_max_ms"] <= 5000
+        assert trial["server_loop_ticks_over_50ms"] >= 0 and trial["client_loop_lag_max_ms"] >= 0
+
+
+def test_worst_loop_lag_is_the_bucket_of_the_latest_tick() -> None:
+    """Between two readings of the server's histogram: the bucket its latest tick fell
+    in, and the ticks later than 50 ms; none late, none ticked, and past the last bound."""
+    from harness.bench_server import loop_lag_buckets, worst_loop_lag
+
+    def page(counts: dict[str, int]) -> str:
+        return "\n".join(
+            f'tts_event_loop_lag_seconds_bucket{{le="{le}"}} {n}.0' for le, n in counts.items()
+        )
+
+    before = loop_lag_buckets(page({"0.002": 5, "0.05": 5, "0.2": 5, "+Inf": 5}))
+    assert before == {0.002: 5.0, 0.05: 5.0, 0.2: 5.0, float("inf"): 5.0}
+    after = loop_lag_buckets(page({"0.002": 12, "0.05": 14, "0.2": 16, "+Inf": 16}))
+    assert worst_loop_lag(before, after) == (0.2, 2)
+    assert worst_loop_lag(before, before) == (0.0, 0)
+    quick = loop_lag_buckets(page({"0.002": 9, "0.05": 9, "0.2": 9, "+Inf": 9}))
+    assert worst_loop_lag(before, quick) == (0.002, 0)
+    stuck = loop_lag_buckets(page({"0.002": 5, "0.05": 5, "0.2": 5, "+Inf": 6}))
+    assert worst_loop_lag(before, stuck) == (float("inf"), 1)

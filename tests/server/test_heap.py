@@ -113,3 +113,42 @@ def test_every_collection_is_timed_in_the_metrics() -> None:
         assert after["2"] >= before.get("2", 0) + 1
         assert after["0"] >= before.get("0", 0) + 1
     assert len(gc.callbacks) == callbacks
+
+
+def _loop_lag(url: str) -> tuple[float, dict[str, float]]:
+    """tts_event_loop_lag_seconds: its count, and its cumulative bucket counts by bound."""
+    import httpx
+
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    count = next(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("tts_event_loop_lag_seconds_count")
+    )
+    buckets = {
+        line.split('le="')[1].split('"')[0]: float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("tts_event_loop_lag_seconds_bucket")
+    }
+    return count, buckets
+
+
+@pytest.mark.live
+def test_a_stalled_event_loop_shows_in_its_lag() -> None:
+    """tts_event_loop_lag_seconds times the loop about ten times a second; a loop held
+    for 400 ms (a burst of work that never yields) shows as one tick at least 200 ms
+    late, and the ticks go on after it."""
+    from harness.live import run_live_server
+    from server.config import Settings
+
+    with run_live_server(Settings(engine="espeak")) as server:
+        time.sleep(0.5)
+        count, before = _loop_lag(server.base_url)
+        assert count >= 2  # ticking since start-up
+        server.on_loop(lambda: time.sleep(0.4))  # holds the loop, as saturating work does
+        time.sleep(0.5)
+        after, buckets = _loop_lag(server.base_url)
+        # One tick 0.3-0.4 s late (it fell due within the stall): over 0.2, not over 0.5.
+        assert after - buckets["0.2"] >= count - before["0.2"] + 1
+        assert after - buckets["0.5"] == count - before["0.5"]
+        assert after >= count + 3
