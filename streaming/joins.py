@@ -280,7 +280,8 @@ class SegmentJoiner:
                     data = clean
                     blocks = data[:whole].reshape(-1, self._block)
                     squares = block_squares(blocks)
-            self._take_blocks(blocks, squares / np.float32(self._block))
+            # In float64, as _take_block compares its one block's power.
+            self._take_blocks(blocks, squares.astype(np.float64) / self._block)
         self._pending = data[whole:].copy()  # looked at with the blocks it completes
         return self._release(final=False)
 

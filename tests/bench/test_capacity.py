@@ -23,8 +23,10 @@ def test_smoke_run_reports_each_design_with_the_gpu_preset() -> None:
         assert trial["server_cpu_ms_per_stream"] > 0 and trial["client_cpu_ms_per_stream"] > 0
         assert 0 < trial["server_cores"] <= 2 and 0 < trial["client_cores"] <= 2
         # and how late each side's event loop ran at worst (the server's from its metric)
-        assert 0 < trial["server_loop_lag_max_ms"] <= 5000
-        assert trial["server_loop_ticks_over_50ms"] >= 0 and trial["client_loop_lag_max_ms"] >= 0
+        assert 0 < trial["server_loop_lag_max_ms"] <= 5000  # some tick fell due in it
+        assert isinstance(trial["server_loop_ticks_over_50ms"], int)
+        assert trial["client_loop_ticks"] > 0  # the clients' timer ran through the trial
+        assert 0 <= trial["client_loop_lag_max_ms"] <= trial["seconds"] * 1000
 
 
 def test_worst_loop_lag_is_the_bucket_of_the_latest_tick() -> None:
