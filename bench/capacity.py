@@ -350,20 +350,20 @@ class ClientLoopLag:
         self._task: asyncio.Task[None] | None = None
 
     def __enter__(self) -> ClientLoopLag:
-        self._task = asyncio.get_running_loop().create_task(self._tick())
+        from server.app import time_the_loop  # the server's own timer (its lag metric)
+
+        self._task = asyncio.get_running_loop().create_task(
+            time_the_loop(self._observe, self.PERIOD_S)
+        )
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._task is not None:
             self._task.cancel()
 
-    async def _tick(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            due = loop.time() + self.PERIOD_S
-            await asyncio.sleep(self.PERIOD_S)
-            self.worst_s = max(self.worst_s, loop.time() - due)
-            self.ticks += 1
+    def _observe(self, late_s: float) -> None:
+        self.worst_s = max(self.worst_s, late_s)
+        self.ticks += 1
 
 
 async def settle(port: int) -> None:

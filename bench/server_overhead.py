@@ -65,12 +65,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.bench_server import cpu_seconds, settings_overrides
+from harness.bench_server import cpu_seconds, main_thread_cpu_seconds, settings_overrides
 
 ROOT = Path(__file__).resolve().parent.parent
 
 TEXT = "你好，欢迎使用流式语音合成。"
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 #: What the event loop was doing in a profile sample, by the frames of its stack.
@@ -137,12 +136,6 @@ def hottest(path: Path, loop_us_per_stream: float, count: int = 20) -> list[tupl
             own[frames[-1]] += int(samples)
     total = sum(own.values()) or 1
     return [(name, n * loop_us_per_stream / total) for name, n in own.most_common(count)]
-
-
-def loop_cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process's main thread (its event loop's) so far."""
-    fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 # -- the two servers (child processes) --------------------------------------------------
@@ -405,11 +398,11 @@ def measure(
     uvloop.run(run_streams(url, min(streams, 20), 0.1))  # warm: caches, first connections
     raw = Path(tempfile.mkstemp(suffix=".txt")[1])
     profiler = start_profiler(process.pid, raw, rate_hz) if profiles is not None else None
-    before, loop_before = cpu_seconds(process.pid), loop_cpu_seconds(process.pid)
+    before, loop_before = cpu_seconds(process.pid), main_thread_cpu_seconds(process.pid)
     collected = gc_collections(url)
     ttfas, audio_bytes = uvloop.run(run_streams(url, streams, spread_s))
     cpu = cpu_seconds(process.pid) - before
-    loop_cpu = loop_cpu_seconds(process.pid) - loop_before
+    loop_cpu = main_thread_cpu_seconds(process.pid) - loop_before
     gc_figures = {k: v - collected[k] for k, v in gc_collections(url).items()} if collected else {}
     if profiler is not None and profiles is not None:
         profiler.send_signal(signal.SIGINT)

@@ -18,10 +18,13 @@ __all__ = [
     "add_engine_arguments",
     "cpu_seconds",
     "ensure_checkpoint",
+    "loop_lag_buckets",
+    "main_thread_cpu_seconds",
     "serve",
     "settings_overrides",
     "start_server",
     "wait_ready",
+    "worst_loop_lag",
 ]
 
 _ROOT = Path(__file__).resolve().parent.parent
@@ -34,11 +37,21 @@ def cpu_seconds(pid: int) -> float:
     total = 0.0
     for each in _process_tree(pid):
         try:
-            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+            total += _stat_cpu_seconds(Path(f"/proc/{each}/stat"))
         except OSError:
             continue  # it ended meanwhile
-        total += (int(fields[11]) + int(fields[12])) / _TICKS
     return total
+
+
+def main_thread_cpu_seconds(pid: int) -> float:
+    """User + system CPU of process ``pid``'s main thread (a server's event loop) so far."""
+    return _stat_cpu_seconds(Path(f"/proc/{pid}/task/{pid}/stat"))
+
+
+def _stat_cpu_seconds(stat: Path) -> float:
+    """User + system CPU from a /proc ``stat`` file (a process's or a thread's)."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
 def loop_lag_buckets(metrics_text: str) -> dict[float, float]:

@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator, Callable
 
 from fastapi import FastAPI, WebSocket
 from fastapi.middleware.cors import CORSMiddleware
-from prometheus_client import Histogram
 
 from server import __version__, blas, logs
 from server.config import Settings
@@ -35,7 +34,7 @@ from server.ws.endpoint import DenialLogFilter, run_websocket
 from server.wyoming.server import WyomingServer
 from streaming.errors import Unavailable
 
-__all__ = ["AppState", "create_app"]
+__all__ = ["AppState", "create_app", "time_the_loop"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,13 +55,14 @@ async def _watch(state: AppState, period_s: float = 1.0) -> None:
             settle_heap(state.settings.heap, when="once loaded", collect=1)
 
 
-async def _time_the_loop(lag: Histogram, period_s: float = LOOP_TICK_S) -> None:
-    """How late the event loop runs a timer due every ``period_s``, into ``lag``."""
+async def time_the_loop(observe: Callable[[float], None], period_s: float = LOOP_TICK_S) -> None:
+    """How late the running event loop runs a timer due every ``period_s``: each
+    lateness (seconds) to ``observe``, until cancelled."""
     loop = asyncio.get_running_loop()
     while True:
         due = loop.time() + period_s
         await asyncio.sleep(period_s)
-        lag.observe(max(0.0, loop.time() - due))
+        observe(max(0.0, loop.time() - due))
 
 
 def _lifespan(
@@ -92,7 +92,7 @@ def _lifespan(
             state.frontend.start()  # loads the text normaliser on its own thread
         hangup = _on_hangup(state.frontend.reload_lexicon) if state.frontend.lexicon_file else None
         watchdog = asyncio.create_task(_watch(state), name="engine-watchdog")
-        timing = asyncio.create_task(_time_the_loop(state.metrics.loop_lag), name="loop-lag")
+        timing = asyncio.create_task(time_the_loop(state.metrics.loop_lag.observe), name="loop-lag")
         try:
             yield
         finally:
