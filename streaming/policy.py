@@ -15,7 +15,8 @@ row is close to running dry, so that under overload the streams nearest to an un
 (new ones waiting for their first audio among them) get the faster, smaller steps.
 :class:`StepCosts` learns what a step costs by batch size, and :func:`capacity` turns that
 into how many real-time streams the engine can carry: the number admission control
-holds new contexts to.
+holds new contexts to. :class:`PromptCosts` learns what a forward of joining rows' prompts
+costs by how many it holds, and so whether more prompts ride along nearly free.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Protocol, TypeVar
 __all__ = [
     "STEPS_PER_AUDIO_SECOND",
     "BatchSettings",
+    "PromptCosts",
     "Scheduled",
     "StepCosts",
     "capacity",
@@ -255,6 +257,66 @@ class StepCosts:
             line = (seen, max(0.0, mean_t - slope * mean_b), slope, 0)
         self._line = line
         return line
+
+
+@dataclass
+class PromptCosts:
+    """What a forward of joining rows' prompts costs by how many prompts it holds, and
+    so what one more prompt adds.
+
+    Each size keeps one figure: a forward faster than it lowers it at once, a slower one
+    raises it by ``rise`` of the difference. Noise in a busy host's timings (waits for
+    the GIL or for a core) only ever adds time, so a size's figure stays near what its
+    forwards cost with little noise, where judging from single forwards reads that noise
+    as prompts costing milliseconds; forwards that really became dearer (longer prompts,
+    a CPU engine) still show in it from the first. A size not seen in ``memory`` forwards
+    is forgotten: a stale figure (a cold first forward, prompts that were dearer) cannot
+    hold the forwards' size where it is, and a size known to no figure is probed anew.
+    """
+
+    rise: float = 0.25
+    memory: int = 32
+    seconds: dict[int, float] = field(default_factory=dict)
+    #: The forward count at which each size was last seen.
+    seen: dict[int, int] = field(default_factory=dict)
+    forwards: int = 0
+
+    def observe(self, size: int, seconds: float) -> None:
+        """A forward of ``size`` prompts took ``seconds``."""
+        self.forwards += 1
+        for stale in [n for n, at in self.seen.items() if self.forwards - at > self.memory]:
+            del self.seconds[stale], self.seen[stale]
+        old = self.seconds.get(size)
+        self.seconds[size] = (
+            seconds if old is None or seconds < old else old + self.rise * (seconds - old)
+        )
+        self.seen[size] = self.forwards
+
+    def per_prompt(self, size: int) -> float | None:
+        """Seconds one more prompt adds to a forward of ``size``: the slope to the nearest
+        smaller size known or, where that does not rise (its figure stale), to the nearest
+        larger one; None while ``size`` is the only one known."""
+        here = self.seconds.get(size)
+        if here is None:
+            return None
+        smaller = max((n for n in self.seconds if n < size), default=None)
+        larger = min((n for n in self.seconds if n > size), default=None)
+        if smaller is not None:
+            slope = (here - self.seconds[smaller]) / (size - smaller)
+            if slope > 0 or larger is None:
+                return max(0.0, slope)
+        if larger is not None:
+            return max(0.0, (self.seconds[larger] - here) / (larger - size))
+        return None
+
+    def ride_along(self, size: int, share: float) -> bool:
+        """Whether doubling a forward of ``size`` prompts adds at most ``share`` of its
+        fixed cost (what it costs less its prompts); unknown yet: yes, a probe."""
+        per_prompt = self.per_prompt(size)
+        if per_prompt is None:
+            return True
+        fixed_s = max(0.0, self.seconds[size] - per_prompt * (size - 1))
+        return per_prompt * size <= share * fixed_s
 
 
 def capacity(

@@ -24,7 +24,15 @@ from server.engines.base import Batcher, BatchRow, WordMarks
 from server.metrics import Metrics
 from server.runtime.fallback import FallbackVoice
 from server.runtime.jobs import Handoff, Job, engine_stopped
-from streaming.policy import BatchSettings, StepCosts, first_by, plan_step, seat, urgency
+from streaming.policy import (
+    BatchSettings,
+    PromptCosts,
+    StepCosts,
+    first_by,
+    plan_step,
+    seat,
+    urgency,
+)
 
 __all__ = ["Scheduler"]
 
@@ -75,8 +83,7 @@ class Scheduler:
         # Joining rows whose prompts run together next (prefill_together): adapted to
         # what the last rounds' prompts cost against the budget.
         self._together = 1
-        self._last_forward: tuple[int, float] | None = None  # (prompts, seconds)
-        self._per_prompt_s: float | None = None  # what a prompt adds to a forward
+        self.prompt_costs = PromptCosts()
 
     @property
     def idle(self) -> bool:
@@ -193,13 +200,14 @@ class Scheduler:
         that did not; always one, at most ``prefills_per_step``).
 
         A forward fits when the round stays within the budget, or when prompts ride
-        along nearly free: the cost a prompt adds (from the last two forwards of
-        different sizes) times the prompts a doubling would add stays within
-        :data:`RIDE_ALONG_SHARE` of the forward's fixed cost. The first prompt runs
-        whatever the budget; prompts that add little to its forward (on a GPU, where a
-        forward of short prompts costs its launches) delay the speaking rows little more.
-        Judged from consecutive forwards, so one slow forward (a cold first one) weighs
-        on the next decision only."""
+        along nearly free: the cost a prompt adds (:class:`~streaming.policy.PromptCosts`,
+        from recent forwards of neighbouring sizes) times the prompts a doubling would
+        add stays within :data:`RIDE_ALONG_SHARE` of the forward's fixed cost. The first
+        prompt runs whatever the budget; prompts that add little to its forward (on a
+        GPU, where a forward of short prompts costs its launches) delay the speaking rows
+        little more. Each size's cost is kept so that timing noise (which only adds)
+        does not read as dear prompts, and one slow forward (a cold first one) is
+        outweighed by the next of its size or forgotten."""
         first = first_by(joining, min(self._together, self.policy.prefills_per_step), urgency)
         rows = [self.active[job] for job in first]
         started = time.perf_counter()
@@ -211,7 +219,8 @@ class Scheduler:
                 row.error = exc
         spent_s = time.perf_counter() - started
         self.metrics.prefill_rows.observe(len(rows))
-        rides = self._prompts_ride_along(len(rows), spent_s)  # learns from every forward
+        self.prompt_costs.observe(len(rows), spent_s)
+        rides = self.prompt_costs.ride_along(len(rows), RIDE_ALONG_SHARE)
         if spent_s <= budget_s or rides:
             self._together = min(self.policy.prefills_per_step, max(self._together, 2 * len(rows)))
         else:
@@ -231,18 +240,6 @@ class Scheduler:
         self._speaking[job] = None
         if self.policy.max_batch == 1:
             heapq.heappush(self._by_urgency, (*urgency(job, self.rate_hz), job))
-
-    def _prompts_ride_along(self, size: int, spent_s: float) -> bool:
-        """Whether doubling a forward of ``size`` prompts that took ``spent_s`` adds at
-        most :data:`RIDE_ALONG_SHARE` of its fixed cost (unknown yet: yes, a probe)."""
-        last = self._last_forward
-        self._last_forward = (size, spent_s)
-        if last is not None and last[0] != size:
-            self._per_prompt_s = max(0.0, (spent_s - last[1]) / (size - last[0]))
-        if self._per_prompt_s is None:
-            return True
-        fixed_s = max(0.0, spent_s - self._per_prompt_s * (size - 1))
-        return self._per_prompt_s * size <= RIDE_ALONG_SHARE * fixed_s
 
     def _prefill_budget_s(self) -> float:
         """The time a round may spend on prefills: what a step's audio lasts, less what

@@ -10,6 +10,7 @@ import pytest
 from streaming.policy import (
     STEPS_PER_AUDIO_SECOND,
     BatchSettings,
+    PromptCosts,
     StepCosts,
     capacity,
     first_by,
@@ -208,3 +209,45 @@ def test_capacity_is_the_largest_batch_within_budget(seed: int) -> None:
     budget = 0.8 * costs.audio_per_row_step()
     fits = [b for b in range(1, max_batch + 1) if (costs.estimate(b) or 0.0) <= budget]
     assert capacity(costs, max_batch, 0.8) == (max(fits) if fits else 0)
+
+
+def test_a_prompts_cost_falls_at_once_and_rises_by_a_share() -> None:
+    """A faster forward sets its size's figure; a slower one moves it a quarter of the
+    way; what a prompt adds is the slope between neighbouring sizes."""
+    costs = PromptCosts()
+    costs.observe(4, 0.010)
+    assert costs.per_prompt(4) is None and costs.ride_along(4, 0.25)  # alone: a probe
+    costs.observe(8, 0.018)
+    assert costs.per_prompt(8) == pytest.approx(0.002)
+    costs.observe(8, 0.010)  # faster: taken at once
+    assert costs.seconds[8] == 0.010 and costs.per_prompt(8) == 0.0
+    costs.observe(8, 0.014)  # slower: a quarter of the way
+    assert costs.seconds[8] == pytest.approx(0.011)
+    assert costs.per_prompt(8) == pytest.approx(0.00025)
+    # Doubling 8 adds 8 x 0.25 ms = 2 ms of a fixed cost of 9.25 ms: within a quarter.
+    assert costs.ride_along(8, 0.25) and not costs.ride_along(8, 0.2)
+
+
+def test_a_stale_smaller_size_gives_way_to_the_larger_one() -> None:
+    """A smaller size dearer than this one (a cold first forward) says nothing of what a
+    prompt adds: the slope to the next larger size counts."""
+    costs = PromptCosts()
+    costs.observe(1, 0.150)  # cold
+    costs.observe(2, 0.024)
+    assert costs.per_prompt(2) == 0.0  # only a smaller one known, and dearer
+    costs.observe(4, 0.048)
+    assert costs.per_prompt(2) == pytest.approx(0.012)
+    assert not costs.ride_along(2, 0.25)
+
+
+def test_a_size_not_seen_for_a_while_is_forgotten() -> None:
+    """After ``memory`` forwards of other sizes a size's figure is gone: it cannot hold
+    the decision, and the size is probed anew."""
+    costs = PromptCosts(memory=3)
+    costs.observe(2, 0.030)  # prompts were dear then
+    for _ in range(3):
+        costs.observe(1, 0.010)
+    assert costs.per_prompt(1) == pytest.approx(0.020)  # still remembered
+    costs.observe(1, 0.010)
+    assert 2 not in costs.seconds and costs.per_prompt(1) is None
+    assert costs.ride_along(1, 0.25)
