@@ -72,6 +72,7 @@ from harness.bench_server import (
     cpu_seconds,
     ensure_checkpoint,
     loop_lag_buckets,
+    prompts_a_forward,
     settings_overrides,
     worst_loop_lag,
 )
@@ -331,10 +332,10 @@ async def trial(design: str, port: int, streams: int, text: str, spread_s: float
     }
 
 
-async def server_loop_lag(port: int) -> dict[float, float]:
-    """The server's event loop lag histogram now (tts_event_loop_lag_seconds)."""
+async def server_metrics(port: int) -> str:
+    """The server's /metrics page now."""
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
-        return loop_lag_buckets((await http.get("/metrics")).text)
+        return (await http.get("/metrics")).text
 
 
 class ClientLoopLag:
@@ -387,7 +388,7 @@ async def capacity(
     pid = server.pid
 
     async def run(n: int) -> bool:
-        lag_before = await server_loop_lag(port)
+        metrics_before = await server_metrics(port)
         clients_lag = ClientLoopLag()
         started = time.perf_counter()
         cpu_before, clients_before = cpu_seconds(pid), time.process_time()
@@ -397,7 +398,12 @@ async def capacity(
         server_s, clients_s = cpu_seconds(pid) - cpu_before, time.process_time() - clients_before
         # How late each side's event loop ran at worst: the burst a trial fails in, which
         # the CPU averaged over the trial hides.
-        worst_s, late_ticks = worst_loop_lag(lag_before, await server_loop_lag(port))
+        metrics_after = await server_metrics(port)
+        worst_s, late_ticks = worst_loop_lag(
+            loop_lag_buckets(metrics_before), loop_lag_buckets(metrics_after)
+        )
+        # How many joining segments' prompts each forward took (prefill_together).
+        result["prompts_a_forward"] = prompts_a_forward(metrics_before, metrics_after)
         result["server_loop_lag_max_ms"] = round(worst_s * 1000) if worst_s < 1e9 else None
         result["server_loop_ticks_over_50ms"] = late_ticks
         result["client_loop_lag_max_ms"] = round(clients_lag.worst_s * 1000)
@@ -425,7 +431,8 @@ async def capacity(
             f"CPU {result['server_cpu_ms_per_stream']} ms a stream, {result['server_cores']} "
             f"of a core; clients {result['client_cpu_ms_per_stream']} ms, "
             f"{result['client_cores']}; event loop late at worst: server {server_lag}, "
-            f"{late_ticks} ticks over 50 ms; clients {result['client_loop_lag_max_ms']} ms)",
+            f"{late_ticks} ticks over 50 ms; clients {result['client_loop_lag_max_ms']} ms; "
+            f"prompts a forward {result['prompts_a_forward']})",
             flush=True,
         )
         return bool(result["passed"])

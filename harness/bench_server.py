@@ -18,8 +18,10 @@ __all__ = [
     "add_engine_arguments",
     "cpu_seconds",
     "ensure_checkpoint",
+    "histogram_totals",
     "loop_lag_buckets",
     "main_thread_cpu_seconds",
+    "prompts_a_forward",
     "serve",
     "settings_overrides",
     "start_server",
@@ -63,6 +65,26 @@ def loop_lag_buckets(metrics_text: str) -> dict[float, float]:
         for line in metrics_text.splitlines()
         if line.startswith(prefix)
     }
+
+
+def histogram_totals(metrics_text: str, name: str) -> tuple[float, float]:
+    """A histogram's ``(sum, count)`` from a /metrics page (zeros when it is absent)."""
+    found = {"sum": 0.0, "count": 0.0}
+    for line in metrics_text.splitlines():
+        for part in found:
+            if line.startswith(f"{name}_{part} "):
+                found[part] = float(line.split()[-1])
+    return found["sum"], found["count"]
+
+
+def prompts_a_forward(before: str, after: str) -> float | None:
+    """Joining segments' prompts a forward between two /metrics pages (the server's
+    ``tts_engine_prefill_rows``); None without a forward between them."""
+    (sum_before, count_before), (sum_after, count_after) = (
+        histogram_totals(page, "tts_engine_prefill_rows") for page in (before, after)
+    )
+    forwards = count_after - count_before
+    return round((sum_after - sum_before) / forwards, 2) if forwards else None
 
 
 def worst_loop_lag(before: dict[float, float], after: dict[float, float]) -> tuple[float, int]:

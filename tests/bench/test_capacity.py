@@ -27,6 +27,9 @@ def test_smoke_run_reports_each_design_with_the_gpu_preset() -> None:
         assert isinstance(trial["server_loop_ticks_over_50ms"], int)
         assert trial["client_loop_ticks"] > 0  # the clients' timer ran through the trial
         assert 0 <= trial["client_loop_lag_max_ms"] <= trial["seconds"] * 1000
+    # The batched design's joining segments' prompts went in forwards of one or two.
+    batched = [trial for trial in report["trials"] if trial["design"] == "batched"]
+    assert batched and all(1 <= trial["prompts_a_forward"] <= 2 for trial in batched)
 
 
 def test_worst_loop_lag_is_the_bucket_of_the_latest_tick() -> None:
@@ -48,3 +51,23 @@ def test_worst_loop_lag_is_the_bucket_of_the_latest_tick() -> None:
     assert worst_loop_lag(before, quick) == (0.002, 0)
     stuck = loop_lag_buckets(page({"0.002": 5, "0.05": 5, "0.2": 5, "+Inf": 6}))
     assert worst_loop_lag(before, stuck) == (float("inf"), 1)
+
+
+def test_a_histograms_totals_and_the_prompts_a_forward() -> None:
+    """A histogram's sum and count read from a /metrics page (zeros when absent), and the
+    prompts a forward between two pages (none without a forward between them)."""
+    from harness.bench_server import histogram_totals, prompts_a_forward
+
+    def page(total: float, count: float) -> str:
+        return (
+            'tts_engine_prefill_rows_bucket{le="1.0"} 3.0\n'
+            f"tts_engine_prefill_rows_sum {total}\n"
+            f"tts_engine_prefill_rows_count {count}\n"
+            "tts_engine_prefill_rows_created 1.7e+09\n"
+            "tts_engine_steps_total 12.0\n"
+        )
+
+    assert histogram_totals(page(14.0, 5.0), "tts_engine_prefill_rows") == (14.0, 5.0)
+    assert histogram_totals(page(14.0, 5.0), "tts_engine_step_seconds") == (0.0, 0.0)
+    assert prompts_a_forward(page(14.0, 5.0), page(46.0, 9.0)) == 8.0
+    assert prompts_a_forward(page(14.0, 5.0), page(14.0, 5.0)) is None
