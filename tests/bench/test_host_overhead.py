@@ -2,7 +2,23 @@
 
 from __future__ import annotations
 
-from tests.bench.smoke import figure, run_bench
+import importlib.util
+from types import ModuleType
+
+import pytest
+
+from tests.bench.smoke import ROOT, figure, run_bench
+
+
+def host_overhead() -> ModuleType:
+    """bench/host_overhead.py as a module (its projection, read by these tests)."""
+    spec = importlib.util.spec_from_file_location(
+        "host_overhead", ROOT / "bench" / "host_overhead.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_smoke_run_reports_step_costs_reads_and_projections() -> None:
@@ -19,7 +35,12 @@ def test_smoke_run_reports_step_costs_reads_and_projections() -> None:
     assert report["reads_per_step"] == new["reads_per_step"] == 1
     assert [old["by_batch"][n]["reads_per_step"] for n in ("1", "4")] == [1, 4]
     assert figure(report, "a_ms") > 0 and figure(report, "gpu_host_a_ms") > 0
-    assert report["projected_streams"] >= 1 and report["profile_ms"]
+    # The projection is the one its fitted host costs give (rounded in the report: an
+    # edge may move by one); how many that is depends on this machine's speed and load.
+    bench = host_overhead()
+    eager = new["gpu_host_eager_fit_ms"]
+    again = bench.projected_streams(*eager, tuple(new["ops_fit"]), bench.REALTIME_STEP_MS)
+    assert abs(report["projected_streams"] - again) <= 1 and report["profile_ms"]
     # Four prompts in one forward dispatch far fewer operations than four forwards; one
     # prompt the same either way.
     prefill = report["prefill"]
@@ -27,3 +48,19 @@ def test_smoke_run_reports_step_costs_reads_and_projections() -> None:
     assert prefill["1"]["together_ops"] == prefill["1"]["alone_ops"] > 0
     assert prefill["4"]["together_ops"] < prefill["4"]["alone_ops"] / 2
     assert figure(prefill["4"], "together_cpu_ms") > 0 and figure(prefill["4"], "ratio") > 0
+
+
+@pytest.mark.parametrize(("a_ms", "b_ms"), [(2.0, 0.01), (0.5, 0.002), (15.0, 0.1), (25.0, 0.0)])
+def test_the_projection_is_the_largest_batch_whose_step_fits(a_ms: float, b_ms: float) -> None:
+    """The projected streams: the largest batch whose host step (``a + b * n``) and
+    modelled device step together fit the budget; none when even one does not."""
+    bench = host_overhead()
+    ops, budget = (1340.0, 0.5), bench.REALTIME_STEP_MS
+
+    def step_ms(n: int) -> float:
+        return a_ms + b_ms * n + bench.device_ms(n, ops)
+
+    n = bench.projected_streams(a_ms, b_ms, ops, budget)
+    assert n == 0 or step_ms(n) <= budget
+    assert step_ms(n + 1) > budget
+    assert (n == 0) is (a_ms > 20)
