@@ -46,7 +46,7 @@ def _not_alive(state: AppState) -> str:
     """Why /health fails."""
     if state.worker.status.state == "stalled":
         return "engine thread stalled"
-    if getattr(state.worker.engine, "lost", False):  # --engine-process
+    if state.worker.engine_lost:  # --engine-process
         return "engine process ended"
     return "engine thread stopped"
 

@@ -46,6 +46,9 @@ class Owner(Protocol):
     batches: bool
     step_rows: int
 
+    @property
+    def engine_lost(self) -> bool: ...
+
     def loaded(
         self,
         state: str,
@@ -137,7 +140,7 @@ class EngineThread:
             while not self._take(engine, scheduler):
                 scheduler.run_once()
                 self.worker.watchdog.progress()
-                if getattr(engine, "lost", False):  # its process ended (--engine-process)
+                if self.worker.engine_lost:
                     logger.critical(
                         "the engine's process has ended: the engine thread stops and /health "
                         "fails (restart the server)"

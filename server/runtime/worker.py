@@ -105,9 +105,15 @@ class EngineWorker:
         """False when the engine thread died or is stuck (not loading, not stopped)."""
         if self._stopping or not self._loaded.is_set() or self.status.state == "failed":
             return True  # loading, shutting down, or a load failure (/ready reports those)
-        if getattr(self.engine, "lost", False):  # its process ended (--engine-process)
+        if self.engine_lost:
             return False
         return self._thread.is_alive() and self.status.state != "stalled"
+
+    @property
+    def engine_lost(self) -> bool:
+        """Whether the engine's own process ended (``--engine-process``); an engine in
+        this process (no ``lost`` of its own) never is."""
+        return bool(getattr(self.engine, "lost", False))
 
     @property
     def ready(self) -> bool:
@@ -188,7 +194,7 @@ class EngineWorker:
         idle or not: /ready and new work see it before any job fails on it."""
         if self.status.state not in ("ready", "stalled"):
             return
-        if getattr(self.engine, "lost", False):
+        if self.engine_lost:
             logger.critical(
                 "the engine's process has ended: refusing new work, /health fails "
                 "(restart the server)"
