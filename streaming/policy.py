@@ -275,7 +275,7 @@ class PromptCosts:
     """
 
     rise: float = 0.25
-    memory: int = 32
+    memory: int = 8
     seconds: dict[int, float] = field(default_factory=dict)
     #: The forward count at which each size was last seen.
     seen: dict[int, int] = field(default_factory=dict)
