@@ -83,7 +83,7 @@ class Scheduler:
         # Joining rows whose prompts run together next (prefill_together): adapted to
         # what the last rounds' prompts cost against the budget.
         self._together = 1
-        self.prompt_costs = PromptCosts()
+        self._prompt_costs = PromptCosts()
 
     @property
     def idle(self) -> bool:
@@ -211,16 +211,23 @@ class Scheduler:
         first = first_by(joining, min(self._together, self.policy.prefills_per_step), urgency)
         rows = [self.active[job] for job in first]
         started = time.perf_counter()
+        failed: Exception | None = None
         try:
             prefill_many(rows)
         except Exception as exc:
-            logger.exception("the prompts of %d joining segments failed", len(rows))
-            for row in rows:
-                row.error = exc
+            failed = exc
         spent_s = time.perf_counter() - started
         self.metrics.prefill_rows.observe(len(rows))
-        self.prompt_costs.observe(len(rows), spent_s)
-        rides = self.prompt_costs.ride_along(len(rows), RIDE_ALONG_SHARE)
+        if failed is None:
+            self._prompt_costs.observe(len(rows), spent_s)
+            rides = self._prompt_costs.ride_along(len(rows), RIDE_ALONG_SHARE)
+        else:
+            # A failed forward may have stopped at once: it says nothing of what prompts
+            # cost, and the next one is no larger for it.
+            logger.error("the prompts of %d joining segments failed", len(rows), exc_info=failed)
+            for row in rows:
+                row.error = failed
+            rides = False
         if spent_s <= budget_s or rides:
             self._together = min(self.policy.prefills_per_step, max(self._together, 2 * len(rows)))
         else:

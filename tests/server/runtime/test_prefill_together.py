@@ -199,9 +199,10 @@ def test_forwards_whose_prompts_each_cost_shrink() -> None:
 
 
 def test_one_slow_forward_does_not_let_dear_prompts_pile_up() -> None:
-    """A cold first forward of 150 ms, then prompts of 12 ms each: the size is judged
-    from consecutive forwards, so it never climbs past what the next ones cost (no
-    forward of 8 prompts, 96 ms, against a round of 20 ms)."""
+    """A cold first forward of 150 ms, then prompts of 12 ms each: the cold size's cost
+    gives way to the next larger size's (a smaller forward dearer than a larger one says
+    nothing of what a prompt adds), so the size never climbs past what the next ones
+    cost (no forward of 8 prompts, 96 ms, against a round of 20 ms)."""
     batcher = Batcher(prefill_s=0.0, per_prompt_s=0.012)
     batcher.once_s = 0.15
     with scheduler(batcher) as s:
@@ -257,6 +258,8 @@ def test_a_row_that_cannot_join_fails_alone(fail: bool) -> None:
         batcher.fail = fail
         s.run_once()  # a forward of the two others
         assert batcher.together == [[0], [1, 2]]
+        # A forward that failed (at once, here) says nothing of what prompts cost.
+        assert (2 in s._prompt_costs.seconds) is not fail
         assert others[0] not in s.active and others[0]._ended
         assert batcher.closed == ([1, 2] if fail else [1])  # their rows given back
         assert (others[1] in s.active) is not fail
