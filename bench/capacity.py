@@ -43,7 +43,9 @@ cores, so a capacity gained by a lighter client shows there), the share of a cor
 each side used over the trial (server, clients), to tell which ran out, and how late
 each side's event loop ran at worst (the server's from its ``tts_event_loop_lag_seconds``,
 a timer due every 100 ms; the clients' by a timer due every 10 ms): averaged over a
-trial, the CPU hides the burst of new streams a trial fails in.
+trial, the CPU hides the burst of new streams a trial fails in. And how many joining
+segments' prompts went in each forward (the server's ``tts_engine_prefill_rows``): a
+burst starts as many segments a second as rounds a second times that.
 ``--set NAME=VALUE`` gives every server a setting; ``--compare NAME=VALUE`` measures
 each design a second time with those settings ("DESIGN before"), in the same run.
 
