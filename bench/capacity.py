@@ -44,8 +44,9 @@ each side used over the trial (server, clients), to tell which ran out, and how 
 each side's event loop ran at worst (the server's from its ``tts_event_loop_lag_seconds``,
 a timer due every 100 ms; the clients' by a timer due every 10 ms): averaged over a
 trial, the CPU hides the burst of new streams a trial fails in. And how many joining
-segments' prompts went in each forward (the server's ``tts_engine_prefill_rows``): a
-burst starts as many segments a second as rounds a second times that.
+segments' prompts went in each forward (the server's ``tts_engine_prefill_rows``), and
+the engine's steps and forwards a second over the trial: a burst starts as many
+segments a second as forwards a second times prompts a forward.
 ``--set NAME=VALUE`` gives every server a setting; ``--compare NAME=VALUE`` measures
 each design a second time with those settings ("DESIGN before"), in the same run.
 
@@ -75,6 +76,7 @@ from harness.bench_server import (
     ensure_checkpoint,
     loop_lag_buckets,
     prompts_a_forward,
+    sample_value,
     settings_overrides,
     worst_loop_lag,
 )
@@ -406,6 +408,13 @@ async def capacity(
         )
         # How many joining segments' prompts each forward took (prefill_together).
         result["prompts_a_forward"] = prompts_a_forward(metrics_before, metrics_after)
+        # And the engine's rounds: steps and forwards a second, over the trial.
+        for key, name in (
+            ("steps", "tts_engine_steps_total"),
+            ("forwards", "tts_engine_prefill_rows_count"),
+        ):
+            done = sample_value(metrics_after, name) - sample_value(metrics_before, name)
+            result[f"engine_{key}_a_second"] = round(done / wall_s, 1)
         result["server_loop_lag_max_ms"] = round(worst_s * 1000) if worst_s < 1e9 else None
         result["server_loop_ticks_over_50ms"] = late_ticks
         result["client_loop_lag_max_ms"] = round(clients_lag.worst_s * 1000)
@@ -434,7 +443,8 @@ async def capacity(
             f"of a core; clients {result['client_cpu_ms_per_stream']} ms, "
             f"{result['client_cores']}; event loop late at worst: server {server_lag}, "
             f"{late_ticks} ticks over 50 ms; clients {result['client_loop_lag_max_ms']} ms; "
-            f"prompts a forward {result['prompts_a_forward']})",
+            f"prompts a forward {result['prompts_a_forward']}, engine steps a second "
+            f"{result['engine_steps_a_second']}, forwards {result['engine_forwards_a_second']})",
             flush=True,
         )
         return bool(result["passed"])

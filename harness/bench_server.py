@@ -22,6 +22,7 @@ __all__ = [
     "loop_lag_buckets",
     "main_thread_cpu_seconds",
     "prompts_a_forward",
+    "sample_value",
     "serve",
     "settings_overrides",
     "start_server",
@@ -67,14 +68,18 @@ def loop_lag_buckets(metrics_text: str) -> dict[float, float]:
     }
 
 
+def sample_value(metrics_text: str, name: str) -> float:
+    """The value of the sample ``name`` (no labels) on a /metrics page; 0 when absent."""
+    prefix = f"{name} "
+    for line in metrics_text.splitlines():
+        if line.startswith(prefix):
+            return float(line.split()[-1])
+    return 0.0
+
+
 def histogram_totals(metrics_text: str, name: str) -> tuple[float, float]:
     """A histogram's ``(sum, count)`` from a /metrics page (zeros when it is absent)."""
-    found = {"sum": 0.0, "count": 0.0}
-    for line in metrics_text.splitlines():
-        for part in found:
-            if line.startswith(f"{name}_{part} "):
-                found[part] = float(line.split()[-1])
-    return found["sum"], found["count"]
+    return sample_value(metrics_text, f"{name}_sum"), sample_value(metrics_text, f"{name}_count")
 
 
 def prompts_a_forward(before: str, after: str) -> float | None:

@@ -30,6 +30,11 @@ def test_smoke_run_reports_each_design_with_the_gpu_preset() -> None:
     # The batched design's joining segments' prompts went in forwards of one or two.
     batched = [trial for trial in report["trials"] if trial["design"] == "batched"]
     assert batched and all(1 <= trial["prompts_a_forward"] <= 2 for trial in batched)
+    for trial in batched:  # the engine stepped and prefilled during each trial
+        steps, forwards = trial["engine_steps_a_second"], trial["engine_forwards_a_second"]
+        assert steps > 0 and forwards > 0
+        # Each forward is followed by its round's step (one round may straddle a reading).
+        assert forwards * trial["seconds"] <= steps * trial["seconds"] + 1.5
 
 
 def test_worst_loop_lag_is_the_bucket_of_the_latest_tick() -> None:
@@ -56,7 +61,7 @@ def test_worst_loop_lag_is_the_bucket_of_the_latest_tick() -> None:
 def test_a_histograms_totals_and_the_prompts_a_forward() -> None:
     """A histogram's sum and count read from a /metrics page (zeros when absent), and the
     prompts a forward between two pages (none without a forward between them)."""
-    from harness.bench_server import histogram_totals, prompts_a_forward
+    from harness.bench_server import histogram_totals, prompts_a_forward, sample_value
 
     def page(total: float, count: float) -> str:
         return (
@@ -69,5 +74,7 @@ def test_a_histograms_totals_and_the_prompts_a_forward() -> None:
 
     assert histogram_totals(page(14.0, 5.0), "tts_engine_prefill_rows") == (14.0, 5.0)
     assert histogram_totals(page(14.0, 5.0), "tts_engine_step_seconds") == (0.0, 0.0)
+    assert sample_value(page(14.0, 5.0), "tts_engine_steps_total") == 12.0
+    assert sample_value(page(14.0, 5.0), "tts_engine_steps") == 0.0  # a prefix is not a name
     assert prompts_a_forward(page(14.0, 5.0), page(46.0, 9.0)) == 8.0
     assert prompts_a_forward(page(14.0, 5.0), page(14.0, 5.0)) is None
