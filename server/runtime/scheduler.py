@@ -223,7 +223,7 @@ class Scheduler:
             rides = self._prompt_costs.ride_along(len(rows), RIDE_ALONG_SHARE)
         else:
             # A failed forward may have stopped at once: it says nothing of what prompts
-            # cost, and the next one is no larger for it.
+            # cost, and its prompts do not count as riding along.
             logger.error("the prompts of %d joining segments failed", len(rows), exc_info=failed)
             for row in rows:
                 row.error = failed

@@ -3,6 +3,7 @@ reading the figures of its final JSON line."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -10,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,6 +43,15 @@ def run_bench(
     report = json.loads(lines[-1])
     assert isinstance(report, dict), lines[-1]
     return report
+
+
+def bench_module(script: str) -> ModuleType:
+    """``bench/<script>`` imported as a module (to test its functions directly)."""
+    spec = importlib.util.spec_from_file_location(Path(script).stem, ROOT / "bench" / script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def figure(report: Mapping[str, Any], key: str) -> float:

@@ -2,23 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-from types import ModuleType
-
 import pytest
 
-from tests.bench.smoke import ROOT, figure, run_bench
-
-
-def host_overhead() -> ModuleType:
-    """bench/host_overhead.py as a module (its projection, read by these tests)."""
-    spec = importlib.util.spec_from_file_location(
-        "host_overhead", ROOT / "bench" / "host_overhead.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.bench.smoke import bench_module, figure, run_bench
 
 
 def test_smoke_run_reports_step_costs_reads_and_projections() -> None:
@@ -39,7 +25,7 @@ def test_smoke_run_reports_step_costs_reads_and_projections() -> None:
     # 3 decimals, b to 4, the operations to 1 and 2), so it lies between the projections
     # of the dearest and the cheapest costs that round so. How many streams that is
     # depends on this machine's speed and load.
-    bench = host_overhead()
+    bench = bench_module("host_overhead.py")
     (a, b), (ops_a, ops_b) = new["gpu_host_eager_fit_ms"], new["ops_fit"]
     budget = bench.REALTIME_STEP_MS
     fewest = bench.projected_streams(a + 5e-4, b + 5e-5, (ops_a + 0.05, ops_b + 5e-3), budget)
@@ -58,7 +44,7 @@ def test_smoke_run_reports_step_costs_reads_and_projections() -> None:
 def test_the_projection_is_the_largest_batch_whose_step_fits(a_ms: float, b_ms: float) -> None:
     """The projected streams: the largest batch whose host step (``a + b * n``) and
     modelled device step together fit the budget; none when even one does not."""
-    bench = host_overhead()
+    bench = bench_module("host_overhead.py")
     ops, budget = (1340.0, 0.5), bench.REALTIME_STEP_MS
 
     def step_ms(n: int) -> float:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-from tests.bench.smoke import ONE_THREAD, ROOT, assert_all_finite, figure, run_bench
+from tests.bench.smoke import ONE_THREAD, assert_all_finite, bench_module, figure, run_bench
 
 pytestmark = pytest.mark.live
 
@@ -53,12 +52,6 @@ def test_the_hottest_functions_are_the_event_loops_own_samples(tmp_path: Path) -
         "process 1:MainThread;run (a.py:1) 2\n"
         "process 1:engine;step (engine.py:3) 50\n"
     )
-    spec = importlib.util.spec_from_file_location(
-        "server_overhead", ROOT / "bench" / "server_overhead.py"
-    )
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    hottest = bench.hottest
+    hottest = bench_module("server_overhead.py").hottest
     assert hottest(raw, 100.0) == [("flush (wire.py:9)", 80.0), ("run (a.py:1)", 20.0)]
     assert hottest(raw, 100.0, count=1) == [("flush (wire.py:9)", 80.0)]
