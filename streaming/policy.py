@@ -35,6 +35,7 @@ __all__ = [
     "first_by",
     "most_urgent",
     "plan_step",
+    "planned_step",
     "playback_deadline",
     "seat",
     "slack",
@@ -159,11 +160,25 @@ def plan_step(
     Every row steps while none is within ``sit_out_ahead_s`` of running dry, or when
     sitting out is off; otherwise the rows that far ahead wait for this step.
     """
-    ordered = first_by(rows, policy.max_batch, lambda row: urgency(row, sample_rate_hz))
-    if policy.sit_out_ahead_s <= 0:
-        return ordered
-    needy = [row for row in ordered if slack(row, now_s, sample_rate_hz) < policy.sit_out_ahead_s]
-    return needy or ordered
+    return planned_step(rows, now_s, sample_rate_hz, policy)[0]
+
+
+def planned_step(
+    rows: Sequence[T], now_s: float, sample_rate_hz: int, policy: BatchSettings
+) -> tuple[list[T], list[bool]]:
+    """:func:`plan_step`'s rows and, for each, whether it hurries
+    (:meth:`BatchSettings.hurries`), each row's urgency worked out once: a step of a few
+    hundred rows asked for it three times a row (the order, sitting out, hurrying), a
+    Python call each, on the engine thread under the GIL."""
+    # (when its next audio is due, submission order, index): ties keep the input's order
+    # as the sort by urgency does.
+    keyed = sorted(
+        (row.deadline + row.samples / sample_rate_hz, row.order, index)
+        for index, row in enumerate(rows)
+    )[: policy.max_batch]
+    if policy.sit_out_ahead_s > 0:  # slack(row) = due - now, as slack() has it
+        keyed = [key for key in keyed if key[0] - now_s < policy.sit_out_ahead_s] or keyed
+    return [rows[key[2]] for key in keyed], [key[0] - now_s < policy.hurry_below_s for key in keyed]
 
 
 @dataclass

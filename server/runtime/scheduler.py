@@ -29,7 +29,7 @@ from streaming.policy import (
     PromptCosts,
     StepCosts,
     first_by,
-    plan_step,
+    planned_step,
     seat,
     urgency,
 )
@@ -103,10 +103,11 @@ class Scheduler:
         if self._speaking:
             if self.policy.max_batch == 1:
                 # plan_step's choice for one row, without a pass over every row.
-                self._step([self._most_urgent()])
+                job = self._most_urgent()
+                self._step([job], [self.policy.hurries(job, time.monotonic(), self.rate_hz)])
             else:
                 ready = list(self._speaking)
-                self._step(plan_step(ready, time.monotonic(), self.rate_hz, self.policy))
+                self._step(*planned_step(ready, time.monotonic(), self.rate_hz, self.policy))
         self.handoff.flush()
 
     def _most_urgent(self) -> Job:
@@ -255,13 +256,13 @@ class Scheduler:
         step_s = self.costs.estimate(speaking) if speaking else 0.0
         return self.costs.audio_per_row_step() - (step_s or 0.0)
 
-    def _step(self, plan: list[Job]) -> None:
-        """One step for the jobs of ``plan``, timed and shared out among them."""
-        now = time.monotonic()
+    def _step(self, plan: list[Job], hurry: list[bool]) -> None:
+        """One step for the jobs of ``plan`` (``hurry``: whose listeners are short of
+        audio), timed and shared out among them."""
         rows = []
-        for job in plan:
+        for job, hurried in zip(plan, hurry, strict=True):
             row = self.active[job]
-            row.hurry = self.policy.hurries(job, now, self.rate_hz)
+            row.hurry = hurried
             rows.append(row)
         made_before = sum(job.samples for job in plan)
         started = time.perf_counter()

@@ -16,6 +16,7 @@ from streaming.policy import (
     first_by,
     most_urgent,
     plan_step,
+    planned_step,
     playback_deadline,
     seat,
     urgency,
@@ -136,6 +137,32 @@ def test_a_new_streams_first_chunk_is_not_starved_by_a_full_batch() -> None:
     buffered = [Row(f"r{i}", 10.0, 3 * RATE, i) for i in range(15)]
     plan = plan_step([*buffered, Row("new", 10.0, 0, 99)], 10.0, RATE, BatchSettings(max_batch=16))
     assert [row.name for row in plan] == ["new"]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_planned_step_is_the_rule_row_by_row(seed: int) -> None:
+    """planned_step works each row's urgency out once: its rows are the most urgent
+    max_batch (ties in submission order, then as given), less those sitting out, and
+    each row's hurry is BatchSettings.hurries, for rows near and far from running dry."""
+    rng = random.Random(seed)
+    now = 10.0
+    candidates = [
+        Row(f"r{i}", now + rng.choice([-0.5, 0.0, 0.3, 1.5]), rng.choice([0, 1, 2, 3]) * RATE // 2,
+            rng.randrange(8))  # repeated orders: ties
+        for i in range(rng.randrange(1, 30))
+    ]  # fmt: skip
+    policy = BatchSettings(
+        max_batch=rng.choice([1, 4, 64]),
+        sit_out_ahead_s=rng.choice([0.0, 2.0]),
+        hurry_below_s=rng.choice([0.0, 1.0]),
+    )
+    ordered = sorted(candidates, key=lambda row: urgency(row, RATE))[: policy.max_batch]
+    needy = [row for row in ordered if urgency(row, RATE)[0] - now < policy.sit_out_ahead_s]
+    expected = needy if policy.sit_out_ahead_s > 0 and needy else ordered
+    rows, hurry = planned_step(candidates, now, RATE, policy)
+    assert [row.name for row in rows] == [row.name for row in expected]
+    assert hurry == [policy.hurries(row, now, RATE) for row in expected]
+    assert plan_step(candidates, now, RATE, policy) == rows
 
 
 def test_step_costs_fit_a_line_and_capacity_follows() -> None:
