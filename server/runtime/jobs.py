@@ -25,6 +25,8 @@ __all__ = ["FELL_BACK", "Call", "Handoff", "Inbox", "Job", "engine_stopped"]
 
 #: Ends a job's iteration.
 _END = object()
+#: Ends a job's iteration with SynthesisTimeout: its waits used up their budget.
+_TIMED_OUT = object()
 #: Delivered before the fallback engine's chunks when the main engine failed a segment.
 FELL_BACK = object()
 
@@ -120,7 +122,15 @@ class Job:
         self._handoff = handoff
         self._on_end = on_end
         self._chunks: asyncio.Queue[object] = asyncio.Queue()
-        self._cancelled = threading.Event()
+        # What chunks() may wait in all, what it has waited, since when it waits now,
+        # and the one timer that checks (_wait).
+        self._wait_budget_s = 0.0
+        self._waited_s = 0.0
+        self._waiting_since: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        # A flag, not a threading.Event (a lock and a condition made for every segment):
+        # set from any thread, read by the engine's polls; nothing waits on it.
+        self._cancelled = False
         self._ended = False
         self.engine_seconds = 0.0
         self.samples = 0
@@ -134,17 +144,17 @@ class Job:
 
     def cancel(self) -> None:
         """Ask the engine to stop at its next step; safe from any thread."""
-        self._cancelled.set()
+        self._cancelled = True
         if self.on_cancel is not None:
             self.on_cancel(self)
 
     def is_cancelled(self) -> bool:
         """The ``should_stop`` the engine polls; safe from any thread."""
-        return self._cancelled.is_set()
+        return self._cancelled
 
     @property
     def cancelled(self) -> bool:
-        return self._cancelled.is_set()
+        return self._cancelled
 
     # --- engine thread ----------------------------------------------------------------
 
@@ -192,35 +202,68 @@ class Job:
         pass it; 0: never joined): an engine ahead of the loop costs it one pass down
         the speech path, not one a chunk.
         """
-        remaining = timeout_s
+        self._wait_budget_s = timeout_s
+        self._waited_s = 0.0
         held: object = None  # taken while joining, not audio: the next item
-        while True:
-            if held is not None:
-                item, held = held, None
-            elif not self._chunks.empty():  # handed over already: no wait, no timer
-                item = self._chunks.get_nowait()
-            else:
-                waiting_since = self.loop.time()
-                try:
-                    async with asyncio.timeout(max(remaining, 0)):
-                        item = await self._chunks.get()
-                except TimeoutError:
+        try:
+            while True:
+                if held is not None:
+                    item, held = held, None
+                elif not self._chunks.empty():  # handed over already: no wait
+                    item = self._chunks.get_nowait()
+                else:
+                    item = await self._wait()
+                if item is _END:
+                    return
+                if item is _TIMED_OUT:
                     self.cancel()
-                    raise SynthesisTimeout(
-                        f"segment not synthesised within {timeout_s:g} s"
-                    ) from None
-                remaining -= self.loop.time() - waiting_since
-            if item is _END:
-                return
-            if item is FELL_BACK:
-                self.fell_back = True
-                continue
-            if isinstance(item, BaseException):
-                raise item
-            assert isinstance(item, np.ndarray)
-            if join_samples and not self._chunks.empty() and item.size < join_samples:
-                item, held = _join_ready(item, self._chunks, join_samples)
-            yield item
+                    raise SynthesisTimeout(f"segment not synthesised within {timeout_s:g} s")
+                if item is FELL_BACK:
+                    self.fell_back = True
+                    continue
+                if isinstance(item, BaseException):
+                    raise item
+                assert isinstance(item, np.ndarray)
+                if join_samples and not self._chunks.empty() and item.size < join_samples:
+                    item, held = _join_ready(item, self._chunks, join_samples)
+                yield item
+        finally:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+    async def _wait(self) -> object:
+        """The next item, the time waited counted against :meth:`chunks`' budget.
+
+        One timer a job, not one a wait: armed at a wait when none is, for when the
+        budget would run out were the job waiting from now on; when it fires it looks
+        (:meth:`_wait_checked`) and either ends the wait or is armed again for what is
+        left. A segment's chunks are a few wake-ups apart and its budget tens of
+        seconds, so most waits arm nothing."""
+        since = self.loop.time()
+        if self._timer is None:
+            left_s = max(self._wait_budget_s - self._waited_s, 0.0)
+            self._timer = self.loop.call_at(since + left_s, self._wait_checked)
+        self._waiting_since = since
+        try:
+            return await self._chunks.get()
+        finally:
+            self._waiting_since = None
+            self._waited_s += self.loop.time() - since
+
+    def _wait_checked(self) -> None:
+        """The timer of :meth:`_wait`: the budget is spent if the job is waiting still
+        (nothing queued for it) and has waited it all."""
+        self._timer = None
+        since = self._waiting_since
+        if since is None or not self._chunks.empty():
+            return  # not waiting (or its wait is over): the next wait arms it again
+        now = self.loop.time()
+        left_s = self._wait_budget_s - self._waited_s - (now - since)
+        if left_s > 0:
+            self._timer = self.loop.call_at(now + left_s, self._wait_checked)
+        else:
+            self._chunks.put_nowait(_TIMED_OUT)
 
 
 def _join_ready(
