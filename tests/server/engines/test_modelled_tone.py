@@ -24,3 +24,16 @@ def test_chunks_of_a_tone_join_into_the_whole() -> None:
     engine = ModelledEngine(step_a_s=0.001, step_b_s=0.0)
     chunks = [engine._tone(first, size, 7) for first, size in ((0, 12), (12, 24), (36, 48))]
     np.testing.assert_array_equal(np.concatenate(chunks), engine._tone(0, 84, 7))
+
+
+def test_a_steps_chunks_made_together_are_each_rows_own_tone() -> None:
+    """The rows due in one step get their chunks from one lookup (_tones): each is the
+    tone that row alone would get, whatever the others' seeds, places and sizes."""
+    engine = ModelledEngine(step_a_s=0.001, step_b_s=0.0)
+    asked = [(0, 12, 3), (12, 24, 3), (999, 96, 1234), (5, 1, 0), (40, 48, 77)]
+    together = engine._tones(asked)
+    assert [chunk.size for chunk in together] == [steps * 512 for _, steps, _ in asked]
+    for chunk, (first, steps, seed) in zip(together, asked, strict=True):
+        np.testing.assert_array_equal(chunk, engine._tone(first, steps, seed))
+        np.testing.assert_allclose(chunk, _sine(first, steps, seed), atol=1e-6)
+    assert engine._tones([]) == []

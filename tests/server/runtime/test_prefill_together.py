@@ -84,12 +84,11 @@ class Batcher:
     def prefill(self, row: BatchRow) -> None:
         self.alone.append(row.request.voice.seed or 0)
         self.clock.now += self.prefill_s + self.per_prompt_s
-        self.inner._advance(row)
+        self.inner._advance([row])
 
     def step(self, rows: Sequence[BatchRow]) -> None:
         self.clock.now += 0.001
-        for row in rows:
-            self.inner._advance(row)
+        self.inner._advance(rows)
 
     def prefill_many(self, rows: list[BatchRow]) -> None:
         self.together.append([row.request.voice.seed or 0 for row in rows])
@@ -102,8 +101,7 @@ class Batcher:
         for row in rows:
             if row.request.voice.seed in self.refuse:
                 row.error = RuntimeError("no room in the batch's KV cache for this segment")
-            else:
-                self.inner._advance(row)
+        self.inner._advance([row for row in rows if row.error is None])
 
 
 @contextmanager
