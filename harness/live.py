@@ -16,6 +16,7 @@ from typing import TypeVar
 from server.app import create_app
 from server.config import Settings
 from server.engines.select import EngineFactory
+from server.gil import GilSettings
 from server.heap import HeapSettings
 from server.lifecycle import DrainingServer, uvicorn_config
 
@@ -57,10 +58,13 @@ def run_live_server(
 
     With ``wait_ready`` the context is entered only once the engine is loaded and warm.
     The server shares this process: it leaves the process's garbage collector as it is
-    (``gc_young_threshold`` 0: nothing of the caller's frozen) unless told otherwise.
+    (``gc_young_threshold`` 0: nothing of the caller's frozen), and its switch interval
+    (``gil_switch_interval_ms`` 0), unless told otherwise.
     """
     if settings.heap == HeapSettings():
         settings = settings.replace(heap=HeapSettings(gc_young_threshold=0))
+    if settings.gil == GilSettings():
+        settings = settings.replace(gil=GilSettings(gil_switch_interval_ms=0))
     app = create_app(settings, engine=engine)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -20,6 +20,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from server import __version__, blas, logs
 from server.config import Settings
 from server.engines.select import EngineFactory
+from server.gil import set_switch_interval
 from server.heap import CollectionTimer, settle_heap
 from server.http.errors import install_error_handlers
 from server.http.middleware import BodyLimit, JsonBodies, RequestLog
@@ -84,6 +85,7 @@ def _lifespan(
             raise logs.Reported(exc.message) from None
         wyoming = await _start_wyoming(state)  # before the engine: a taken port stops at once
         settle_heap(state.settings.heap, when="before serving")
+        set_switch_interval(state.settings.gil)
         collections = CollectionTimer(state.metrics.gc_pause).install()
         uvicorn_log = logging.getLogger("uvicorn.error")
         uvicorn_log.addFilter(denials)

@@ -1,16 +1,15 @@
 """Settings: one frozen object built once at start-up and passed down.
 
-Every limit the server enforces is a field here, with a default meant for production.
-Each setting is declared once, with its help, group and, for a number, its bounds
-(:func:`server.declaration.option`); the flags, the environment variables, the refusal
-of a value out of bounds and docs/settings.md are derived from the declarations.
-ChatTTS, the phrase cache and the Wyoming listener keep theirs in bundles held here
+Every limit the server enforces is a field here, with a default meant for production,
+declared once with its help, group and, for a number, its bounds
+(:func:`server.declaration.option`): the flags, the ``TTS_*`` variables, the refusal of a
+value out of bounds and docs/settings.md derive from the declarations. ChatTTS, the
+phrase cache, the Wyoming listener and others keep theirs in bundles held here
 (``Settings.chattts``, ...; flat flag names); the parts' bundles derive from it too.
 
-Around it: :mod:`server.config_input` builds it (command-line flags over ``TTS_*``
-environment variables over defaults), :mod:`server.config_checks` refuses what cannot
-work, :mod:`server.config_reference` writes docs/settings.md
-(``python -m server.config_reference > docs/settings.md``).
+Around it: :mod:`server.config_input` builds it (flags over ``TTS_*`` environment
+variables over defaults), :mod:`server.config_checks` refuses what cannot work,
+:mod:`server.config_reference` writes docs/settings.md.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from server.connection_guard import GuardSettings
 from server.declaration import nested, option
 from server.delivery import DeliverySettings
 from server.engines.chattts.settings import ChatTTSSettings
+from server.gil import GilSettings
 from server.heap import HeapSettings
 from server.prefill import PrefillSettings
 from server.runtime.admission import AdmissionSettings
@@ -162,6 +162,7 @@ class Settings:
     phrase_cache: PhraseCacheSettings = nested(PhraseCacheSettings)
     wyoming: WyomingSettings = nested(WyomingSettings)
     heap: HeapSettings = nested(HeapSettings)
+    gil: GilSettings = nested(GilSettings)
     delivery: DeliverySettings = nested(DeliverySettings)
     prefill: PrefillSettings = nested(PrefillSettings)
 
@@ -485,8 +486,7 @@ class Settings:
 
     @property
     def connection_guard(self) -> GuardSettings:
-        """What a connection may take before its request reaches the app
-        (server.connection_guard)."""
+        """What a connection may take before the app sees it (server.connection_guard)."""
         return GuardSettings(
             header_timeout_s=self.header_timeout_s, max_preauth=self.max_preauth_connections
         )

@@ -1,0 +1,62 @@
+"""How often the server's threads hand each other the GIL.
+
+The event loop and the engine thread share one interpreter lock. A thread that lets go
+of it (the engine thread in every NumPy or PyTorch call on more than a few hundred
+values, in every wait for the device or for its engine process) must take it back
+afterwards, and a thread busy in Python (the event loop while streams open) gives it up
+only when it has held it for the switch interval: Python's default is 5 ms. Each such
+call in the engine thread then costs up to 5 ms beside a busy loop (a 5 us ``torch.add``
+4.9-5.3 ms, bench/gil_convoy.py), its steps run late and first audio with them.
+
+The server sets the interval to ``gil_switch_interval_ms`` (1 ms) before it serves.
+Measured with the near-free engine model (docs/performance.md): 384-512 real-time streams
+in nine runs against 256-384 with Python's 5 ms, the `gpu` preset unchanged, and the
+1,000-stream run's CPU a little lower (0.269 against 0.281-0.282 ms per 100 ms of audio)
+with first audio sooner; 0.5 ms carried less than 1 ms (320-384).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass
+
+from server.declaration import bound_problems, option
+
+__all__ = ["GilSettings", "set_switch_interval"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GilSettings:
+    """How the server's threads share the interpreter lock."""
+
+    gil_switch_interval_ms: float = option(
+        1.0,
+        "a thread busy in Python hands the interpreter lock to one waiting for it after this "
+        "many ms (Python's default: 5): the engine thread waits for it after each NumPy or "
+        "PyTorch call while the event loop is busy (0: Python's default left as it is)",
+        group="server",
+        ge=0,
+        le=100,
+        zero=" (0: Python's default)",
+    )
+
+    def __post_init__(self) -> None:
+        problems = bound_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+def set_switch_interval(settings: GilSettings) -> bool:
+    """Set the process's switch interval (``sys.setswitchinterval``) from ``settings``;
+    False (nothing done) when ``gil_switch_interval_ms`` is 0."""
+    if not settings.gil_switch_interval_ms:
+        return False
+    sys.setswitchinterval(settings.gil_switch_interval_ms / 1000)
+    logger.info(
+        "threads hand over the interpreter lock every %g ms (Python's default: 5)",
+        settings.gil_switch_interval_ms,
+    )
+    return True
