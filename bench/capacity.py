@@ -26,8 +26,8 @@ plus ``b`` a prompt, whether it runs one prompt or the prompts of a round togeth
 (``--prefill-together``, the server's default: the model assumes a GPU's forward of
 short prompts costs its launches, as its eager steps did on the H200 measured);
 ``--engine chattts``: the real ChatTTS code on the tiny checkpoint (CPU). The model's audio
-is a table lookup (a GPU engine's audio is made on the device; the host only takes it),
-and the batched design's server, either engine, may hold twice ``--max-streams`` rows (at
+is a table lookup, the chunks a step makes for all its rows in one (a GPU engine's audio
+is made on the device, its rows vocoded together; the host only takes it), and the batched design's server, either engine, may hold twice ``--max-streams`` rows (at
 least 256): how many rows fit is the GPU's memory's to say (docs/gpu.md), not what is
 measured here (``--set max_batch=256`` caps them as before).
 
@@ -46,7 +46,9 @@ a timer due every 100 ms; the clients' by a timer due every 10 ms): averaged ove
 trial, the CPU hides the burst of new streams a trial fails in. And how many joining
 segments' prompts went in each forward (the server's ``tts_engine_prefill_rows``), and
 the engine's steps and forwards a second over the trial: a burst starts as many
-segments a second as forwards a second times prompts a forward.
+segments a second as forwards a second times prompts a forward. And how long streams took
+to open (``setup_ms_p50``, ``setup_ms_max``: from a stream's time to start to its context
+started): where both sides' loops are out of CPU in a burst, streams open late.
 ``--set NAME=VALUE`` gives every server a setting; ``--compare NAME=VALUE`` measures
 each design a second time with those settings ("DESIGN before"), in the same run.
 
@@ -203,16 +205,21 @@ class Stream:
     stall_s: float = 0.0
     audio_s: float = 0.0
     errors: list[str] = field(default_factory=list)
+    #: From the stream's time to start to its context started (connection, handshake,
+    #: ``ready``, ``start``): the clients' and the server's loops both in it.
+    setup_s: float | None = None
 
 
 async def streamed(
     url: str, text: str, delay_s: float, seed: int, stats: Stream, verdict: Verdict
 ) -> None:
     await asyncio.sleep(delay_s)
+    due = time.perf_counter()
     async with StreamClient.connect(url) as client:
         rate = client.ready["sample_rate"]
         ctx = await client.start(seed=seed)
         began = time.perf_counter()
+        stats.setup_s = began - due
         asyncio.get_running_loop().call_later(TTFA_LIMIT_S, verdict.check_first_audio, stats)
 
         async def feed() -> None:
@@ -323,6 +330,7 @@ async def trial(design: str, port: int, streams: int, text: str, spread_s: float
     )
     underruns = sum(r.underruns for r in stats)
     ttfa_p95 = p95(ttfas) if ttfas and not verdict.late else float("inf")
+    setups = [r.setup_s for r in stats if r.setup_s is not None]
     return {
         "streams": streams,
         "ttfa_p50_ms": round(statistics.median(ttfas) * 1000) if ttfas else None,
@@ -332,6 +340,10 @@ async def trial(design: str, port: int, streams: int, text: str, spread_s: float
         "max_stall_ms": round(max(r.stall_s for r in stats) * 1000),
         "errors": errors,
         "cut_short": aborted,
+        # How long streams took to open (the WebSocket designs): a burst the two sides'
+        # loops cannot keep up with shows here before first audio does.
+        "setup_ms_p50": round(statistics.median(setups) * 1000, 1) if setups else None,
+        "setup_ms_max": round(max(setups) * 1000, 1) if setups else None,
         "passed": not aborted and errors == 0 and underruns == 0 and ttfa_p95 <= TTFA_LIMIT_S,
     }
 
@@ -434,7 +446,8 @@ async def capacity(
         log.append(result)
         print(
             f"  {label:10} {n:5d} streams: TTFA p50 {result['ttfa_p50_ms']} ms, p95 "
-            f"{result['ttfa_p95_ms']} ms ({result['late_first_audio']} late), underruns "
+            f"{result['ttfa_p95_ms']} ms ({result['late_first_audio']} late), opened in p50 "
+            f"{result['setup_ms_p50']} ms (at most {result['setup_ms_max']}), underruns "
             f"{result['underruns']} (longest "
             f"{result['max_stall_ms']} ms), errors "
             f"{result['errors']} -> {'pass' if result['passed'] else 'FAIL'}"

@@ -27,6 +27,10 @@ def test_smoke_run_reports_each_design_with_the_gpu_preset() -> None:
         assert isinstance(trial["server_loop_ticks_over_50ms"], int)
         assert trial["client_loop_ticks"] > 0  # the clients' timer ran through the trial
         assert 0 <= trial["client_loop_lag_max_ms"] <= trial["seconds"] * 1000
+        if trial["design"] != "seed":  # streams on WebSockets: how long each took to open
+            assert 0 < trial["setup_ms_p50"] <= trial["setup_ms_max"] <= trial["seconds"] * 1000
+        else:
+            assert trial["setup_ms_p50"] is trial["setup_ms_max"] is None
     # The batched design's joining segments' prompts went in forwards of one or two.
     batched = [trial for trial in report["trials"] if trial["design"] == "batched"]
     assert batched and all(1 <= trial["prompts_a_forward"] <= 2 for trial in batched)
