@@ -9,10 +9,11 @@ call in the engine thread then costs up to 5 ms beside a busy loop (a 5 us ``tor
 4.9-5.3 ms, bench/gil_convoy.py), its steps run late and first audio with them.
 
 The server sets the interval to ``gil_switch_interval_ms`` (1 ms) before it serves.
-Measured with the near-free engine model (docs/performance.md): 384-512 real-time streams
-in nine runs against 256-384 with Python's 5 ms, the `gpu` preset unchanged, and the
-1,000-stream run's CPU a little lower (0.269 against 0.281-0.282 ms per 100 ms of audio)
-with first audio sooner; 0.5 ms carried less than 1 ms (320-384).
+Measured against Python's 5 ms in the same runs (docs/performance.md): the near-free
+engine model carried 320-512 real-time streams against 256-320, the `gpu` preset the
+same; 1,000 streams opening at once cost 0.99-1.07x the CPU, first audio's p50 1-13 ms
+later (the loop gives the engine thread its turn more often). 0.5 ms carried less than
+1 ms, 2 ms about the same.
 """
 
 from __future__ import annotations
