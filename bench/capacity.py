@@ -26,10 +26,12 @@ plus ``b`` a prompt, whether it runs one prompt or the prompts of a round togeth
 (``--prefill-together``, the server's default: the model assumes a GPU's forward of
 short prompts costs its launches, as its eager steps did on the H200 measured);
 ``--engine chattts``: the real ChatTTS code on the tiny checkpoint (CPU). The model's audio
-is a table lookup, the chunks a step makes for all its rows in one (a GPU engine's audio
-is made on the device, its rows vocoded together; the host only takes it), and the batched design's server, either engine, may hold twice ``--max-streams`` rows (at
-least 256): how many rows fit is the GPU's memory's to say (docs/gpu.md), not what is
-measured here (``--set max_batch=256`` caps them as before).
+is a table lookup, the chunks a step makes for all its rows in one (ChatTTS's batched
+engine vocodes the rows due together on the device and copies their audio to the host
+once; it still joins each row's window, which the model leaves out), and the batched
+design's server, either engine, may hold twice ``--max-streams`` rows (at least 256):
+how many rows fit is the GPU's memory's to say (docs/gpu.md), not what is measured here
+(``--set max_batch=256`` caps them as before).
 
     .venv/bin/python bench/capacity.py --quick            # gpu preset, < 50 s
     .venv/bin/python bench/capacity.py --preset cpu
@@ -48,7 +50,8 @@ segments' prompts went in each forward (the server's ``tts_engine_prefill_rows``
 the engine's steps and forwards a second over the trial: a burst starts as many
 segments a second as forwards a second times prompts a forward. And how long streams took
 to open (``setup_ms_p50``, ``setup_ms_max``: from a stream's time to start to its context
-started): where both sides' loops are out of CPU in a burst, streams open late.
+started, over the streams that got that far): where both sides' loops are out of CPU in
+a burst, streams open late.
 ``--set NAME=VALUE`` gives every server a setting; ``--compare NAME=VALUE`` measures
 each design a second time with those settings ("DESIGN before"), in the same run.
 
@@ -205,16 +208,16 @@ class Stream:
     stall_s: float = 0.0
     audio_s: float = 0.0
     errors: list[str] = field(default_factory=list)
-    #: From the stream's time to start to its context started (connection, handshake,
-    #: ``ready``, ``start``): the clients' and the server's loops both in it.
+    #: From the stream's time to start to its context started (the clients' loop waking
+    #: it, connection, handshake, ``ready``, ``start``): both sides' loops in it.
     setup_s: float | None = None
 
 
 async def streamed(
     url: str, text: str, delay_s: float, seed: int, stats: Stream, verdict: Verdict
 ) -> None:
+    due = time.perf_counter() + delay_s  # when it is to start: a late loop counts
     await asyncio.sleep(delay_s)
-    due = time.perf_counter()
     async with StreamClient.connect(url) as client:
         rate = client.ready["sample_rate"]
         ctx = await client.start(seed=seed)

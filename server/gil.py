@@ -14,6 +14,9 @@ engine model carried 320-512 real-time streams against 256-320, the `gpu` preset
 same; 1,000 streams opening at once cost 0.99-1.07x the CPU, first audio's p50 1-13 ms
 later (the loop gives the engine thread its turn more often). 0.5 ms carried less than
 1 ms, 2 ms about the same.
+
+The interval is the process's: an app whose lifespan runs in another program's process
+(a test's ``TestClient``) sets it there too; harness.live's in-process servers leave it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ __all__ = ["GilSettings", "set_switch_interval"]
 
 logger = logging.getLogger(__name__)
 
+#: The shortest interval the server sets (ms); 0 leaves Python's.
+MIN_INTERVAL_MS = 0.1
+
 
 @dataclass(frozen=True)
 class GilSettings:
@@ -37,15 +43,22 @@ class GilSettings:
         1.0,
         "a thread busy in Python hands the interpreter lock to one waiting for it after this "
         "many ms (Python's default: 5): the engine thread waits for it after each NumPy or "
-        "PyTorch call while the event loop is busy (0: Python's default left as it is)",
+        "PyTorch call while the event loop is busy (0: Python's default left as it is; "
+        "else 0.1 to 100)",
         group="server",
         ge=0,
         le=100,
-        zero=" (0: Python's default)",
     )
 
     def __post_init__(self) -> None:
         problems = bound_problems(self)
+        if 0 < self.gil_switch_interval_ms < MIN_INTERVAL_MS:
+            # Python rounds what it is given to whole microseconds: 0.0001 ms would be
+            # 0, a switch asked at every chance.
+            problems.append(
+                f"gil_switch_interval_ms must be 0 (Python's default) or at least "
+                f"{MIN_INTERVAL_MS:g}"
+            )
         if problems:
             raise ValueError("; ".join(problems))
 

@@ -32,9 +32,10 @@ print(json.dumps([before, untouched, kept, done, sys.getswitchinterval()]))
     assert (untouched, kept) == (False, before)
     assert (done, after) == (True, pytest.approx(0.0025))
     assert Settings().gil.gil_switch_interval_ms == 1.0
+    assert GilSettings(gil_switch_interval_ms=0.1).gil_switch_interval_ms == 0.1  # the least
 
 
-@pytest.mark.parametrize("ms", [-1.0, 101.0])
+@pytest.mark.parametrize("ms", [-1.0, 101.0, 0.05, 1e-9])
 def test_an_interval_out_of_bounds_is_refused(ms: float) -> None:
     with pytest.raises(ValueError, match="gil_switch_interval_ms"):
         GilSettings(gil_switch_interval_ms=ms)
