@@ -112,10 +112,10 @@ class ModelledEngine:
         starts = np.array([first * per_step for first, _, _ in asked], dtype=np.int64)
         freqs = np.array([200 + seed % 300 for _, _, seed in asked], dtype=np.int64)
         ends = np.cumsum(sizes)
-        # Sample n of a chunk: its tone's phase (start + n) * f mod rate, all chunks at once.
+        # Sample n of a chunk: its tone's phase (start + n) * f mod rate, all chunks at
+        # once (the running index less where the chunk begins in it, plus its start).
         n = np.arange(int(ends[-1]) if len(asked) else 0, dtype=np.int64)
-        n -= np.repeat(ends - sizes, sizes)
-        n += np.repeat(starts, sizes)
+        n += np.repeat(starts - (ends - sizes), sizes)
         n *= np.repeat(freqs, sizes)
         np.remainder(n, rate, out=n)
         audio = self._cycle.take(n)
