@@ -33,6 +33,7 @@ from typing import Any
 
 from bench.server_overhead import serve_ours, start, stop, wait_ready
 from harness.bench_server import cpu_seconds
+from streaming.protocol import SUBPROTOCOL
 
 READY = json.dumps({"type": "ready", "sample_rate": 24000})
 
@@ -55,7 +56,7 @@ def serve_uvicorn(port_queue: Any) -> None:
             await send({"type": "lifespan.shutdown.complete"})
             return
         await receive()  # websocket.connect
-        await send({"type": "websocket.accept", "subprotocol": "tts.v1"})
+        await send({"type": "websocket.accept", "subprotocol": SUBPROTOCOL})
         await send({"type": "websocket.send", "text": READY})
         while True:
             message = await receive()
@@ -87,7 +88,7 @@ def serve_websockets(port_queue: Any) -> None:
 
     async def main() -> None:
         async with serve(
-            handler, "127.0.0.1", 0, backlog=4096, compression=None, subprotocols=["tts.v1"]
+            handler, "127.0.0.1", 0, backlog=4096, compression=None, subprotocols=[SUBPROTOCOL]
         ) as server:
             port_queue.put(server.sockets[0].getsockname()[1])
             await asyncio.Future()
@@ -117,7 +118,7 @@ async def connections(url: str, count: int, concurrency: int) -> None:
     gate = asyncio.Semaphore(concurrency)
 
     async def one(i: int) -> None:
-        opening = connect(url, subprotocols=["tts.v1"], compression=None)  # type: ignore[list-item]
+        opening = connect(url, subprotocols=[SUBPROTOCOL], compression=None)  # type: ignore[list-item]
         async with gate, opening as ws:
             ready = json.loads(await ws.recv())
             assert ready["type"] == "ready", ready
