@@ -12,26 +12,31 @@ connection, ``--connections`` of them, ``--concurrency`` at a time.
   ASGI app and middleware, a session and a context per connection;
 - ``uvicorn``: a bare ASGI app under the same uvicorn (``ws="websockets-sansio"``,
   uvloop, no compression) answering ``ready`` and ``started`` with the same JSON;
-- ``websockets``: a ``websockets`` server on uvloop doing the same.
+- ``websockets``: a ``websockets`` server on uvloop doing the same;
+- ``before`` (``--baseline REF``): our server as git ``REF`` has it.
 
     .venv/bin/python bench/connection_cost.py                 # 1,000 connections
+    .venv/bin/python bench/connection_cost.py --baseline HEAD~1 --rounds 3
     .venv/bin/python bench/connection_cost.py --smoke         # 40 (a test)
 
-Ends with one JSON line: each server's and its clients' CPU ms per connection, and ours
-against the bare ones.
+With ``--rounds N`` each server is measured N times, the servers alternating, and each
+figure is the median of its rounds (these machines are noisy). Ends with one JSON line:
+each server's and its clients' CPU ms per connection, and ours against the others.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing
+import statistics
 import sys
 import time
 from typing import Any
 
-from bench.server_overhead import serve_ours, start, stop, wait_ready
+from bench.server_overhead import checkout, serve_ours, start, start_baseline, stop, wait_ready
 from harness.bench_server import cpu_seconds
 from streaming.protocol import SUBPROTOCOL
 
@@ -129,11 +134,16 @@ async def connections(url: str, count: int, concurrency: int) -> None:
     await asyncio.gather(*(one(i) for i in range(count)))
 
 
-def measure(name: str, args: argparse.Namespace) -> dict[str, float]:
-    target = {"ours": serve_ours, "uvicorn": serve_uvicorn, "websockets": serve_websockets}[name]
-    process, port = start(target)
+def measure(name: str, args: argparse.Namespace, root: str | None = None) -> dict[str, float]:
+    """One server's figures: ``root`` is the baseline's checkout (``before``)."""
+    if root is not None:
+        process: Any
+        process, port = start_baseline(root)
+    else:
+        target = {"ours": serve_ours, "uvicorn": serve_uvicorn, "websockets": serve_websockets}
+        process, port = start(target[name])
     try:
-        if name == "ours":
+        if name in ("ours", "before"):
             wait_ready(port)
         else:
             listening(port)
@@ -166,24 +176,44 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--connections", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure each server this many times, alternating (medians)")  # fmt: skip
+    parser.add_argument("--baseline", metavar="REF",
+                        help="also our server as git REF has it ('before')")  # fmt: skip
     parser.add_argument("--smoke", action="store_true", help="40 connections (a test)")
     args = parser.parse_args(argv)
     if args.smoke:
         args.connections = 40
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     print(f"{args.connections} connections, {args.concurrency} at a time", flush=True)
-    figures = {name: measure(name, args) for name in ("ours", "uvicorn", "websockets")}
+    names = ["ours", *(["before"] if args.baseline else []), "uvicorn", "websockets"]
+    rounds: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    with contextlib.ExitStack() as stack:
+        root = stack.enter_context(checkout(args.baseline)) if args.baseline else None
+        for _ in range(args.rounds):
+            for name in names:
+                rounds[name].append(measure(name, args, root if name == "before" else None))
+    figures = {
+        name: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+        for name, runs in rounds.items()
+    }
+    if args.rounds > 1:
+        for name, figure in figures.items():
+            print(f"{name:10}: median server {figure['server_cpu_ms']} ms a connection")
     ours = figures["ours"]["server_cpu_ms"]
     ratios = {
         f"ours_vs_{name}": round(ours / figures[name]["server_cpu_ms"], 2)
         if figures[name]["server_cpu_ms"] > 0 else None
-        for name in ("uvicorn", "websockets")
+        for name in names[1:]
     }  # fmt: skip
     print(
         ", ".join(f"server CPU {key.replace('_', ' ')}: {value}x" for key, value in ratios.items())
     )
     print(json.dumps({
         "bench": "connection_cost", "smoke": args.smoke, "connections": args.connections,
-        "concurrency": args.concurrency, "figures": figures, **ratios,
+        "concurrency": args.concurrency, "rounds": args.rounds, "baseline": args.baseline,
+        "figures": figures, **ratios,
     }))  # fmt: skip
     return 0
 

@@ -12,10 +12,11 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from fastapi import FastAPI, WebSocket
 from fastapi.middleware.cors import CORSMiddleware
+from starlette.types import Receive, Scope, Send
 
 from server import __version__, blas, logs
 from server.config import Settings
@@ -30,7 +31,7 @@ from server.http.system_routes import mount_static, system_routes
 from server.http.tts_routes import speech_routes
 from server.http.voice_routes import voice_routes
 from server.state import AppState
-from server.transport import TransportTap
+from server.transport import TransportTap, tap
 from server.ws.endpoint import DenialLogFilter, run_websocket
 from server.wyoming.server import WyomingServer
 from streaming.errors import Unavailable
@@ -143,7 +144,46 @@ def _on_hangup(callback: Callable[[], None]) -> Callable[[], None] | None:
     return remove
 
 
-def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> FastAPI:
+class App(FastAPI):
+    """FastAPI, with the streaming WebSocket (:meth:`stream_route`) taken straight to its
+    endpoint.
+
+    Through the middleware stack, each connection passes a dozen layers (FastAPI's and
+    Starlette's error and exception handling, our body limits and request log, the
+    router) that do nothing for a WebSocket but call the next, and the same layers wrap
+    its ``send``; a burst of new streams pays them on the event loop. The endpoint
+    handles its own errors (server.ws.endpoint). Behind a root path (``root_path``) the
+    connection takes the stack and its router, as every other route does.
+    """
+
+    _stream_path: str | None = None
+    _stream: Callable[[WebSocket], Awaitable[None]] | None = None
+
+    def stream_route(self, path: str, endpoint: Callable[[WebSocket], Awaitable[None]]) -> None:
+        """Route WebSocket ``path`` to ``endpoint``: first in the router's table, and
+        before the middleware where no root path is set."""
+        # A plain Starlette route, first in the table: no FastAPI dependency solving
+        # (cookies, query parameters), routed after one comparison.
+        self.router.add_websocket_route(path, endpoint)
+        self._stream_path, self._stream = path, endpoint
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        stream = self._stream
+        if (
+            stream is not None
+            and scope["type"] == "websocket"
+            and scope["path"] == self._stream_path
+            and not scope.get("root_path")
+            and not self.root_path
+        ):
+            scope["app"] = self
+            tap(scope, send)
+            await stream(WebSocket(scope, receive, send))
+            return
+        await super().__call__(scope, receive, send)
+
+
+def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> App:
     """The app for ``settings``; ``engine`` overrides the engine choice (tests use it)."""
     blas.limit_threads()  # before the engine thread exists (server.blas says why)
     state = AppState.build(settings, engine)
@@ -151,7 +191,7 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
 
     lifespan = _lifespan(state, denials)
 
-    app = FastAPI(
+    app = App(
         title="chattts-stream",
         version=__version__,
         lifespan=lifespan,
@@ -182,10 +222,7 @@ def create_app(settings: Settings, *, engine: EngineFactory | None = None) -> Fa
     async def stream(websocket: WebSocket) -> None:
         await run_websocket(state, websocket, denials)
 
-    # First in the table, so a connection is routed after one comparison; a plain
-    # Starlette route, as the endpoint takes no parameters: FastAPI's dependency solving
-    # (cookies, query parameters) for each connection is skipped.
-    app.router.add_websocket_route("/v1/stream", stream)
+    app.stream_route("/v1/stream", stream)
     for router in (system_routes, speech_routes, openai_routes, voice_routes):
         app.include_router(router(state))
     mount_static(app)

@@ -18,9 +18,11 @@ ASGI gives an app no handle on its connection's transport, but two things need o
   it flush for a moment, then aborts the transport.
 
 uvicorn passes its protocol's own bound ``send`` method as the ASGI ``send`` callable;
-:class:`TransportTap`, the outermost middleware, reads the transport off it and puts it
-in the scope under :data:`SCOPE_KEY` (and, for a WebSocket, the protocol itself under
-:data:`PROTOCOL_KEY`: :mod:`server.ws.wire` writes frames through it). With another
+:func:`tap` reads the transport off it and puts it in the scope under :data:`SCOPE_KEY`
+(and, for a WebSocket, the protocol itself under :data:`PROTOCOL_KEY`:
+:mod:`server.ws.wire` writes frames through it), from :class:`TransportTap`, the
+outermost middleware, or for the streaming WebSocket, which is taken to its endpoint
+before the middleware (:class:`server.app.App`). With another
 server (or a wrapped ``send``) the keys are absent and these features quietly do nothing
 more than ASGI allows.
 """
@@ -42,6 +44,7 @@ __all__ = [
     "bound_send_buffer",
     "drain_then_abort",
     "pending_bytes",
+    "tap",
     "unblock_writes",
 ]
 
@@ -60,15 +63,20 @@ class TransportTap:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] in ("websocket", "http"):
-            protocol = getattr(send, "__self__", None)
-            transport = getattr(protocol, "transport", None)
-            # uvloop's transports are not asyncio.WriteTransport subclasses: duck-type.
-            if all(hasattr(transport, name) for name in _TRANSPORT_METHODS):
-                scope[SCOPE_KEY] = transport
-                if scope["type"] == "websocket":
-                    scope[PROTOCOL_KEY] = protocol
+        tap(scope, send)
         await self.app(scope, receive, send)
+
+
+def tap(scope: Scope, send: Send) -> None:
+    """Put the transport (and a WebSocket's protocol) under ``send`` into ``scope``."""
+    if scope["type"] in ("websocket", "http"):
+        protocol = getattr(send, "__self__", None)
+        transport = getattr(protocol, "transport", None)
+        # uvloop's transports are not asyncio.WriteTransport subclasses: duck-type.
+        if all(hasattr(transport, name) for name in _TRANSPORT_METHODS):
+            scope[SCOPE_KEY] = transport
+            if scope["type"] == "websocket":
+                scope[PROTOCOL_KEY] = protocol
 
 
 def bound_send_buffer(transport: asyncio.WriteTransport | None, limit_bytes: int) -> None:

@@ -28,3 +28,16 @@ def test_smoke_run_prices_a_connection_on_each_server() -> None:
         bare = report["figures"][name]["server_cpu_ms"]
         ratio = report[f"ours_vs_{name}"]
         assert ratio is None if bare == 0 else ratio == pytest.approx(ours / bare, abs=0.01)
+
+
+def test_a_baseline_is_measured_beside_ours_round_by_round() -> None:
+    """``--baseline HEAD --rounds 2``: our server as the last commit has it is measured
+    too ('before'), each server twice, alternating; figures are the rounds' medians."""
+    report = run_bench("connection_cost.py", "--smoke", "--baseline", "HEAD", "--rounds", "2")
+    assert (report["rounds"], report["baseline"]) == (2, "HEAD")
+    assert set(report["figures"]) == {"ours", "before", "uvicorn", "websockets"}
+    assert figure(report, "figures.before.server_cpu_ms") > 0
+    assert figure(report, "figures.before.connections_a_second") > 0
+    before = report["figures"]["before"]["server_cpu_ms"]
+    ours = report["figures"]["ours"]["server_cpu_ms"]
+    assert report["ours_vs_before"] == pytest.approx(ours / before, abs=0.01)
