@@ -270,15 +270,18 @@ def _join_ready(
     first: np.ndarray, ready: asyncio.Queue[object], join_samples: int
 ) -> tuple[np.ndarray, object]:
     """``first`` and the audio chunks queued after it, joined up to ``join_samples``;
-    and the item taken that is not audio (an end, an error), if one was."""
+    and the item taken that is not audio (an end, an error), if one was. ``first``
+    itself when nothing joined it (a segment's last chunk, its end queued behind it)."""
     parts, size = [first], first.size
+    held: object = None
     while size < join_samples and not ready.empty():
         item = ready.get_nowait()
         if not isinstance(item, np.ndarray):
-            return np.concatenate(parts), item
+            held = item
+            break
         parts.append(item)
         size += item.size
-    return np.concatenate(parts), None
+    return (np.concatenate(parts) if len(parts) > 1 else first), held
 
 
 class Call:

@@ -97,3 +97,18 @@ async def test_a_phrase_cache_hit_is_joined_up_to_join_samples(
     got = [chunk async for chunk in hit.chunks(TIMEOUT_S, join_samples=join_samples)]
     assert [chunk.size for chunk in got] == sizes
     assert np.array_equal(np.concatenate(got), np.concatenate(kept))
+
+
+async def test_a_lone_chunk_before_its_end_is_passed_on_as_it_is() -> None:
+    """A segment's last chunk, its end queued behind it: nothing joins it, so it reaches
+    the speech path itself, not a copy (the same array object)."""
+    job, handoff = make_job()
+    sent = chunks(3)
+    for chunk in sent:
+        job.add_audio(chunk)
+    job.end()
+    await hand_over(handoff)
+    got = [chunk async for chunk in job.chunks(TIMEOUT_S, join_samples=2 * CHUNK)]
+    assert [chunk.size for chunk in got] == [2 * CHUNK, CHUNK]
+    assert got[1] is sent[2]
+    assert np.array_equal(np.concatenate(got), np.concatenate(sent))
