@@ -34,13 +34,19 @@ _FLOOR = np.minimum.reduce
 _SCALE32 = np.float32(_PCM16_SCALE)
 
 
-def float_to_pcm16(samples: np.ndarray) -> bytes:
+def float_to_pcm16(samples: np.ndarray, *, in_range: bool = False) -> bytes:
     """Encode float samples as 16-bit little-endian PCM, clipping to [-1, 1].
 
     NaN becomes silence and infinities full scale, so a misbehaving model cannot turn
-    into an exception in the audio path.
+    into an exception in the audio path. ``in_range``: the caller knows every sample is
+    finite and inside (-1, 1) (the joins' output: streaming.speech), and the check, two
+    of the conversion's five passes over the samples, is left out.
     """
     x = np.asarray(samples, dtype=np.float32)
+    if in_range:
+        scaled = x * _SCALE32
+        np.rint(scaled, out=scaled)
+        return scaled.astype("<i2").tobytes()
     # Finite and in range, told from the largest and the smallest sample (NaN fails the
     # test too) without an array of magnitudes: scaling by a positive factor keeps the
     # order (rounding included), so the scaled extremes are these two scaled. What the

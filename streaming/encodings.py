@@ -9,6 +9,7 @@ Pure and synchronous.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -62,13 +63,19 @@ def bytes_per_sample(name: str) -> int:
     return 1 if law_of(name) else 2
 
 
-def encoder(name: str) -> Callable[[np.ndarray], bytes]:
+def encoder(name: str, *, in_range: bool = False) -> Callable[[np.ndarray], bytes]:
     """The function that turns float32 samples into the bytes of ``name`` (an encoding
-    of :data:`ENCODINGS` or a G.711 format name)."""
+    of :data:`ENCODINGS` or a G.711 format name); ``in_range``: for samples known to be
+    finite and inside (-1, 1) (:func:`streaming.audio.float_to_pcm16`)."""
     law = law_of(name)
     if law is None:
-        return float_to_pcm16
-    return lambda samples: g711.encode(np.frombuffer(float_to_pcm16(samples), "<i2"), law)
+        return functools.partial(float_to_pcm16, in_range=True) if in_range else float_to_pcm16
+
+    def encode(samples: np.ndarray) -> bytes:
+        pcm = np.frombuffer(float_to_pcm16(samples, in_range=in_range), "<i2")
+        return g711.encode(pcm, law)
+
+    return encode
 
 
 def check_rate(

@@ -60,6 +60,9 @@ class FellBack:
 @dataclass(frozen=True)
 class Frames:
     frames: list[np.ndarray]
+    #: Every sample finite and inside (-1, 1): encoded without a check (the joins'
+    #: output, neither resampled nor scaled after: ``SpeechPipeline.in_range``).
+    in_range: bool = False
 
 
 @dataclass(frozen=True)
@@ -213,8 +216,12 @@ class UtteranceState:
         #: Its number on the connection (audio frame headers, ``stream`` fields).
         self.stream = stream
         self.voice = voice
-        #: float frames → the bytes of its encoding (streaming.encodings).
-        self._encode = encodings.encoder(voice.encoding)
+        #: float frames → the bytes of its encoding (streaming.encodings): any frames,
+        #: and frames known to be in range.
+        self._encoders = (
+            encodings.encoder(voice.encoding),
+            encodings.encoder(voice.encoding, in_range=True),
+        )
         self.segmenter = segmenter
         self.queued_chars = 0  # cut into segments, not yet finished speaking
         self.received_chars = 0  # every character of text accepted
@@ -250,7 +257,8 @@ class UtteranceState:
         if isinstance(event, Frames):
             if not event.frames:
                 return ()
-            return self._frames(segment.index, self._joined(event.frames, lead_s))
+            frames = self._joined(event.frames, lead_s)
+            return self._frames(segment.index, frames, event.in_range)
         if isinstance(event, SegmentStarted):
             return self._started(segment, spoken, event.start)
         if isinstance(event, FellBack):
@@ -295,14 +303,17 @@ class UtteranceState:
         longest_ms = min(lead_s * 1000, self.max_frame_ms)
         return join_frames(frames, int(longest_ms * self.voice.sample_rate_hz / 1000))
 
-    def _frames(self, segment_index: int, frames: list[np.ndarray]) -> Iterator[AudioOut]:
+    def _frames(
+        self, segment_index: int, frames: list[np.ndarray], in_range: bool
+    ) -> Iterator[AudioOut]:
+        encode = self._encoders[in_range]
         for frame in frames:
             if self.cancelled or not frame.size:
                 continue
             header = p.pack_audio_header(self.stream, segment_index, self.sequence)
             self.sequence += 1
             self.tally.samples += int(frame.size)
-            yield header, self._encode(frame)
+            yield header, encode(frame)
 
     def failed(self, segment: Segment, code: str, message: str) -> p.ErrorEvent:
         """The ``error`` that reports ``segment``'s failure (``message``: what the client

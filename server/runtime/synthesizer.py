@@ -147,7 +147,7 @@ class SegmentSynthesizer:
                 break
             frames = self.pipeline.finish()
             timed = self._timed(segment, prepared, job) if self.timestamps else None
-            yield Frames(frames)
+            yield Frames(frames, self.pipeline.in_range)
             if without is not None:
                 yield without
             if timed is not None:
@@ -223,7 +223,7 @@ class SegmentSynthesizer:
                 tries.produced += chunk.size
                 if kept is not None:
                     kept.append(chunk)
-                yield Frames(self.pipeline.push(chunk))
+                yield Frames(self.pipeline.push(chunk), self.pipeline.in_range)
                 resumed = time.perf_counter()
             tries.waited_s += time.perf_counter() - resumed
             tries.abandoned = job.cancelled

@@ -320,3 +320,15 @@ def test_sounding_seconds_counts_blocks_above_the_floor() -> None:
     clip = np.zeros(rate, np.float32)
     clip[3200:8000] = 0.3 * np.sin(2 * np.pi * 200 * t[:4800])
     assert sounding_seconds(clip, rate) == pytest.approx(0.3)
+
+
+def test_float_to_pcm16_in_range_is_the_same_bytes_without_the_check() -> None:
+    """Samples inside (-1, 1) encode the same with ``in_range`` (the check left out),
+    full scale's edges and rounding halves included."""
+    rng = np.random.default_rng(3)
+    samples = np.concatenate((
+        rng.uniform(-0.99997, 0.99997, 50_000),
+        [0.0, -0.0, 0.99997, -0.99997, 0.5 / 32768, -1.5 / 32768, 2.5 / 32768],
+    )).astype(np.float32)  # fmt: skip
+    assert float_to_pcm16(samples, in_range=True) == float_to_pcm16(samples)
+    assert float_to_pcm16(samples[:0], in_range=True) == b""

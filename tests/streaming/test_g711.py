@@ -316,3 +316,11 @@ def test_a_start_the_core_cannot_serve_is_refused_clearly(
     error = refusal(start(**fields))
     assert error.code == "invalid_field" and error.context_id == "a"
     assert says in error.message
+
+
+@pytest.mark.parametrize("name", ["pcm_s16le", "pcm_mulaw", "alaw"])
+def test_an_encoder_for_samples_in_range_gives_the_same_bytes(name: str) -> None:
+    """``in_range`` leaves the range check out, not the conversion: samples inside
+    (-1, 1) give the same bytes in every encoding."""
+    samples = np.linspace(-0.99997, 0.99997, 1001, dtype=np.float32)
+    assert encodings.encoder(name, in_range=True)(samples) == encodings.encoder(name)(samples)

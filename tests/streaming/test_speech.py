@@ -160,3 +160,48 @@ def test_output_does_not_depend_on_chunking_with_tempo_or_volume(
         outputs.append(np.concatenate(speak(pipeline, segment("好。"), audio, size)))
     assert outputs[0].size == outputs[1].size
     np.testing.assert_allclose(outputs[1], outputs[0], atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("settings", "output_rate", "volume", "in_range"),
+    [
+        (SpeechSettings(), RATE, 1.0, True),  # the joins' limiter last
+        (SpeechSettings(), 16_000, 1.0, False),  # a resampler after it can overshoot
+        (SpeechSettings(), RATE, 2.0, False),  # volume after it
+        (PLAIN, RATE, 1.0, False),  # the engine's samples as they come
+    ],
+)
+def test_frames_are_said_in_range_only_when_the_joins_limit_them_last(
+    settings: SpeechSettings, output_rate: int, volume: float, in_range: bool
+) -> None:
+    assert SpeechPipeline(settings, RATE, output_rate, volume=volume).in_range is in_range
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_frames_said_in_range_are_finite_and_inside_full_scale_whatever_comes_in(
+    seed: int,
+) -> None:
+    """What lets their encoding skip its check: an engine's wildest output (NaN, inf,
+    samples far past full scale, at a whisper's level or a shout's) comes out of a
+    pipeline whose frames are said in range finite and inside (-1, 1), and encodes to
+    the same bytes with and without the check; streamed and whole texts, a tempo too."""
+    from streaming.audio import float_to_pcm16
+
+    rng = np.random.default_rng(seed)
+    audio = tone(1.2) * rng.choice([0.01, 1.0, 5.0, 1e6])
+    wild = rng.choice(audio.size, size=20, replace=False)
+    # The time-stretcher (before the joins) takes finite samples only without warnings.
+    tempo = 1.5 if seed % 3 == 0 else 1.0
+    wilder = [40.0, -1e30] if tempo != 1.0 else [np.nan, np.inf, -np.inf, 40.0, -1e30]
+    audio[wild] = rng.choice(wilder, size=20)
+    pipeline = SpeechPipeline(SpeechSettings(), RATE, RATE, tempo=tempo, whole_text=seed % 2 == 0)
+    assert pipeline.in_range
+    frames = []
+    for index in range(2):
+        frames += speak(
+            pipeline, segment("你好，世界。", index=index), audio, int(rng.integers(97, 5000))
+        )
+    samples = np.concatenate(frames)
+    assert samples.size and np.isfinite(samples).all() and np.abs(samples).max() < 1.0
+    for frame in frames:
+        assert float_to_pcm16(frame, in_range=True) == float_to_pcm16(frame)

@@ -172,3 +172,20 @@ def test_the_outcome_is_decided_when_done_is_written(
     assert state.outcome == "disconnected"
     state.done()
     assert state.outcome == outcome
+
+
+@pytest.mark.parametrize("in_range", [False, True])
+def test_frames_are_encoded_checked_unless_said_in_range(in_range: bool) -> None:
+    """Frames not said in range are checked as they are encoded (NaN silence, past full
+    scale clipped); frames said in range (the joins' output) encode the same bytes
+    without the check where they are in range."""
+    calm = np.array([0.25, -0.5, 0.0], np.float32)
+    wild = np.array([np.nan, 3.0, -np.inf], np.float32)
+    frames = [calm] if in_range else [calm, wild]
+    got = [
+        m[p.AUDIO_HEADER_BYTES :]
+        for m in sent(utterance(), Frames(frames, in_range))
+        if isinstance(m, bytes)
+    ]
+    pcm = [b"\x00\x20\x00\xc0\x00\x00", b"\x00\x00\xff\x7f\x00\x80"][: len(frames)]
+    assert got == pcm
