@@ -259,12 +259,10 @@ class Scheduler:
     def _step(self, plan: list[Job], hurry: list[bool]) -> None:
         """One step for the jobs of ``plan`` (``hurry``: whose listeners are short of
         audio), timed and shared out among them."""
-        rows = []
-        for job, hurried in zip(plan, hurry, strict=True):
-            row = self.active[job]
+        active = self.active
+        rows = [active[job] for job in plan]
+        for row, hurried in zip(rows, hurry, strict=True):
             row.hurry = hurried
-            rows.append(row)
-        made_before = sum(job.samples for job in plan)
         started = time.perf_counter()
         try:
             self.batcher.step(rows)
@@ -279,11 +277,16 @@ class Scheduler:
         if memory is not None:
             self.metrics.gpu_memory_bytes.labels(batch=str(len(plan))).set(memory)
         share = elapsed / len(plan)
-        for job in plan:
+        made = 0
+        # Most rows of a step make no chunk and go on: only the others are collected
+        # (a few hundred rows a step, on the engine thread under the GIL).
+        for job, row in zip(plan, rows, strict=True):
             job.engine_seconds += share
-            self._collect(job)
-        made_s = (sum(job.samples for job in plan) - made_before) / self.rate_hz
-        self.costs.observe(len(plan), elapsed, audio_s=made_s)
+            if row.chunks or row.done or row.error is not None:
+                before = job.samples
+                self._collect(job)
+                made += job.samples - before
+        self.costs.observe(len(plan), elapsed, audio_s=made / self.rate_hz)
 
     def _collect(self, job: Job) -> None:
         """Deliver what the job's row made; let it leave when it ended or failed."""

@@ -149,3 +149,34 @@ def test_a_cancel_from_any_thread_ends_the_job_at_the_next_round(
     assert other in rig.ended
     other.cancel()  # after it left: nothing to this scheduler
     assert not rig.scheduler._cancels
+
+
+def test_each_step_counts_the_audio_its_rows_made_and_only_it(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """The step-cost fit learns how much audio a row-step makes: each step reports
+    exactly the samples its rows made in it (most rows make none in a step; rows end
+    and others join meanwhile)."""
+    rig = _Rig(loop, max_batch=8)
+    made: list[int] = []
+    step = rig.scheduler.batcher.step
+
+    def counting_step(rows: Sequence[BatchRow]) -> None:
+        step(rows)
+        made.append(sum(chunk.size for row in rows for chunk in row.chunks))
+
+    rig.scheduler.batcher.step = counting_step  # type: ignore[method-assign]
+    observed: list[float] = []
+    observe = rig.scheduler.costs.observe
+
+    def recording(batch: int, seconds: float, *, audio_s: float) -> None:
+        observed.append(audio_s)
+        observe(batch, seconds, audio_s=audio_s)
+
+    rig.scheduler.costs.observe = recording  # type: ignore[method-assign]
+    for order in range(12):
+        rig.add("一句话，" * (1 + order % 5), deadline=order * 0.1, order=order)
+    list(rig.rounds())
+    assert len(observed) == len(made) > 20 and sum(made) > 0
+    assert observed == [samples / RATE_HZ for samples in made]
+    assert len(rig.ended) == 12
