@@ -7,6 +7,7 @@ measure the server, the scheduler and admission at a chosen engine speed.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ import numpy as np
 
 from server.engines.base import BatchRow, SynthesisRequest
 from streaming.chunking import ChunkSchedule
+
+_NO_AUDIO = np.zeros(0, np.float32)
 
 
 class ModelledEngine:
@@ -68,6 +71,7 @@ class ModelledEngine:
             raise ValueError("host_share must be between 0 and 1")
         self.host_share = host_share
         self.schedule = schedule or ChunkSchedule()
+        self._banks: dict[int, np.ndarray] = {}  # a tone by frequency (_bank)
 
     @property
     def interleaves(self) -> bool:
@@ -86,42 +90,65 @@ class ModelledEngine:
         return max(1, round(len(request.text) * self.steps_per_char))
 
     def _tone(self, first_step: int, steps: int, seed: int) -> np.ndarray:
-        """``steps`` steps of the seed's tone from ``first_step`` on, as a table lookup.
+        """``steps`` steps of the seed's tone from ``first_step`` on, a slice of it.
 
         A GPU engine's audio is made on the device and the host only takes it; working out
         ``sin`` here, in the engine thread under the GIL, would charge the server's
         process ~1.3 ms of CPU for every 96-step chunk (measured: a burst of 448 streams
-        spent more of the engine thread on tone than on its steps). The phase of sample
-        ``n`` of an integral ``f`` Hz tone is ``f * n mod rate``: one table of one cycle, ~4 ns
-        a sample (3-6x less than ``sin``); the same samples to float32 rounding."""
+        spent more of the engine thread on tone than on its steps). The tone is looked up
+        in a table of one cycle, once for each frequency (:meth:`_bank`); the same
+        samples as ``sin`` to float32 rounding."""
         return self._tones([(first_step, steps, seed)])[0]
 
     def _tones(self, asked: Sequence[tuple[int, int, int]]) -> list[np.ndarray]:
-        """:meth:`_tone` for each ``(first_step, steps, seed)`` of ``asked``, in a fixed
-        number of NumPy calls whatever their count, each a view of one array: ChatTTS's
-        batched engine vocodes the rows due together and copies their audio to the host
-        once (``Vocoder.vocode_many``, views of one array too), not a lookup a row. It
-        still joins each row's window with its last (a few NumPy calls a row), which
-        this model leaves out. Each NumPy call on a few thousand samples lets go of the
-        GIL and, beside a busy event loop, waits up to the switch interval to take it
-        back: a lookup a row made a step of 200 rows take 50-140 ms where 6 were
-        modelled (at Python's 5 ms)."""
-        rate = self.sample_rate_hz
+        """:meth:`_tone` for each ``(first_step, steps, seed)`` of ``asked``, views of one
+        array: ChatTTS's batched engine vocodes the rows due together and copies their
+        audio to the host once (``Vocoder.vocode_many``, views of one array too), and so
+        does this model: each chunk is a slice of its frequency's tone (:meth:`_bank`),
+        and the slices are copied out together, a memory copy, about what a device's
+        copy to the host costs the host. (ChatTTS also joins each row's window with its
+        last, a few NumPy calls a row, which this model leaves out.) Working the samples
+        out instead, the phase of each in 64-bit integers, cost ~25 ns a sample: a step
+        due for 150,000 samples took ~3.6 ms of the engine thread, for a device's copy of
+        ~30 us. A chunk longer than a bank (a whole segment, ``mode="whole"``) is worked
+        out so (:meth:`_phases`)."""
         per_step = self.samples_per_step
-        sizes = np.array([steps * per_step for _, steps, _ in asked], dtype=np.int64)
-        starts = np.array([first * per_step for first, _, _ in asked], dtype=np.int64)
-        freqs = np.array([200 + seed % 300 for _, _, seed in asked], dtype=np.int64)
-        ends = np.cumsum(sizes)
-        # Sample n of a chunk: its tone's phase (start + n) * f mod rate, all chunks at
-        # once (the running index less where the chunk begins in it, plus its start).
-        n = np.arange(int(ends[-1]) if len(asked) else 0, dtype=np.int64)
-        n += np.repeat(starts - (ends - sizes), sizes)
-        n *= np.repeat(freqs, sizes)
-        np.remainder(n, rate, out=n)
-        audio = self._cycle.take(n)
-        return [
-            audio[end - size : end] for end, size in zip(ends.tolist(), sizes.tolist(), strict=True)
-        ]
+        longest = self.schedule.max_steps * per_step
+        pieces = []
+        for first_step, steps, seed in asked:
+            freq_hz, start, size = 200 + seed % 300, first_step * per_step, steps * per_step
+            if size > longest:
+                pieces.append(self._phases(start, size, freq_hz))
+                continue
+            bank = self._bank(freq_hz)
+            offset = start % (bank.size - longest)  # its period
+            pieces.append(bank[offset : offset + size])
+        audio = np.concatenate(pieces) if pieces else _NO_AUDIO
+        ends = np.cumsum([piece.size for piece in pieces]).tolist()
+        return [audio[end - piece.size : end] for end, piece in zip(ends, pieces, strict=True)]
+
+    def _bank(self, freq_hz: int) -> np.ndarray:
+        """The ``freq_hz`` tone from phase 0: one period (``rate / gcd(f, rate)``
+        samples), then as many samples again as the schedule's longest chunk, so that a
+        chunk starting anywhere in the period is a slice. Made when first asked for
+        (~0.3 ms) and kept: at most 300 frequencies, ~0.3 MB each at the most."""
+        bank = self._banks.get(freq_hz)
+        if bank is None:
+            rate = self.sample_rate_hz
+            period = rate // math.gcd(freq_hz, rate)
+            longest = self.schedule.max_steps * self.samples_per_step
+            # One period worked out, then repeated (np.resize repeats an array).
+            bank = np.resize(self._phases(0, period, freq_hz), period + longest)
+            self._banks[freq_hz] = bank
+        return bank
+
+    def _phases(self, start: int, size: int, freq_hz: int) -> np.ndarray:
+        """Samples ``start`` to ``start + size`` of the ``freq_hz`` tone: sample ``n``'s
+        phase is ``f * n mod rate``, an entry of the one-cycle table."""
+        phase = np.arange(start, start + size, dtype=np.int64)
+        phase *= freq_hz
+        np.remainder(phase, self.sample_rate_hz, out=phase)
+        return self._cycle.take(phase)
 
     def synthesize(
         self, request: SynthesisRequest, should_stop: Callable[[], bool]

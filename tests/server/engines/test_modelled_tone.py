@@ -46,3 +46,24 @@ def test_a_steps_chunks_made_together_are_each_rows_own_tone() -> None:
         np.testing.assert_array_equal(chunk, _lookup(first, steps, seed))  # to the bit
         np.testing.assert_allclose(chunk, _sine(first, steps, seed), atol=1e-6)
     assert engine._tones([]) == []
+
+
+def test_chunks_anywhere_in_a_tone_are_its_lookup_to_the_bit() -> None:
+    """Chunks are slices of each frequency's tone (made once): wherever a chunk starts
+    in its tone's period, however long up to the schedule's longest chunk, and past it
+    (worked out instead), its samples are the per-row lookup's, to the bit; a step's
+    chunks are views of one array (one copy out, as a device's to the host)."""
+    rng = np.random.default_rng(5)
+    engine = ModelledEngine(step_a_s=0.001, step_b_s=0.0)
+    longest = engine.schedule.max_steps
+    asked = [
+        (int(rng.integers(0, 20_000)), int(rng.integers(1, longest + 1)), int(rng.integers(0, 900)))
+        for _ in range(60)
+    ] + [(7, longest, 499), (0, longest + 1, 13), (123, 400, 77)]
+    together = engine._tones(asked)
+    for chunk, (first, steps, seed) in zip(together, asked, strict=True):
+        np.testing.assert_array_equal(chunk, _lookup(first, steps, seed))
+    base = together[0].base
+    assert base is not None and all(chunk.base is base for chunk in together)
+    assert len(engine._banks) <= 300
+    assert all(bank.size <= 24_000 + longest * 512 for bank in engine._banks.values())
