@@ -105,8 +105,12 @@ def seat(waiting: list[T], active: int, limit: int) -> list[T]:
     """Take the jobs that get a row now out of ``waiting``, most urgent first.
 
     ``active`` jobs are in flight and at most ``limit`` may be; ``waiting`` keeps the rest.
+    With no room nothing is looked at (the engine thread asks every round; while its
+    rows are full the queue need not be sorted).
     """
     room = max(0, limit - active)
+    if not room or not waiting:
+        return []
     chosen = sorted(waiting, key=urgency)[:room]
     for job in chosen:
         waiting.remove(job)

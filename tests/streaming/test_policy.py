@@ -278,3 +278,24 @@ def test_a_size_not_seen_for_a_while_is_forgotten() -> None:
     costs.observe(1, 0.010)
     assert 2 not in costs.seconds and costs.per_prompt(1) is None
     assert costs.ride_along(1, 0.25)
+
+
+def test_a_full_table_seats_nobody_without_looking_at_the_queue(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Asked every engine round: while every row is taken the waiting jobs are not
+    sorted (no urgency worked out); once a row frees, the most urgent is seated."""
+    import streaming.policy as policy
+
+    looked: list[str] = []
+
+    def counting(job: Job, sample_rate_hz: int | None = None) -> tuple[float, int]:
+        looked.append(job.name)
+        return urgency(job, sample_rate_hz)
+
+    monkeypatch.setattr(policy, "urgency", counting)
+    jobs = [Job(f"j{i}", deadline=float(100 - i), order=i) for i in range(300)]
+    assert seat(jobs, 8, 8) == [] and seat(jobs, 9, 8) == []
+    assert looked == [] and len(jobs) == 300
+    assert [job.name for job in seat(jobs, 7, 8)] == ["j299"]
+    assert len(looked) == 300 and len(jobs) == 299
