@@ -2,13 +2,14 @@
 around a step (leave, seat, plan, deliver every row's chunk, hand over to the loop).
 
 The batcher here costs nothing and gives every row a chunk of audio at every step (the
-worst case for delivery: a real decoder gives a row a chunk once every several steps),
-so what is measured is the worker's Python: ``Scheduler.run_once`` minus the batcher's
-own time. The hand-offs to the event loop are counted (``call_soon_threadsafe`` calls per
+worst case for delivery), or with ``--chunk-every N`` once every N steps, the rows taking
+turns (a real decoder gives a row a chunk once every 12 to 96 steps), so what is
+measured is the worker's Python: ``Scheduler.run_once`` minus the batcher's own time. The hand-offs to the event loop are counted (``call_soon_threadsafe`` calls per
 round): one per round for all rows, not one per chunk (and, when the loop has not yet
 taken the last round's, none: the next round's audio goes with it).
 
     .venv/bin/python bench/scheduler_overhead.py            # batches 1, 8, 32, 64, 128
+    .venv/bin/python bench/scheduler_overhead.py --batches 100 300 --chunk-every 12
     .venv/bin/python bench/scheduler_overhead.py --smoke    # a few rounds
 
 Ends with one JSON line: microseconds per round by batch size, the fitted a + b*batch
@@ -42,22 +43,30 @@ CHUNK = np.zeros(512, np.float32)  # one GPT step of audio
 
 
 class FreeBatcher:
-    """Steps cost nothing; every row gets a chunk every step; its own time is counted."""
+    """Steps cost nothing; a row gets a chunk every ``chunk_every`` steps (the rows
+    opened one after another taking turns); its own time is counted."""
 
-    def __init__(self, max_batch: int) -> None:
+    def __init__(self, max_batch: int, chunk_every: int = 1) -> None:
         self.max_batch = max_batch
+        self.chunk_every = chunk_every
         self.seconds = 0.0
+        self._opened = 0
 
     def open(self, request: SynthesisRequest) -> BatchRow:
-        return BatchRow(request)
+        self._opened += 1
+        return BatchRow(request, state=[self._opened % self.chunk_every])
 
     def prefill(self, row: BatchRow) -> None:
         pass
 
     def step(self, rows: Sequence[BatchRow]) -> None:
         started = time.perf_counter()
+        every = self.chunk_every
         for row in rows:
-            row.chunks.append(CHUNK)
+            steps = row.state
+            steps[0] += 1
+            if steps[0] % every == 0:
+                row.chunks.append(CHUNK)
         self.seconds += time.perf_counter() - started
 
     def close(self, row: BatchRow) -> None:
@@ -76,7 +85,7 @@ class _Stub:
     sample_rate_hz = RATE_HZ
 
 
-def measure(batch: int, rounds: int) -> tuple[float, float]:
+def measure(batch: int, rounds: int, chunk_every: int = 1) -> tuple[float, float]:
     """(median microseconds of scheduler work per round, hand-offs per round)."""
     loop = asyncio.new_event_loop()
     wakeups = 0
@@ -90,7 +99,7 @@ def measure(batch: int, rounds: int) -> tuple[float, float]:
     loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
     handoff = Handoff()
     metrics = Metrics()
-    batcher = FreeBatcher(batch)
+    batcher = FreeBatcher(batch, chunk_every)
     scheduler = Scheduler(
         batcher,
         max_rows=batch,
@@ -130,13 +139,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64, 128])
     parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--chunk-every", type=int, default=1,
+                        help="a row gets a chunk every N steps (1: every step)")  # fmt: skip
     parser.add_argument("--smoke", action="store_true", help="batches 1 and 8, a few rounds")
     args = parser.parse_args()
+    if args.chunk_every < 1:
+        parser.error("--chunk-every must be at least 1")
     batches, rounds = ([1, 8], 20) if args.smoke else (args.batches, args.rounds)
     per_round: dict[int, float] = {}
     handoffs: dict[int, float] = {}
     for batch in batches:
-        per_round[batch], handoffs[batch] = measure(batch, rounds)
+        per_round[batch], handoffs[batch] = measure(batch, rounds, args.chunk_every)
         print(
             f"batch {batch:4d}: {per_round[batch]:8.1f} us per round "
             f"({per_round[batch] / batch:6.2f} us per row), "
@@ -149,6 +162,7 @@ def main() -> None:
             {
                 "bench": "scheduler_overhead",
                 "smoke": args.smoke,
+                "chunk_every": args.chunk_every,
                 "us_per_round": {str(b): round(per_round[b], 1) for b in batches},
                 "fit": {"a_us": round(float(intercept), 1), "b_us_per_row": round(float(slope), 2)},
                 "handoffs_per_round": {str(b): handoffs[b] for b in batches},
