@@ -35,6 +35,20 @@ async def hand_over(handoff: Handoff) -> None:
     await asyncio.sleep(0)  # the loop runs the hand-over
 
 
+async def handed_over_together(
+    count: int, join_samples: int
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """``count`` chunks and the job's end handed over at once: the chunks sent, and the
+    chunks the job gives with ``join_samples``."""
+    job, handoff = make_job()
+    sent = chunks(count)
+    for chunk in sent:
+        job.add_audio(chunk)
+    job.end()
+    await hand_over(handoff)
+    return sent, [chunk async for chunk in job.chunks(TIMEOUT_S, join_samples=join_samples)]
+
+
 @pytest.mark.parametrize(("join_samples", "sizes"), [
     (0, [CHUNK] * 7),
     (4 * CHUNK, [4 * CHUNK, 3 * CHUNK]),
@@ -42,13 +56,7 @@ async def hand_over(handoff: Handoff) -> None:
     (100 * CHUNK, [7 * CHUNK]),
 ])  # fmt: skip
 async def test_chunks_handed_over_together_are_joined(join_samples: int, sizes: list[int]) -> None:
-    job, handoff = make_job()
-    sent = chunks(7)
-    for chunk in sent:
-        job.add_audio(chunk)
-    job.end()
-    await hand_over(handoff)
-    got = [chunk async for chunk in job.chunks(TIMEOUT_S, join_samples=join_samples)]
+    sent, got = await handed_over_together(7, join_samples)
     assert [chunk.size for chunk in got] == sizes
     assert np.array_equal(np.concatenate(got), np.concatenate(sent))
 
@@ -102,13 +110,7 @@ async def test_a_phrase_cache_hit_is_joined_up_to_join_samples(
 async def test_a_lone_chunk_before_its_end_is_passed_on_as_it_is() -> None:
     """A segment's last chunk, its end queued behind it: nothing joins it, so it reaches
     the speech path itself, not a copy (the same array object)."""
-    job, handoff = make_job()
-    sent = chunks(3)
-    for chunk in sent:
-        job.add_audio(chunk)
-    job.end()
-    await hand_over(handoff)
-    got = [chunk async for chunk in job.chunks(TIMEOUT_S, join_samples=2 * CHUNK)]
+    sent, got = await handed_over_together(3, 2 * CHUNK)
     assert [chunk.size for chunk in got] == [2 * CHUNK, CHUNK]
     assert got[1] is sent[2]
     assert np.array_equal(np.concatenate(got), np.concatenate(sent))
