@@ -20,7 +20,7 @@ connection, ``--connections`` of them, ``--concurrency`` at a time.
     .venv/bin/python bench/connection_cost.py --smoke         # 40 (a test)
 
 With ``--rounds N`` each server is measured N times, the servers alternating, and each
-figure is the median of its rounds (these machines are noisy). Ends with one JSON line:
+figure is the median of its rounds, each figure on its own (these machines are noisy). Ends with one JSON line:
 each server's and its clients' CPU ms per connection, and ours against the others.
 """
 

@@ -4,9 +4,10 @@ around a step (leave, seat, plan, deliver every row's chunk, hand over to the lo
 The batcher here costs nothing and gives every row a chunk of audio at every step (the
 worst case for delivery), or with ``--chunk-every N`` once every N steps, the rows taking
 turns (a real decoder gives a row a chunk once every 12 to 96 steps), so what is
-measured is the worker's Python: ``Scheduler.run_once`` minus the batcher's own time. The hand-offs to the event loop are counted (``call_soon_threadsafe`` calls per
-round): one per round for all rows, not one per chunk (and, when the loop has not yet
-taken the last round's, none: the next round's audio goes with it).
+measured is the worker's Python: ``Scheduler.run_once`` minus the batcher's own time.
+The hand-offs to the event loop are counted (``call_soon_threadsafe`` calls per round):
+one per round for all rows, not one per chunk (and, when the loop has not yet taken the
+last round's, none: the next round's audio goes with it).
 
     .venv/bin/python bench/scheduler_overhead.py            # batches 1, 8, 32, 64, 128
     .venv/bin/python bench/scheduler_overhead.py --batches 100 300 --chunk-every 12

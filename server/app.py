@@ -153,7 +153,9 @@ class App(FastAPI):
     router) that do nothing for a WebSocket but call the next, and the same layers wrap
     its ``send``; a burst of new streams pays them on the event loop. The endpoint
     handles its own errors (server.ws.endpoint). Behind a root path (``root_path``) the
-    connection takes the stack and its router, as every other route does.
+    connection takes the stack and its router, as every other route does. What it
+    leaves out besides: FastAPI's own OpenTelemetry span for the connection, made when
+    a tracer is configured, and any middleware added later that acts on WebSockets.
     """
 
     _stream_path: str | None = None

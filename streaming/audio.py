@@ -39,8 +39,10 @@ def float_to_pcm16(samples: np.ndarray, *, in_range: bool = False) -> bytes:
 
     NaN becomes silence and infinities full scale, so a misbehaving model cannot turn
     into an exception in the audio path. ``in_range``: the caller knows every sample is
-    finite and inside (-1, 1) (the joins' output: streaming.speech), and the check, two
-    of the conversion's five passes over the samples, is left out.
+    finite and rounds inside 16-bit PCM once scaled (its magnitude below 32767.5 / 32768;
+    the joins' output, within ±0.99997: streaming.speech), and the check, two of the
+    conversion's five passes over the samples, is left out; a sample past that would
+    wrap around, not clip.
     """
     x = np.asarray(samples, dtype=np.float32)
     if in_range:

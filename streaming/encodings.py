@@ -66,7 +66,7 @@ def bytes_per_sample(name: str) -> int:
 def encoder(name: str, *, in_range: bool = False) -> Callable[[np.ndarray], bytes]:
     """The function that turns float32 samples into the bytes of ``name`` (an encoding
     of :data:`ENCODINGS` or a G.711 format name); ``in_range``: for samples known to be
-    finite and inside (-1, 1) (:func:`streaming.audio.float_to_pcm16`)."""
+    finite and inside 16-bit PCM once scaled (:func:`streaming.audio.float_to_pcm16`)."""
     law = law_of(name)
     if law is None:
         return functools.partial(float_to_pcm16, in_range=True) if in_range else float_to_pcm16

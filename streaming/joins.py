@@ -23,7 +23,8 @@ not the text, joins can click, and the voice gets louder and softer per sentence
   is measured (ChatTTS's first chunk is 1.5 s, so in practice nothing waits), then
   scaled by one gain for the whole segment, within ``±max_gain_db``. The gain changes
   only between segments, where the signal is exactly zero: no gain step is audible.
-  A soft limiter keeps every sample inside (-1, 1).
+  A soft limiter keeps every sample within ±:data:`CEILING`, inside (-1, 1) and
+  inside 16-bit PCM once scaled by 32768 and rounded.
 
 Every decision is made on fixed blocks of ``block_ms`` counted from the start of a
 segment, so the output does not depend on how the input was chunked; the joiner holds
@@ -42,6 +43,7 @@ import numpy as np
 from streaming.punctuation import CLOSERS, STRAIGHT_QUOTES, join_pause_class
 
 __all__ = [
+    "CEILING",
     "PAUSE_MS",
     "JoinSettings",
     "SegmentJoiner",
@@ -131,6 +133,10 @@ def _db_to_power(db: float) -> float:
     return 10.0 ** (db / 10.0)
 
 
+#: The largest magnitude of a sample the joins send (float32): scaled by 32768 it rounds
+#: to 32767 at the most, so 16-bit PCM holds every sample without a clip.
+CEILING = np.float32(0.99997)
+
 #: The largest and smallest value of an array (NaN if it holds one): ufunc methods, no
 #: Python wrapper, and no array made (``abs`` first would make one the chunk's size).
 _PEAK = np.maximum.reduce
@@ -176,7 +182,8 @@ def _ramp(n: int, rising: bool) -> np.ndarray:
 
 
 def soft_limit(x: np.ndarray, knee: float) -> np.ndarray:
-    """Identity below ``knee``, a tanh curve above it: the result stays inside (-1, 1)."""
+    """Identity below ``knee``, a tanh curve above it: the result stays within
+    ±:data:`CEILING`."""
     if not x.size or within(x, knee):  # the common case: two reads, no copy
         return x
     magnitude = np.abs(x)
@@ -184,7 +191,7 @@ def soft_limit(x: np.ndarray, knee: float) -> np.ndarray:
     out = x.copy()
     headroom = 1.0 - knee
     limited = knee + headroom * np.tanh((magnitude[over] - knee) / headroom)
-    out[over] = np.sign(x[over]) * np.minimum(limited, np.float32(0.99997))
+    out[over] = np.sign(x[over]) * np.minimum(limited, CEILING)
     return out
 
 
@@ -195,7 +202,7 @@ class SegmentJoiner:
     as it comes (returns what may be sent now), then :meth:`finish` (returns the held
     rest, the fade-out and the pause). The concatenated output of one segment starts
     and ends with a sample of exactly 0.0 (unless the segment is empty), is finite and
-    inside (-1, 1), and does not depend on how the input was chunked. :meth:`abandon`
+    within ±:data:`CEILING`, and does not depend on how the input was chunked. :meth:`abandon`
     drops a segment that will not finish (cancel, engine error).
     """
 

@@ -177,7 +177,7 @@ class SpeechPipeline:
             Resampler(engine_rate_hz, output_rate_hz) if engine_rate_hz != output_rate_hz else None
         )
         self._limiter = VolumeLimiter(output_rate_hz, volume) if volume != 1.0 else None
-        #: Every sample of its frames finite and inside (-1, 1), so encoded without a
+        #: Every sample of its frames finite and within ±0.99997, so encoded without a
         #: check: the joins' soft limiter is the last to touch them (no resampling or
         #: volume after it; pauses and fills are zeros).
         self.in_range = self._joiner is not None and self._resampler is None and volume == 1.0

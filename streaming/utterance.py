@@ -60,7 +60,7 @@ class FellBack:
 @dataclass(frozen=True)
 class Frames:
     frames: list[np.ndarray]
-    #: Every sample finite and inside (-1, 1): encoded without a check (the joins'
+    #: Every sample finite and within ±0.99997: encoded without a check (the joins'
     #: output, neither resampled nor scaled after: ``SpeechPipeline.in_range``).
     in_range: bool = False
 

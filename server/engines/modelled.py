@@ -78,7 +78,11 @@ class ModelledEngine:
         return self.mode == "interleave"
 
     def warm_up(self) -> None:
-        pass
+        """Every frequency's tone made (:meth:`_bank`; ~0.1 s, ~70 MB), as a real engine
+        loads its weights before serving: not in the engine thread in the middle of a
+        benchmark's burst, ~0.4 ms a seed not seen before."""
+        for freq_hz in range(200, 500):
+            self._bank(freq_hz)
 
     def check_voice(self, voice: str) -> None:
         """Every voice is accepted."""
@@ -108,8 +112,8 @@ class ModelledEngine:
         and the slices are copied out together, a memory copy, about what a device's
         copy to the host costs the host. (ChatTTS also joins each row's window with its
         last, a few NumPy calls a row, which this model leaves out.) Working the samples
-        out instead, the phase of each in 64-bit integers, cost ~25 ns a sample: a step
-        due for 150,000 samples took ~3.6 ms of the engine thread, for a device's copy of
+        out instead, the phase of each in 64-bit integers, cost ~20 ns a sample: a step
+        due for 150,000 samples took ~3 ms of the engine thread, for a device's copy of
         ~30 us. A chunk longer than a bank (a whole segment, ``mode="whole"``) is worked
         out so (:meth:`_phases`)."""
         per_step = self.samples_per_step
@@ -131,7 +135,8 @@ class ModelledEngine:
         """The ``freq_hz`` tone from phase 0: one period (``rate / gcd(f, rate)``
         samples), then as many samples again as the schedule's longest chunk, so that a
         chunk starting anywhere in the period is a slice. Made when first asked for
-        (~0.3 ms) and kept: at most 300 frequencies, ~0.3 MB each at the most."""
+        (~0.4 ms; all of them at :meth:`warm_up`) and kept: 300 frequencies, ~0.3 MB
+        each at the most."""
         bank = self._banks.get(freq_hz)
         if bank is None:
             rate = self.sample_rate_hz

@@ -20,6 +20,7 @@ from streaming.audio import (
     sounding_seconds,
     wav_bytes,
 )
+from streaming.joins import CEILING
 
 RATE_PAIRS = [(22_050, 24_000), (24_000, 16_000), (24_000, 8_000), (24_000, 48_000)]
 
@@ -323,12 +324,16 @@ def test_sounding_seconds_counts_blocks_above_the_floor() -> None:
 
 
 def test_float_to_pcm16_in_range_is_the_same_bytes_without_the_check() -> None:
-    """Samples inside (-1, 1) encode the same with ``in_range`` (the check left out),
-    full scale's edges and rounding halves included."""
+    """Samples that round inside 16-bit PCM encode the same with ``in_range`` (the check
+    left out): the joins' ceiling, the last values below 32767.5 / 32768 either way, and
+    rounding halves included; the ceiling is full scale."""
     rng = np.random.default_rng(3)
+    edge = 32767.4 / 32768
     samples = np.concatenate((
-        rng.uniform(-0.99997, 0.99997, 50_000),
-        [0.0, -0.0, 0.99997, -0.99997, 0.5 / 32768, -1.5 / 32768, 2.5 / 32768],
+        rng.uniform(-CEILING, CEILING, 50_000),
+        [0.0, -0.0, CEILING, -CEILING, edge, -edge, 0.5 / 32768, -1.5 / 32768, 2.5 / 32768],
     )).astype(np.float32)  # fmt: skip
     assert float_to_pcm16(samples, in_range=True) == float_to_pcm16(samples)
     assert float_to_pcm16(samples[:0], in_range=True) == b""
+    top = float_to_pcm16(np.array([CEILING, -CEILING], np.float32), in_range=True)
+    assert np.frombuffer(top, "<i2").tolist() == [32767, -32767]
