@@ -20,8 +20,9 @@ connection, ``--connections`` of them, ``--concurrency`` at a time.
     .venv/bin/python bench/connection_cost.py --smoke         # 40 (a test)
 
 With ``--rounds N`` each server is measured N times, the servers alternating, and each
-figure is the median of its rounds, each figure on its own (these machines are noisy). Ends with one JSON line:
-each server's and its clients' CPU ms per connection, and ours against the others.
+figure is the median of its rounds, each figure on its own (these machines are noisy).
+Ends with one JSON line: each server's and its clients' CPU ms per connection, and ours
+against the others.
 """
 
 from __future__ import annotations
@@ -177,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=1,
-                        help="measure each server this many times, alternating (medians)")  # fmt: skip
+                        help="each server this many times, alternating (medians)")  # fmt: skip
     parser.add_argument("--baseline", metavar="REF",
                         help="also our server as git REF has it ('before')")  # fmt: skip
     parser.add_argument("--smoke", action="store_true", help="40 connections (a test)")

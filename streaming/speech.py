@@ -177,10 +177,12 @@ class SpeechPipeline:
             Resampler(engine_rate_hz, output_rate_hz) if engine_rate_hz != output_rate_hz else None
         )
         self._limiter = VolumeLimiter(output_rate_hz, volume) if volume != 1.0 else None
-        #: Every sample of its frames finite and within ±0.99997, so encoded without a
-        #: check: the joins' soft limiter is the last to touch them (no resampling or
-        #: volume after it; pauses and fills are zeros).
-        self.in_range = self._joiner is not None and self._resampler is None and volume == 1.0
+        #: Every sample of its frames finite and within the joins' ``CEILING``, so encoded
+        #: without a check: the joins' soft limiter is the last to touch them (no
+        #: resampling or volume after it; pauses and fills are zeros).
+        self.in_range = (
+            self._joiner is not None and self._resampler is None and self._limiter is None
+        )
         #: Every frame exactly ``frame_ms`` (a telephony client's own frame duration).
         self.exact_frames = frame_ms is not None
         frame_samples = output_rate_hz * (frame_ms or settings.frame_ms) // 1000

@@ -60,8 +60,9 @@ class FellBack:
 @dataclass(frozen=True)
 class Frames:
     frames: list[np.ndarray]
-    #: Every sample finite and within ±0.99997: encoded without a check (the joins'
-    #: output, neither resampled nor scaled after: ``SpeechPipeline.in_range``).
+    #: Every sample finite and within ``streaming.joins.CEILING``: encoded without a
+    #: check (the joins' output, neither resampled nor scaled after:
+    #: ``SpeechPipeline.in_range``).
     in_range: bool = False
 
 
