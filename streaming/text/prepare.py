@@ -117,6 +117,14 @@ _BARE_RULES: tuple[SpanRule, ...] = (
     list_rule,
     bare_number_rule,
 )
+# Prose: CJK characters, blanks and Chinese prose's marks, with no digit, letter or other
+# symbol. Of the rules only the user's entries and the named days (双十一) claim any of it;
+# every other rule needs a digit, a letter or a symbol, so a prose segment skips them (half
+# its cost). tests/streaming/test_text_prose.py tries each rule on prose made of every CJK
+# word the rules' modules know: a rule that claims prose belongs here too.
+_PROSE = re.compile(r"[\u4e00-\u9fff\s。！？…；，、：“”‘’（）「」『』《》【】—]*")
+_PROSE_RULES: tuple[SpanRule, ...] = (lexicon_rule, code_rule)
+_BARE_PROSE_RULES: tuple[SpanRule, ...] = (lexicon_rule,)
 # Full-width digits and letters as ASCII, and full-width marks between two digits
 # (３．１４, １２：３０): one character for one, so offsets stay the same.
 _FULLWIDTH = str.maketrans(
@@ -144,6 +152,14 @@ def strip_tags(text: str) -> str:
     return re.sub(r" {2,}", " ", stripped).strip()
 
 
+def _rules(spans: Spans) -> tuple[SpanRule, ...]:
+    """The span rules that may claim something in ``spans`` (in order)."""
+    prose = _PROSE.fullmatch(spans.text) is not None
+    if spans.normalizer is None:
+        return _BARE_PROSE_RULES if prose else _BARE_RULES
+    return _PROSE_RULES if prose else _SPAN_RULES
+
+
 def _tokenize(spans: Spans, earlier: Iterable[Code] = ()) -> tuple[list[Token], tuple[Code, ...]]:
     """Tokens covering text in order (span rules win over the normaliser and characters),
     and the digit strings read digit by digit; a bare number that is one of them, or
@@ -151,7 +167,7 @@ def _tokenize(spans: Spans, earlier: Iterable[Code] = ()) -> tuple[list[Token], 
     text = spans.original
     claimed: dict[int, Token] = {}
     covered = [False] * len(text)
-    for rule in _SPAN_RULES if spans.normalizer is not None else _BARE_RULES:
+    for rule in _rules(spans):
         for token in rule(spans):
             if token.end <= token.start or any(covered[token.start : token.end]):
                 continue

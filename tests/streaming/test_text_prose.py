@@ -1,0 +1,131 @@
+"""Prose (CJK characters, blanks and Chinese prose's marks) skips the rules that need a
+digit, a letter or a symbol: each skipped rule is tried on prose made of every CJK word
+the front-end's modules know, and claims none of it."""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+import streaming.text.prepare as prepare_module
+from streaming.punctuation import MARKS, PAIRS
+from streaming.text import prepare_text
+from streaming.text.lexicon import Lexicon, LexiconSettings
+from streaming.text.prepare import (
+    _BARE_PROSE_RULES,
+    _BARE_RULES,
+    _PROSE_RULES,
+    _SPAN_RULES,
+    _folded,
+    _rules,
+)
+from streaming.text.spans import Spans
+
+_TEXT_MODULES = Path(prepare_module.__file__).parent
+
+
+def _known_words() -> list[str]:
+    """Every run of CJK characters written in the front-end's modules: cue words,
+    measure words, units, named days, Chinese numerals."""
+    words: set[str] = set()
+    for source in _TEXT_MODULES.glob("*.py"):
+        words.update(re.findall(r"[\u4e00-\u9fff]+", source.read_text(encoding="utf-8")))
+    return sorted(words)
+
+
+_WORDS = _known_words()
+_PROSE_MARKS = list("。！？…；，、：“”‘’（）「」『』《》【】—") + [" ", "\n", "\t", "\u3000"]
+# What is not prose: digits, letters and symbols, ASCII and full-width, every mark and bracket.
+_OTHERS = (
+    list("0123456789abcxyzABCXYZ.,:;!?#*-+/%$@&_~=<>|^'\"`[](){}")
+    + list("０１２９ＡＺａｚ．：／－～＃＊％＋")
+    + list("℃°×÷±·•①②⑩¥€£")
+    + list(MARKS)
+    + list(PAIRS)
+    + list(PAIRS.values())
+)
+
+
+def _texts(seed: int, count: int, other_share: float) -> list[str]:
+    rng = random.Random(seed)
+    texts = []
+    for _ in range(count):
+        pieces = []
+        for _ in range(rng.randrange(1, 14)):
+            roll = rng.random()
+            if roll < other_share:
+                pieces.append(rng.choice(_OTHERS))
+            elif roll < 0.7:
+                pieces.append(rng.choice(_WORDS))
+            elif roll < 0.8:
+                pieces.append(chr(rng.randrange(0x4E00, 0xA000)))
+            else:
+                pieces.append(rng.choice(_PROSE_MARKS))
+        texts.append("".join(pieces))
+    return texts
+
+
+def _spans(text: str, before: str, normalizer: object, lexicon: Lexicon | None = None) -> Spans:
+    return Spans(_folded(text), text, normalizer, False, lexicon, _folded(before))  # type: ignore[arg-type]
+
+
+def _said(text: str) -> str:
+    return text
+
+
+@pytest.mark.parametrize(
+    ("normalizer", "every_rule", "prose_rules"),
+    [(_said, _SPAN_RULES, _PROSE_RULES), (None, _BARE_RULES, _BARE_PROSE_RULES)],
+    ids=["library", "bare"],
+)
+def test_no_rule_skipped_on_prose_claims_any_of_it(
+    normalizer: object, every_rule: tuple, prose_rules: tuple
+) -> None:
+    skipped = [rule for rule in every_rule if rule not in prose_rules]
+    assert len(skipped) == len(every_rule) - len(prose_rules)
+    # Texts with the odd digit, letter or symbol too: whatever the gate takes for prose
+    # must be prose to every rule, and whatever it does not goes through them all.
+    texts = _texts(seed=31, count=4000, other_share=0.03)
+    befores = _texts(seed=32, count=len(texts), other_share=0.4)  # cue words and digits
+    prose = 0
+    for text, before in zip(texts, befores, strict=True):
+        spans = _spans(text, before[-16:], normalizer)
+        rules = _rules(spans)
+        if rules is every_rule:
+            continue
+        assert rules is prose_rules, text
+        prose += 1
+        for rule in skipped:
+            assert list(rule(spans)) == [], (rule.__name__, text, before)
+    assert prose > 2000  # the sample is mostly prose
+
+
+@pytest.mark.parametrize("text", ["你好。", "今天天气很好，我们一起去公园散步吧！", "“好”（真的）《书》——\n第二章"])
+def test_prose_takes_the_prose_rules(text: str) -> None:
+    assert _rules(_spans(text, "", _said)) is _PROSE_RULES
+    assert _rules(_spans(text, "", None)) is _BARE_PROSE_RULES
+
+
+@pytest.mark.parametrize(
+    "text", ["你好2。", "第２章", "用ChatTTS。", "温度℃", "价格¥", "A、B", "问题?", "[uv_break]好", "①第一"]
+)
+def test_a_digit_letter_or_symbol_takes_every_rule(text: str) -> None:
+    assert _rules(_spans(text, "", _said)) is _SPAN_RULES
+    assert _rules(_spans(text, "", None)) is _BARE_RULES
+
+
+def test_prose_is_read_the_same_as_through_every_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whole segments, prose or not, with the user's entries and named days: the gate
+    changes nothing a listener hears or a caller is told."""
+    lexicon = Lexicon.from_mapping(
+        {"流式": "流水式", "公园": "花园"}, origin="test", limits=LexiconSettings()
+    )
+    texts = _texts(seed=33, count=600, other_share=0.05) + ["过了双十一再说。", "流式合成，去公园。"]
+    gated = [prepare_text(t, normalizer=_said, lexicon=lexicon, before="验证码") for t in texts]
+    monkeypatch.setattr(prepare_module, "_PROSE", re.compile(r"(?!)"))  # nothing is prose
+    every = [prepare_text(t, normalizer=_said, lexicon=lexicon, before="验证码") for t in texts]
+    assert gated == every
+    assert any(p.spoken for p in gated)
