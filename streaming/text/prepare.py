@@ -212,9 +212,26 @@ def needs_normalizer(text: str) -> bool:
     return _NEEDS_NORMALIZER.search(text) is not None
 
 
+_IDEOGRAPHS = re.compile(r"[\u4e00-\u9fff]+")
+
+
+def _classified(text: str, start: int, end: int) -> list[Token]:
+    """The tokens of ``text[start:end]`` character by character (:func:`classify`), but a
+    run of ideographs as one word: each is a word of its own, whatever stands beside it,
+    and every later stage reads a run of them the same either way."""
+    tokens: list[Token] = []
+    k = start
+    for run in _IDEOGRAPHS.finditer(text, start, end):
+        tokens += [classify(text, i) for i in range(k, run.start())]
+        tokens.append(word(run.start(), run.end(), run.group()))
+        k = run.end()
+    tokens += [classify(text, i) for i in range(k, end)]
+    return tokens
+
+
 def _plain_tokens(text: str, start: int, end: int, normalizer: Normalizer | None) -> list[Token]:
     if normalizer is None:
-        return [classify(text, k) for k in range(start, end)]
+        return _classified(text, start, end)
     tokens: list[Token] = []
     piece_start = start
     breaks = [m.end() for m in _CLAUSE_BREAK.finditer(text, start, end)]
@@ -223,11 +240,11 @@ def _plain_tokens(text: str, start: int, end: int, normalizer: Normalizer | None
         if not run:
             continue
         if not _NEEDS_NORMALIZER.search(run):
-            tokens += [classify(text, k) for k in range(piece_start, piece_end)]
+            tokens += _classified(text, piece_start, piece_end)
         else:
             for span_start, span_end, said in normalized_spans(run, piece_start, normalizer):
                 if said is None:
-                    tokens += [classify(text, k) for k in range(span_start, span_end)]
+                    tokens += _classified(text, span_start, span_end)
                 else:
                     tokens += rewrite_tokens(span_start, span_end, said, RULE_LIBRARY)
         piece_start = piece_end

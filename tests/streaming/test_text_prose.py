@@ -1,6 +1,7 @@
-"""Prose (CJK characters, blanks and Chinese prose's marks) skips the rules that need a
-digit, a letter or a symbol: each skipped rule is tried on prose made of every CJK word
-the front-end's modules know, and claims none of it."""
+"""Short cuts for prose. Prose (CJK characters, blanks and Chinese prose's marks) skips
+the rules that need a digit, a letter or a symbol: each skipped rule is tried on prose
+made of every CJK word the front-end's modules know, and claims none of it. A run of
+ideographs no rule claimed is one token: read the same as a token a character."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 import streaming.text.prepare as prepare_module
 from streaming.punctuation import MARKS, PAIRS
-from streaming.text import prepare_text
+from streaming.text import PreparedText, prepare_text
 from streaming.text.lexicon import Lexicon, LexiconSettings
 from streaming.text.prepare import (
     _BARE_PROSE_RULES,
@@ -23,6 +24,7 @@ from streaming.text.prepare import (
     _rules,
 )
 from streaming.text.spans import Spans
+from streaming.text.tokens import Token, classify
 
 _TEXT_MODULES = Path(prepare_module.__file__).parent
 
@@ -117,15 +119,36 @@ def test_a_digit_letter_or_symbol_takes_every_rule(text: str) -> None:
     assert _rules(_spans(text, "", None)) is _BARE_RULES
 
 
-def test_prose_is_read_the_same_as_through_every_rule(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Whole segments, prose or not, with the user's entries and named days: the gate
-    changes nothing a listener hears or a caller is told."""
+def _per_character(text: str, start: int, end: int) -> list[Token]:
+    return [classify(text, k) for k in range(start, end)]
+
+
+@pytest.mark.parametrize(
+    ("name", "plain"),
+    [("_PROSE", re.compile(r"(?!)")), ("_classified", _per_character)],
+    ids=["every rule", "a token a character"],
+)
+@pytest.mark.parametrize("normalizer", [_said, None], ids=["library", "bare"])
+def test_prose_is_read_the_same_as_the_long_way(
+    monkeypatch: pytest.MonkeyPatch, name: str, plain: object, normalizer: object
+) -> None:
+    """Whole segments, prose or not, with the user's entries and named days: neither
+    short cut (prose past the rules, a run of ideographs as one token) changes anything a
+    listener hears or a caller is told."""
     lexicon = Lexicon.from_mapping(
         {"流式": "流水式", "公园": "花园"}, origin="test", limits=LexiconSettings()
     )
-    texts = _texts(seed=33, count=600, other_share=0.05) + ["过了双十一再说。", "流式合成，去公园。"]
-    gated = [prepare_text(t, normalizer=_said, lexicon=lexicon, before="验证码") for t in texts]
-    monkeypatch.setattr(prepare_module, "_PROSE", re.compile(r"(?!)"))  # nothing is prose
-    every = [prepare_text(t, normalizer=_said, lexicon=lexicon, before="验证码") for t in texts]
-    assert gated == every
-    assert any(p.spoken for p in gated)
+    texts = _texts(seed=33, count=800, other_share=0.08)
+    texts += ["过了双十一再说。", "流式合成，去公园。", "GPU很快，ＧＰＵ也是。", "好 坏\n中"]
+
+    def read() -> list[PreparedText]:
+        return [
+            prepare_text(t, normalizer=normalizer, lexicon=lexicon, before="验证码")  # type: ignore[arg-type]
+            for t in texts
+        ]
+
+    short = read()
+    monkeypatch.setattr(prepare_module, name, plain)
+    assert short == read()
+    assert sum(bool(p.spoken) for p in short) > len(texts) // 2
+    assert any(p.removed for p in short)
