@@ -9,10 +9,11 @@ neither the library nor its start-up cost.
 The front-end's own rules read numbers (``streaming/text/``); the library reads what
 no rule claims. Costs, measured by ``bench/text_frontend.py`` on these 2-core machines:
 loading the transducers ~0.5 s (building them once, on first start, ~4 s); 0.1-0.3 ms
-a segment at p95, up to a few ms when the library is called. Segments are still
-prepared on one dedicated thread (:meth:`TextFrontend.submit`), never on the event
-loop; one thread also serialises calls into pynini, whose thread safety is not
-documented, and runs the lexicon file's reload check (:mod:`server.lexicon`).
+a segment at p95, up to a few ms when the library is called. Segments are prepared
+on one dedicated thread (:meth:`TextFrontend.submit`), but short ones with no digit or
+symbol (``inline_max_chars``), which never call the library, on the event loop; the one
+thread also serialises calls into pynini, whose thread safety is not documented, and
+runs the lexicon file's reload check (:mod:`server.lexicon`).
 
 A :class:`UtteranceText` prepares one context's (or request's) segments in order: code
 fences that span segments, the utterance's own lexicon entries over the file's, and the

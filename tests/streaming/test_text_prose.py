@@ -1,7 +1,8 @@
 """Short cuts for prose. Prose (CJK characters, blanks and Chinese prose's marks) skips
 the rules that need a digit, a letter or a symbol: each skipped rule is tried on prose
-made of every CJK word the front-end's modules know, and claims none of it. A run of
-ideographs no rule claimed is one token: read the same as a token a character."""
+made of every CJK word the front-end's modules know, and claims none of it; every
+character outside prose takes every rule. A run of ideographs no rule claimed is one
+token: read the same as a token a character."""
 
 from __future__ import annotations
 
@@ -18,13 +19,14 @@ from streaming.text.lexicon import Lexicon, LexiconSettings
 from streaming.text.prepare import (
     _BARE_PROSE_RULES,
     _BARE_RULES,
+    _IDEOGRAPHS,
     _PROSE_RULES,
     _SPAN_RULES,
     _folded,
     _rules,
 )
 from streaming.text.spans import Spans
-from streaming.text.tokens import Token, classify
+from streaming.text.tokens import Token, classify, word
 
 _TEXT_MODULES = Path(prepare_module.__file__).parent
 
@@ -39,8 +41,13 @@ def _known_words() -> list[str]:
 
 
 _WORDS = _known_words()
-_PROSE_MARKS = list("。！？…；，、：“”‘’（）「」『』《》【】—") + [" ", "\n", "\t", "\u3000"]
-# What is not prose: digits, letters and symbols, ASCII and full-width, every mark and bracket.
+#: Prose, as the docs say it: ideographs U+4E00-U+9FFF, blanks, and these marks.
+_PROSE_MARK_SET = frozenset("。！？…；，、：“”‘’（）「」『』《》【】—")
+_BLANKS = [" ", "\n", "\t", "\r\n", "\u3000", "\xa0", "\u2028", "\x1c"]
+_PROSE_MARKS = sorted(_PROSE_MARK_SET) + _BLANKS
+# What is not prose: digits, letters and symbols, ASCII and full-width, every mark and
+# bracket, and characters that look like ideographs but are not in U+4E00-U+9FFF.
+_NEAR_IDEOGRAPHS = ["\u3007", "々", "〆", "㈠", "㊀", "\u3400", "\u4dbf", "\uf900", "\ufa0e", "\U00020000"]
 _OTHERS = (
     list("0123456789abcxyzABCXYZ.,:;!?#*-+/%$@&_~=<>|^'\"`[](){}")
     + list("０１２９ＡＺａｚ．：／－～＃＊％＋")
@@ -48,7 +55,13 @@ _OTHERS = (
     + list(MARKS)
     + list(PAIRS)
     + list(PAIRS.values())
+    + _NEAR_IDEOGRAPHS
+    + ["[uv_break]", "# ", "\n- ", "\n1. ", "~~", "826491", "双11", "3·15", "GPU", "#3"]
 )
+
+
+def _is_prose_character(ch: str) -> bool:
+    return "\u4e00" <= ch <= "\u9fff" or ch.isspace() or ch in _PROSE_MARK_SET
 
 
 def _texts(seed: int, count: int, other_share: float) -> list[str]:
@@ -78,6 +91,11 @@ def _said(text: str) -> str:
     return text
 
 
+def _digits_read(text: str) -> str:
+    """A normaliser that rewrites digits and leaves the rest: runs partly unchanged."""
+    return re.sub(r"[0-9]", lambda m: "零一二三四五六七八九"[int(m.group())], text)
+
+
 @pytest.mark.parametrize(
     ("normalizer", "every_rule", "prose_rules"),
     [(_said, _SPAN_RULES, _PROSE_RULES), (None, _BARE_RULES, _BARE_PROSE_RULES)],
@@ -105,18 +123,34 @@ def test_no_rule_skipped_on_prose_claims_any_of_it(
     assert prose > 2000  # the sample is mostly prose
 
 
-@pytest.mark.parametrize("text", ["你好。", "今天天气很好，我们一起去公园散步吧！", "“好”（真的）《书》——\n第二章"])
-def test_prose_takes_the_prose_rules(text: str) -> None:
-    assert _rules(_spans(text, "", _said)) is _PROSE_RULES
-    assert _rules(_spans(text, "", None)) is _BARE_PROSE_RULES
+def test_prose_is_exactly_its_characters() -> None:
+    """Every character of the Basic Multilingual Plane, alone and between two
+    ideographs: prose takes the prose rules, anything else every rule."""
+    for code in range(0x10000):
+        if 0xD800 <= code <= 0xDFFF:
+            continue
+        ch = chr(code)
+        prose = _is_prose_character(ch)
+        for text in (ch, f"中{ch}文"):
+            assert (_rules(_spans(text, "", _said)) is _PROSE_RULES) is prose, hex(code)
+            assert (_rules(_spans(text, "", None)) is _BARE_PROSE_RULES) is prose, hex(code)
+    for ch in _NEAR_IDEOGRAPHS:
+        assert _rules(_spans(ch, "", _said)) is _SPAN_RULES, ascii(ch)
 
 
-@pytest.mark.parametrize(
-    "text", ["你好2。", "第２章", "用ChatTTS。", "温度℃", "价格¥", "A、B", "问题?", "[uv_break]好", "①第一"]
-)
-def test_a_digit_letter_or_symbol_takes_every_rule(text: str) -> None:
-    assert _rules(_spans(text, "", _said)) is _SPAN_RULES
-    assert _rules(_spans(text, "", None)) is _BARE_RULES
+def test_a_run_token_is_only_what_classify_reads_as_itself() -> None:
+    """A character the run takes in is a word of itself, with no rule, wherever it
+    stands (what a run of one token assumes); anything else is left to ``classify``."""
+    for code in range(0x10000):
+        if 0xD800 <= code <= 0xDFFF:
+            continue
+        ch = chr(code)
+        if not _IDEOGRAPHS.fullmatch(ch):
+            continue
+        for text, at in ((ch, 0), (f"a{ch}1", 1), (f"，{ch} ", 1), (f"中{ch}文", 1)):
+            assert classify(text, at) == word(at, at + 1, ch), hex(code)
+    for ch in _NEAR_IDEOGRAPHS:
+        assert not _IDEOGRAPHS.search(ch), ascii(ch)
 
 
 def _per_character(text: str, start: int, end: int) -> list[Token]:
@@ -128,23 +162,38 @@ def _per_character(text: str, start: int, end: int) -> list[Token]:
     [("_PROSE", re.compile(r"(?!)")), ("_classified", _per_character)],
     ids=["every rule", "a token a character"],
 )
-@pytest.mark.parametrize("normalizer", [_said, None], ids=["library", "bare"])
+@pytest.mark.parametrize(
+    "normalizer", [_said, _digits_read, None], ids=["library", "digits", "bare"]
+)
 def test_prose_is_read_the_same_as_the_long_way(
     monkeypatch: pytest.MonkeyPatch, name: str, plain: object, normalizer: object
 ) -> None:
-    """Whole segments, prose or not, with the user's entries and named days: neither
-    short cut (prose past the rules, a run of ideographs as one token) changes anything a
-    listener hears or a caller is told."""
+    """Whole segments, prose or not, with the user's entries, named days, cue words
+    before them, tags allowed or not and codes read before: neither short cut (prose past
+    the rules, a run of ideographs as one token) changes anything a listener hears or a
+    caller is told."""
     lexicon = Lexicon.from_mapping(
-        {"流式": "流水式", "公园": "花园"}, origin="test", limits=LexiconSettings()
+        {"流式": "流水式", "公园": "花园", "AI": "人工智能"}, origin="test", limits=LexiconSettings()
     )
+    rng = random.Random(34)
     texts = _texts(seed=33, count=800, other_share=0.08)
-    texts += ["过了双十一再说。", "流式合成，去公园。", "GPU很快，ＧＰＵ也是。", "好 坏\n中"]
+    texts += ["过了双十一再说。", "流式合成，去公园。", "GPU很快，ＧＰＵ也是。", "好 坏\n中", "〇㈠\u3400好"]
+    befores = [rng.choice(["", "验证码：", "尾号", "拨打", "第", *_texts(35, 1, 0.4)]) for _ in texts]
+    tags = [rng.random() < 0.5 for _ in texts]
+    earlier = prepare_text("验证码826491，", normalizer=_said).codes
+    assert earlier
 
     def read() -> list[PreparedText]:
         return [
-            prepare_text(t, normalizer=normalizer, lexicon=lexicon, before="验证码")  # type: ignore[arg-type]
-            for t in texts
+            prepare_text(
+                t,
+                normalizer=normalizer,  # type: ignore[arg-type]
+                allow_tags=tag,
+                lexicon=lexicon,
+                before=before,
+                codes=earlier,
+            )
+            for t, before, tag in zip(texts, befores, tags, strict=True)
         ]
 
     short = read()
