@@ -28,6 +28,11 @@ __all__ = ["TimeStretcher", "split_speed"]
 _EMPTY = np.zeros(0, np.float32)
 
 
+def _quiet() -> np.errstate:
+    """NumPy's warnings off for samples that are not finite or overflow float32."""
+    return np.errstate(invalid="ignore", over="ignore")
+
+
 def split_speed(speed: float, native: tuple[float, float]) -> tuple[float, float]:
     """``(engine speed, tempo)`` for ``speed``: the engine's own rate control over its
     ``native`` range, a time-stretch (tempo = speed / engine speed) for the rest."""
@@ -67,15 +72,20 @@ class TimeStretcher:
         self._previous = 0  # input position of the last frame laid
 
     def process(self, chunk: np.ndarray) -> np.ndarray:
-        """Take ``chunk``; return the output samples that are final now."""
-        samples = np.asarray(chunk, dtype=np.float32).reshape(-1)
-        if samples.size:
-            self._input = np.concatenate((self._input, samples))
-            self._received += samples.size
-        laid = False
-        while self._needs(self._k) <= self._received:
-            self._lay(self._k)
-            laid = True
+        """Take ``chunk``; return the output samples that are final now.
+
+        Samples that are not finite or far past full scale pass through as they come
+        (the joins after the stretcher make them silent or clip them), without NumPy's
+        warnings about them."""
+        with _quiet():
+            samples = np.asarray(chunk, dtype=np.float32).reshape(-1)
+            if samples.size:
+                self._input = np.concatenate((self._input, samples))
+                self._received += samples.size
+            laid = False
+            while self._needs(self._k) <= self._received:
+                self._lay(self._k)
+                laid = True
         # Final: before the next frame's start, and within the least the total can be.
         upto = min(self._k * self._hop, int(self._received / self.tempo))
         return self._release(upto) if laid else _EMPTY
@@ -84,8 +94,9 @@ class TimeStretcher:
         """The rest of the output, up to ``round(input length / tempo)`` samples in all;
         the stretcher is then ready for a new stream."""
         total = round(self._received / self.tempo)
-        while self._k * self._hop < total:
-            self._lay(self._k)
+        with _quiet():
+            while self._k * self._hop < total:
+                self._lay(self._k)
         out = self._release(total)
         self.reset()
         return out

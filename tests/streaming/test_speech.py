@@ -191,10 +191,10 @@ def test_frames_said_in_range_are_finite_and_inside_full_scale_whatever_comes_in
     rng = np.random.default_rng(seed)
     audio = tone(1.2) * rng.choice([0.01, 1.0, 5.0, 1e6])
     wild = rng.choice(audio.size, size=20, replace=False)
-    # The time-stretcher (before the joins) takes finite samples only without warnings.
+    # The time-stretcher (before the joins) takes them too, without NumPy's warnings
+    # (which the suite makes errors).
     tempo = 1.5 if seed % 3 == 0 else 1.0
-    wilder = [40.0, -1e30] if tempo != 1.0 else [np.nan, np.inf, -np.inf, 40.0, -1e30]
-    audio[wild] = rng.choice(wilder, size=20)
+    audio[wild] = rng.choice([np.nan, np.inf, -np.inf, 40.0, -1e30], size=20)
     pipeline = SpeechPipeline(SpeechSettings(), RATE, RATE, tempo=tempo, whole_text=seed % 2 == 0)
     assert pipeline.in_range
     frames = []

@@ -114,3 +114,16 @@ def test_the_engine_takes_its_range_and_the_stretch_the_rest(
     engine, tempo = split_speed(speed, native)
     assert (engine, tempo) == pytest.approx(split)
     assert engine * tempo == pytest.approx(speed)
+
+
+@pytest.mark.parametrize("tempo", [0.5, 1.5])
+def test_samples_not_finite_or_past_float32_pass_without_warnings(tempo: float) -> None:
+    """An engine's wildest output (NaN, infinities, float64 past float32's range) is
+    stretched to its length like any other, without NumPy's warnings (errors here), and
+    what comes after it is finite again (the joins after the stretcher tame the rest)."""
+    audio = voiced(1.0).astype(np.float64)
+    audio[[100, 2_000, 4_000, 6_000]] = [np.nan, np.inf, -np.inf, 1e300]
+    out = stretched(audio, tempo, 997)  # type: ignore[arg-type]
+    assert out.dtype == np.float32 and out.size == round(audio.size / tempo)
+    assert not np.isfinite(out).all()
+    assert np.isfinite(out[-round(12_000 / tempo) :]).all()
