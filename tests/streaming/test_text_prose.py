@@ -47,7 +47,18 @@ _BLANKS = [" ", "\n", "\t", "\r\n", "\u3000", "\xa0", "\u2028", "\x1c"]
 _PROSE_MARKS = sorted(_PROSE_MARK_SET) + _BLANKS
 # What is not prose: digits, letters and symbols, ASCII and full-width, every mark and
 # bracket, and characters that look like ideographs but are not in U+4E00-U+9FFF.
-_NEAR_IDEOGRAPHS = ["\u3007", "々", "〆", "㈠", "㊀", "\u3400", "\u4dbf", "\uf900", "\ufa0e", "\U00020000"]
+_NEAR_IDEOGRAPHS = [
+    "\u3007",
+    "々",
+    "〆",
+    "㈠",
+    "㊀",
+    "\u3400",
+    "\u4dbf",
+    "\uf900",
+    "\ufa0e",
+    "\U00020000",
+]
 _OTHERS = (
     list("0123456789abcxyzABCXYZ.,:;!?#*-+/%$@&_~=<>|^'\"`[](){}")
     + list("０１２９ＡＺａｚ．：／－～＃＊％＋")
@@ -173,12 +184,22 @@ def test_prose_is_read_the_same_as_the_long_way(
     the rules, a run of ideographs as one token) changes anything a listener hears or a
     caller is told."""
     lexicon = Lexicon.from_mapping(
-        {"流式": "流水式", "公园": "花园", "AI": "人工智能"}, origin="test", limits=LexiconSettings()
+        {"流式": "流水式", "公园": "花园", "AI": "人工智能"},
+        origin="test",
+        limits=LexiconSettings(),
     )
     rng = random.Random(34)
     texts = _texts(seed=33, count=800, other_share=0.08)
-    texts += ["过了双十一再说。", "流式合成，去公园。", "GPU很快，ＧＰＵ也是。", "好 坏\n中", "〇㈠\u3400好"]
-    befores = [rng.choice(["", "验证码：", "尾号", "拨打", "第", *_texts(35, 1, 0.4)]) for _ in texts]
+    texts += [
+        "过了双十一再说。",
+        "流式合成，去公园。",
+        "GPU很快，ＧＰＵ也是。",
+        "好 坏\n中",
+        "〇㈠\u3400好",
+    ]
+    befores = [
+        rng.choice(["", "验证码：", "尾号", "拨打", "第", *_texts(35, 1, 0.4)]) for _ in texts
+    ]
     tags = [rng.random() < 0.5 for _ in texts]
     earlier = prepare_text("验证码826491，", normalizer=_said).codes
     assert earlier
