@@ -4,14 +4,19 @@ Both servers run in a child process each (measured one after the other, in this 
 on the same wire format (no permessage-deflate: PCM does not compress), with an engine
 that costs nothing (audio is ready the moment it is asked for), so what
 is measured is the server itself: protocol, segmentation, text preparation, scheduling,
-the speech pipeline, framing and the socket. The bare server is the floor: for each
+the speech pipeline, framing and the socket. The bare server is the yardstick: for each
 stream it answers the same messages with the same JSON events and the same binary
 frames (sizes copied from what our server sent in a first pass), straight from a
-``websockets`` handler.
+``websockets`` handler. Between the two, the *stack* server is what ours stands on doing
+nothing of its own: uvicorn configured as ours, our route's Starlette ``WebSocket`` and
+our write path (``server.ws.wire``), replaying the same messages; ours less the stack is
+the CPU our own code spends (protocol core, text, engine hand-over, speech pipeline,
+sessions, metrics and logs).
 
 Reported: server CPU (user + system, from /proc) per 100 ms of audio sent, and time to
 first audio (text sent -> first frame received) p50/p99 for both; the server-added
-time is ours minus the bare server's at each percentile. Our server's CPU is also split
+time is ours minus the bare server's at each percentile; the stack's CPU against the
+bare server's (``stack_cpu_ratio_vs_bare``). Our server's CPU is also split
 by thread: the event loop's (the main thread) and the others' (the engine thread, the
 text front-end): what moving the engine out of the process could give the loop. All
 connections are opened first (they stay open together); the streams then start spread
@@ -249,6 +254,64 @@ def serve_bare(port_queue: Any, script: list[Any]) -> None:
             await asyncio.Future()
 
     uvloop.run(main())
+
+
+def serve_stack(port_queue: Any, script: list[Any]) -> None:
+    """The stack our server stands on, doing nothing of its own: uvicorn configured as
+    ours (``server.lifecycle.uvicorn_config``: httptools behind our connection guard,
+    websockets-sansio with our keepalive, uvloop), our server's route to the streaming
+    WebSocket (Starlette's ``WebSocket``, accepted; client messages read through ASGI)
+    and our write path (``server.ws.wire.Wire``: frames written straight to the
+    protocol, one write a round), replaying ``script`` as the bare server does. What any
+    server on this stack pays for the same messages: the floor under ours."""
+    import socket
+
+    import uvicorn
+    from starlette.websockets import WebSocket
+
+    from server.config import Settings
+    from server.lifecycle import uvicorn_config
+    from server.transport import tap
+    from server.ws.wire import Wire, frame_header
+
+    class ReplayWire(Wire):
+        async def replay(self, message: str | bytes) -> None:
+            """One recorded message as it was sent: a text or a binary frame."""
+            await self._ready()
+            payload = message.encode() if isinstance(message, str) else message
+            opcode = 0x1 if isinstance(message, str) else 0x2
+            self._parts += (frame_header(opcode, len(payload)), payload)
+            self._queued()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        if scope["type"] == "http":  # /ready, for wait_ready
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        tap(scope, send)
+        websocket = WebSocket(scope, receive, send)
+        await websocket.accept(subprotocol="tts.v1")
+        wire = ReplayWire.attach(scope)
+        assert wire is not None, "uvicorn's websockets-sansio protocol, as our server's"
+        await wire.replay(script[0])  # ready
+        while True:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            if '"end"' in (message.get("text") or ""):
+                for item in script[1:]:
+                    await wire.replay(item)
+
+    settings = Settings(engine="espeak", log_level="warning")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port_queue.put(sock.getsockname()[1])
+    uvicorn.Server(uvicorn_config(app, settings)).run(sockets=[sock])
 
 
 def wait_ready(port: int, deadline_s: float = 120) -> None:
@@ -506,6 +569,11 @@ def report(args: argparse.Namespace, figures: dict[str, dict[str, float]], messa
     if "before" in figures:
         change = figures["ours"]["cpu_s"] / figures["before"]["cpu_s"]
         print(f"CPU, ours / before: {change:.2f}")
+    stack = compared["stack"]["cpu_ratio"]
+    print(
+        f"the stack alone: {stack:.2f}x the bare server; ours beyond it: {ratio - stack:.2f}x "
+        f"the bare server's CPU (the goal's 2.0x leaves {2.0 - stack:.2f}x for it)"
+    )
     print(
         json.dumps(
             {
@@ -518,6 +586,7 @@ def report(args: argparse.Namespace, figures: dict[str, dict[str, float]], messa
                 "rounds": args.rounds,
                 "cpu_ratio_vs_bare": round(ratio, 2),
                 "added_ttfa_ms": {q: round(added[q], 1) for q in ("p50", "p99")},
+                "stack_cpu_ratio_vs_bare": round(stack, 2),
                 "before": (
                     {
                         "cpu_ratio_vs_bare": round(compared["before"]["cpu_ratio"], 2),
@@ -608,26 +677,36 @@ def measure_all(
 
     script: list[Any] = []
     profiles: dict[str, dict[str, float]] = {}
-    rows: dict[str, list[dict[str, float]]] = {name: [] for name in [*variants, "bare"]}
+    rows: dict[str, list[dict[str, float]]] = {n: [] for n in [*variants, "stack", "bare"]}
     for _ in range(args.rounds):
         for name, overrides in variants.items():
             root = roots[name]
             server, port = start_baseline(root) if root else start(serve_ours, overrides)
-            url = f"ws://127.0.0.1:{port}/v1/stream"
-            wait_ready(port)
-            if not script:
-                script = uvloop.run(record_script(url))
-            profile: dict[str, float] | None = {} if args.profile else None
-            keep = Path(f"{args.profile_raw}.{name}") if args.profile_raw else None
-            rows[name].append(
-                measure(server, url, args.streams, args.spread_s, profile, keep, args.profile_rate)
-            )
-            if profile is not None:
-                profiles[name] = profile  # the last round's
-            stop(server)
-        bare, port = start(serve_bare, script)
-        rows["bare"].append(measure(bare, f"ws://127.0.0.1:{port}", args.streams, args.spread_s))
-        stop(bare)
+            try:
+                url = f"ws://127.0.0.1:{port}/v1/stream"
+                wait_ready(port)
+                if not script:
+                    script = uvloop.run(record_script(url))
+                profile: dict[str, float] | None = {} if args.profile else None
+                keep = Path(f"{args.profile_raw}.{name}") if args.profile_raw else None
+                rows[name].append(
+                    measure(
+                        server, url, args.streams, args.spread_s, profile, keep, args.profile_rate
+                    )
+                )
+                if profile is not None:
+                    profiles[name] = profile  # the last round's
+            finally:  # a failure ends the run, not waiting on a server left running
+                stop(server)
+        for name, serve in (("stack", serve_stack), ("bare", serve_bare)):
+            other, port = start(serve, script)
+            try:
+                if name == "stack":
+                    wait_ready(port)
+                url = f"ws://127.0.0.1:{port}"
+                rows[name].append(measure(other, url, args.streams, args.spread_s))
+            finally:
+                stop(other)
     figures = {
         name: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
         for name, runs in rows.items()

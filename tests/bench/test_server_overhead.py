@@ -12,19 +12,27 @@ pytestmark = pytest.mark.live
 
 
 @pytest.mark.slow
-def test_smoke_run_measures_ours_and_the_bare_server_on_the_same_audio() -> None:
-    """Both servers send every stream the same audio; CPU and TTFA are measured for each."""
+def test_smoke_run_measures_ours_the_stack_and_the_bare_server_on_the_same_audio() -> None:
+    """The three servers (ours, the stack ours stands on replaying what ours sent, the bare
+    websockets server) send every stream the same audio; CPU and TTFA are measured for each."""
     report = run_bench("server_overhead.py", "--smoke", timeout_s=180, env=ONE_THREAD)
     assert_all_finite(report)
     assert (report["bench"], report["smoke"], report["streams"]) == ("server_overhead", True, 40)
-    for server in ("ours", "bare"):
+    for server in ("ours", "stack", "bare"):
         assert figure(report, f"figures.{server}.cpu_s") > 0
         assert figure(report, f"figures.{server}.cpu_ms_per_100ms_audio") > 0
         p50 = figure(report, f"figures.{server}.ttfa_p50_ms")
         assert 0 < p50 <= figure(report, f"figures.{server}.ttfa_p99_ms")
     audio_s = figure(report, "figures.ours.audio_s")
     assert audio_s > 40 * 1.0 and audio_s == figure(report, "figures.bare.audio_s")
+    assert audio_s == figure(report, "figures.stack.audio_s")
     assert figure(report, "cpu_ratio_vs_bare") > 0
+    # The stack's CPU against the bare server's (from the figures, rounded to 3 places).
+    stack = figure(report, "stack_cpu_ratio_vs_bare")
+    of_figures = figure(report, "figures.stack.cpu_ms_per_100ms_audio") / figure(
+        report, "figures.bare.cpu_ms_per_100ms_audio"
+    )
+    assert stack > 0 and abs(stack - of_figures) <= 0.05 * of_figures + 0.01
     for path in ("added_ttfa_ms.p50", "added_ttfa_ms.p99", "ttfa_median_both_ms"):
         figure(report, path)  # present and finite (an added time may be negative)
 
