@@ -262,8 +262,11 @@ def serve_stack(port_queue: Any, script: list[Any]) -> None:
     websockets-sansio with our keepalive, uvloop), our server's route to the streaming
     WebSocket (Starlette's ``WebSocket``, accepted; client messages read through ASGI)
     and our write path (``server.ws.wire.Wire``: frames written straight to the
-    protocol, one write a round), replaying ``script`` as the bare server does. What any
-    server on this stack pays for the same messages: the floor under ours."""
+    protocol, one write a round; the send buffer bounded as ours bounds it), replaying
+    ``script`` as the bare server does. What any server on this stack pays for the same
+    messages: the floor under ours. A floor on the low side: it sends everything after
+    ``end`` in one round of the loop (few writes), where ours sends as the text is read
+    and the audio made, over several rounds."""
     import socket
 
     import uvicorn
@@ -271,8 +274,10 @@ def serve_stack(port_queue: Any, script: list[Any]) -> None:
 
     from server.config import Settings
     from server.lifecycle import uvicorn_config
-    from server.transport import tap
+    from server.transport import SCOPE_KEY, bound_send_buffer, tap
     from server.ws.wire import Wire, frame_header
+
+    settings = Settings(engine="espeak", log_level="warning")
 
     class ReplayWire(Wire):
         async def replay(self, message: str | bytes) -> None:
@@ -296,6 +301,8 @@ def serve_stack(port_queue: Any, script: list[Any]) -> None:
         tap(scope, send)
         websocket = WebSocket(scope, receive, send)
         await websocket.accept(subprotocol="tts.v1")
+        # As ours does for each connection (--ws-send-buffer-bytes, on by default).
+        bound_send_buffer(scope.get(SCOPE_KEY), settings.ws_send_buffer_bytes)
         wire = ReplayWire.attach(scope)
         assert wire is not None, "uvicorn's websockets-sansio protocol, as our server's"
         await wire.replay(script[0])  # ready
@@ -307,7 +314,6 @@ def serve_stack(port_queue: Any, script: list[Any]) -> None:
                 for item in script[1:]:
                     await wire.replay(item)
 
-    settings = Settings(engine="espeak", log_level="warning")
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port_queue.put(sock.getsockname()[1])
@@ -315,7 +321,8 @@ def serve_stack(port_queue: Any, script: list[Any]) -> None:
 
 
 def wait_ready(port: int, deadline_s: float = 120) -> None:
-    """Until our server's /ready answers 200: listening, engine and text front-end loaded."""
+    """Until the server's /ready answers 200 (ours: listening, engine and text front-end
+    loaded; the stack's: listening)."""
     import urllib.error
     import urllib.request
 
@@ -328,7 +335,7 @@ def wait_ready(port: int, deadline_s: float = 120) -> None:
         except (urllib.error.URLError, OSError):  # not listening yet, or 503 not ready
             pass
         if time.monotonic() > deadline:
-            raise SystemExit("our server did not become ready")
+            raise SystemExit(f"the server on port {port} did not become ready")
         time.sleep(0.1)
 
 
@@ -338,7 +345,11 @@ def start(target: Any, *args: Any) -> tuple[multiprocessing.Process, int]:
     # Not a daemon: with engine_process on, our server starts the engine's process.
     process = context.Process(target=target, args=(queue, *args), daemon=False)
     process.start()
-    return process, int(queue.get(timeout=120))
+    try:
+        return process, int(queue.get(timeout=120))
+    except BaseException:  # no port: the run ends, not waiting on the child at exit
+        process.kill()
+        raise
 
 
 def start_baseline(root: str) -> tuple[subprocess.Popen[str], int]:
@@ -359,11 +370,19 @@ def start_baseline(root: str) -> tuple[subprocess.Popen[str], int]:
 
 
 def stop(process: multiprocessing.Process | subprocess.Popen[str]) -> None:
+    """SIGTERM (a graceful shutdown), then SIGKILL after 10 s."""
     process.terminate()
     if isinstance(process, subprocess.Popen):
-        process.wait(10)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
     else:
         process.join(10)
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 # -- the clients ------------------------------------------------------------------------
@@ -600,8 +619,9 @@ def report(args: argparse.Namespace, figures: dict[str, dict[str, float]], messa
                 "figures": {
                     name: {k: round(v, 3) for k, v in row.items()} for name, row in figures.items()
                 },
-                "ttfa_median_both_ms": round(
-                    statistics.median([figures[n]["ttfa_p50_ms"] for n in figures]), 1
+                "ttfa_median_both_ms": round(  # the stack's replay left out
+                    statistics.median([figures[n]["ttfa_p50_ms"] for n in figures if n != "stack"]),
+                    1,
                 ),
             }
         )
