@@ -90,6 +90,17 @@ class Settings:
         group="engine",
         gt=0,
     )
+    interleave_slice_ms: float = option(
+        1.0,
+        "an engine that does not batch (espeak; ChatTTS with --max-batch 1): a step goes on "
+        "with the same segment's next chunks while it has run less than this, so audio "
+        "made at once (espeak's) is handed over in one round, not one per 100 ms chunk; a "
+        "step runs at most one chunk past it (0: one chunk a step)",
+        group="engine",
+        ge=0,
+        le=100,
+        zero=" (0: one chunk a step)",
+    )
     engine_stall_timeout_s: float = option(
         30.0,
         "work waiting while the engine thread makes no progress for this long: it is ended "
@@ -454,6 +465,7 @@ class Settings:
             headroom=self.admission_headroom,
             stall_timeout_s=self.engine_stall_timeout_s,
             coalesce_wakeups=self.coalesce_wakeups,
+            interleave_slice_s=self.interleave_slice_ms / 1000,
         )
 
     @property

@@ -3,15 +3,23 @@
 :class:`Interleaver` turns an engine's ``synthesize()`` generators into a
 :class:`~server.engines.base.Batcher`, so the worker runs one loop for every engine: a
 row's generator starts at :meth:`~Interleaver.prefill`, and a step advances the rows
-it is given by one chunk each. Its steps take one row (``max_batch`` 1): the scheduler
+it is given by a chunk each. Its steps take one row (``max_batch`` 1): the scheduler
 gives the step to the most urgent row, so segments in flight interleave chunk by chunk
 by playback deadline, as far as the engine's generators are independent
 (``Engine.interleaves``; otherwise the worker keeps one row open at a time).
+
+With a time slice (``slice_s``, ``--interleave-slice-ms``), a step goes on taking the
+row's next chunks while it has run for less than the slice: a generator whose chunks are
+ready (espeak makes a segment whole, then yields it in 100 ms slices) hands its segment
+over in one step, one scheduler round, one hand-over to the event loop, not one per
+slice. A generator whose chunks cost more than the slice (ChatTTS's decoder: GPT steps
+for each) still gives one a step; a step runs at most one chunk past its slice.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -28,8 +36,12 @@ class Interleaver:
 
     max_batch = 1
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, slice_s: float = 0.0) -> None:
+        if slice_s < 0:
+            raise ValueError(f"slice_s must not be negative, got {slice_s}")
         self._engine = engine
+        #: A step takes a row's chunks while it has run less than this (0: one chunk).
+        self.slice_s = slice_s
 
     def open(self, request: SynthesisRequest) -> BatchRow:
         return BatchRow(request)
@@ -39,8 +51,17 @@ class Interleaver:
         row.state = self._engine.synthesize(row.request, row.should_stop)
 
     def step(self, rows: Sequence[BatchRow]) -> None:
+        """A chunk of each row; more of each while its part of the step is within the slice."""
         for row in rows:
+            until = time.perf_counter() + self.slice_s
             _advance(row)
+            while (
+                not row.done
+                and row.error is None
+                and time.perf_counter() < until
+                and not row.should_stop()
+            ):
+                _advance(row)
 
     def close(self, row: BatchRow) -> None:
         chunks: Iterator[np.ndarray | WordMarks] | None = row.state

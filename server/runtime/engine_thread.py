@@ -118,7 +118,7 @@ class EngineThread:
             # Steps of one row that take turns; rows open at once: as many as the engine's
             # generators can interleave.
             rows = worker.options.max_active if engine.interleaves else 1
-            batcher = Interleaver(engine)
+            batcher = Interleaver(engine, worker.options.interleave_slice_s)
             policy = replace(policy, max_batch=1, prefills_per_step=rows)
         worker.batches = not isinstance(batcher, Interleaver)
         worker.step_rows = batcher.max_batch

@@ -27,3 +27,6 @@ class WorkerSettings:
     stall_timeout_s: float = 30.0
     #: One wake-up of a busy event loop for several rounds' audio (runtime.jobs.Handoff).
     coalesce_wakeups: bool = True
+    #: An engine that does not batch: a step takes the same segment's chunks while it
+    #: has run less than this (server.engines.interleave; 0: one chunk a step).
+    interleave_slice_s: float = 0.001
