@@ -25,10 +25,10 @@ from server.delivery import DeliverySettings
 from server.engines.chattts.settings import ChatTTSSettings
 from server.gil import GilSettings
 from server.heap import HeapSettings
-from server.prefill import PrefillSettings
 from server.runtime.admission import AdmissionSettings
 from server.runtime.phrase_cache import PhraseCacheSettings
 from server.runtime.worker_settings import WorkerSettings
+from server.scheduling import SchedulingSettings
 from server.wyoming_settings import WyomingSettings
 from streaming.connection import ConnectionSettings
 from streaming.policy import BatchSettings
@@ -90,17 +90,6 @@ class Settings:
         group="engine",
         gt=0,
     )
-    interleave_slice_ms: float = option(
-        1.0,
-        "an engine that does not batch (espeak; ChatTTS with --max-batch 1): a step goes on "
-        "with the same segment's next chunks while it has run less than this, so audio "
-        "made at once (espeak's) is handed over in one round, not one per 100 ms chunk; a "
-        "step runs at most one chunk past it (0: one chunk a step)",
-        group="engine",
-        ge=0,
-        le=100,
-        zero=" (0: one chunk a step)",
-    )
     engine_stall_timeout_s: float = option(
         30.0,
         "work waiting while the engine thread makes no progress for this long: it is ended "
@@ -113,7 +102,7 @@ class Settings:
     max_batch: int = option(
         16,
         "segments advanced together in one GPT step (engines that batch: ChatTTS with "
-        "decoder ours); 1: no batching, segments interleave a chunk at a time",
+        "decoder ours); 1: no batching, segments interleave (--interleave-slice-ms)",
         group="engine",
         gt=0,
     )
@@ -175,10 +164,9 @@ class Settings:
     heap: HeapSettings = nested(HeapSettings)
     gil: GilSettings = nested(GilSettings)
     delivery: DeliverySettings = nested(DeliverySettings)
-    prefill: PrefillSettings = nested(PrefillSettings)
+    scheduling: SchedulingSettings = nested(SchedulingSettings)
 
-    # Auth: no tokens means open (with a warning in the log). Not an option: tokens come
-    # from --token-file / TTS_TOKEN_FILE and TTS_TOKENS (see build_settings).
+    # Not an option (build_settings): --token-file / TTS_TOKEN_FILE, TTS_TOKENS; none: open.
     tokens: tuple[str, ...] = field(default=(), repr=False)
 
     # Limits
@@ -465,7 +453,7 @@ class Settings:
             headroom=self.admission_headroom,
             stall_timeout_s=self.engine_stall_timeout_s,
             coalesce_wakeups=self.coalesce_wakeups,
-            interleave_slice_s=self.interleave_slice_ms / 1000,
+            interleave_slice_s=self.scheduling.interleave_slice_ms / 1000,
         )
 
     @property
@@ -481,8 +469,8 @@ class Settings:
     def batch_policy(self) -> BatchSettings:
         return BatchSettings(
             max_batch=self.max_batch,
-            prefills_per_step=self.prefill.prefills_per_step,
-            prefill_together=self.prefill.prefill_together,
+            prefills_per_step=self.scheduling.prefills_per_step,
+            prefill_together=self.scheduling.prefill_together,
             sit_out_ahead_s=self.sit_out_ahead_s,
         )
 

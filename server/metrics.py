@@ -236,7 +236,8 @@ class Metrics:
         )
         self.engine_steps = Counter(
             "tts_engine_steps_total",
-            "engine steps (a GPT step of the batch; a chunk, for an engine that does not batch)",
+            "engine steps (a GPT step of the batch; for an engine that does not batch, a step of "
+            "one segment: a chunk, or what it has ready within --interleave-slice-ms)",
             registry=r,
         )
         self.step_seconds = Histogram(

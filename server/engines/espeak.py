@@ -296,7 +296,8 @@ class EspeakEngine:
         raise ValueError("this voice cannot be made from a clip (ChatTTS can)")
 
     def batcher(self, max_batch: int) -> None:
-        """It does not batch: its segments interleave a chunk at a time."""
+        """It does not batch: its segments interleave (a segment's audio, made at once, goes
+        over in the step after its synthesis: ``--interleave-slice-ms``)."""
         return None
 
     def close(self) -> None:

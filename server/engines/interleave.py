@@ -3,7 +3,7 @@
 :class:`Interleaver` turns an engine's ``synthesize()`` generators into a
 :class:`~server.engines.base.Batcher`, so the worker runs one loop for every engine: a
 row's generator starts at :meth:`~Interleaver.prefill`, and a step advances the rows
-it is given by a chunk each. Its steps take one row (``max_batch`` 1): the scheduler
+it is given by a chunk each (or more, within a time slice: below). Its steps take one row (``max_batch`` 1): the scheduler
 gives the step to the most urgent row, so segments in flight interleave chunk by chunk
 by playback deadline, as far as the engine's generators are independent
 (``Engine.interleaves``; otherwise the worker keeps one row open at a time).

@@ -19,7 +19,7 @@ from server.engines.chattts.batch import BatchedDecoder, Row
 from server.engines.chattts.checkpoint import load_chat
 from server.engines.chattts.decoder import GenerationParams, StreamingDecoder
 from server.engines.chattts.settings import ChatTTSSettings
-from server.prefill import PrefillSettings
+from server.scheduling import SchedulingSettings
 from tests.conftest import fixed_length_chattts
 from tests.scripted_engine import ScriptedEngine
 from tests.server.ws.test_stream import assert_complete, deltas
@@ -227,7 +227,7 @@ async def test_prompts_joining_together_run_in_one_forward_and_sound_the_same(
     together, forwards, segments = await _burst(batched_server)
     assert segments >= 8 and forwards < segments
     settings = Settings(engine="chattts", model_dir=tiny_checkpoint, max_batch=8, max_streams=64)
-    settings = settings.replace(prefill=PrefillSettings(prefill_together=False))
+    settings = settings.replace(scheduling=SchedulingSettings(prefill_together=False))
     with run_live_server(settings, engine=fixed_length_chattts(tiny_checkpoint)) as alone:
         apart, forwards, rows = await _burst(alone)
     assert rows == segments and forwards == rows

@@ -1,4 +1,4 @@
-"""How a batching engine starts the segments that join it (docs/settings.md, group engine)."""
+"""How the engine's scheduler starts segments and steps them (docs/settings.md, group engine)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,13 @@ from dataclasses import dataclass
 
 from server.declaration import bound_problems, option
 
-__all__ = ["PrefillSettings"]
+__all__ = ["SchedulingSettings"]
 
 
 @dataclass(frozen=True)
-class PrefillSettings:
-    """Prompts of joining segments between two steps (server.runtime.scheduler)."""
+class SchedulingSettings:
+    """Prompts of joining segments between two steps, and the steps of an engine that
+    does not batch (server.runtime.scheduler, server.engines.interleave)."""
 
     prefills_per_step: int = option(
         8,
@@ -27,6 +28,17 @@ class PrefillSettings:
         "longest (8 prompts: a fifth of the operations a GPU launches for 8 forwards); "
         "false: a forward each",
         group="engine",
+    )
+    interleave_slice_ms: float = option(
+        1.0,
+        "an engine that does not batch (espeak; ChatTTS with --max-batch 1 or --decoder "
+        "chattts): a step goes on with the same segment's next chunks while it has run less "
+        "than this, so audio made at once (espeak's, after its synthesis) is handed over in "
+        "one more round, not one per 100 ms chunk; a step runs at most one chunk past it, "
+        "and the other segments wait that much longer for their turn (0: one chunk a step)",
+        group="engine",
+        ge=0,
+        le=100,
     )
 
     def __post_init__(self) -> None:
