@@ -31,11 +31,8 @@ class SchedulingSettings:
     )
     interleave_slice_ms: float = option(
         1.0,
-        "an engine that does not batch (espeak; ChatTTS with --max-batch 1 or --decoder "
-        "chattts): a step goes on with the same segment's next chunks while it has run less "
-        "than this, so audio made at once (espeak's, after its synthesis) is handed over in "
-        "one more round, not one per 100 ms chunk; a step runs at most one chunk past it, "
-        "and the other segments wait that much longer for their turn (0: one chunk a step)",
+        "an engine that does not batch (espeak): a step takes one segment's chunks while "
+        "it has run less than this, so ready audio goes in one round (0: a chunk a step)",
         group="engine",
         ge=0,
         le=100,
