@@ -3,10 +3,10 @@
 :class:`Interleaver` turns an engine's ``synthesize()`` generators into a
 :class:`~server.engines.base.Batcher`, so the worker runs one loop for every engine: a
 row's generator starts at :meth:`~Interleaver.prefill`, and a step advances the rows
-it is given by a chunk each (or more, within a time slice: below). Its steps take one row (``max_batch`` 1): the scheduler
-gives the step to the most urgent row, so segments in flight interleave chunk by chunk
-by playback deadline, as far as the engine's generators are independent
-(``Engine.interleaves``; otherwise the worker keeps one row open at a time).
+it is given by a chunk each (or more, within a time slice: below). Its steps take one
+row (``max_batch`` 1): the scheduler gives the step to the most urgent row, so segments
+in flight interleave by playback deadline, as far as the engine's generators are
+independent (``Engine.interleaves``; otherwise the worker keeps one row open at a time).
 
 With a time slice (``slice_s``, ``--interleave-slice-ms``), a step goes on taking the
 row's next chunks while it has run for less than the slice: a generator whose chunks are
