@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from harness.bench_server import sample_value
 from harness.live import TIMEOUT_S, LiveServer, run_live_server
 from server.config import Settings
 from server.engines.base import SynthesisRequest, VoiceSpec
@@ -119,12 +119,8 @@ def one_chunk_a_step() -> Iterator[LiveServer]:
 
 
 def engine_steps(server: LiveServer) -> float:
-    text = httpx.get(server.base_url + "/metrics", timeout=TIMEOUT_S).text
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "tts_engine_steps_total":
-                return sample.value
-    raise AssertionError("no tts_engine_steps_total in /metrics")
+    page = httpx.get(server.base_url + "/metrics", timeout=TIMEOUT_S).text
+    return sample_value(page, "tts_engine_steps_total")
 
 
 def speak(server: LiveServer) -> tuple[bytes, float]:
