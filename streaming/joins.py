@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -137,6 +138,10 @@ def _db_to_power(db: float) -> float:
 #: to 32767 at the most, so 16-bit PCM holds every sample without a clip.
 CEILING = np.float32(0.99997)
 
+#: An empty segment state (read-only: every array the joiner writes into is its own).
+_EMPTY = np.zeros(0, dtype=np.float32)
+_EMPTY.flags.writeable = False
+
 #: The largest and smallest value of an array (NaN if it holds one): ufunc methods, no
 #: Python wrapper, and no array made (``abs`` first would make one the chunk's size).
 _PEAK = np.maximum.reduce
@@ -195,6 +200,44 @@ def soft_limit(x: np.ndarray, knee: float) -> np.ndarray:
     return out
 
 
+class _Derived(NamedTuple):
+    """A joiner's sizes (samples at its rate) and levels (mean powers)."""
+
+    block: int
+    silence_power: float
+    voiced_power: float
+    max_lead_trim: int
+    lead_keep: int
+    fade_in: int
+    max_hold: int
+    tail_keep: int
+    fade_out: int
+    loudness_window: int
+    min_loudness: int
+    max_loudness_hold: int
+    max_gain: float
+
+
+@functools.lru_cache(maxsize=32)
+def _derived(rate: int, s: JoinSettings) -> _Derived:
+    """Worked out once per rate and settings (a joiner is made per utterance)."""
+    return _Derived(
+        block=max(1, _samples(s.block_ms, rate)),
+        silence_power=_db_to_power(s.silence_db),
+        voiced_power=_db_to_power(s.voiced_db),
+        max_lead_trim=_samples(s.max_lead_trim_ms, rate),
+        lead_keep=_samples(s.lead_keep_ms, rate),
+        fade_in=_samples(s.fade_in_ms, rate),
+        max_hold=_samples(s.max_hold_ms, rate),
+        tail_keep=_samples(s.tail_keep_ms, rate),
+        fade_out=max(1, _samples(s.fade_out_ms, rate)),
+        loudness_window=max(1, _samples(s.loudness_window_ms, rate)),
+        min_loudness=_samples(s.min_loudness_ms, rate),
+        max_loudness_hold=_samples(s.max_loudness_hold_ms, rate),
+        max_gain=10.0 ** (s.max_gain_db / 20.0),
+    )
+
+
 class SegmentJoiner:
     """Shapes the segments of one context as they stream; see the module docstring.
 
@@ -210,41 +253,42 @@ class SegmentJoiner:
         if sample_rate_hz <= 0:
             raise ValueError(f"sample_rate_hz must be positive, got {sample_rate_hz}")
         self.sample_rate_hz = sample_rate_hz
-        self.settings = s = settings if settings is not None else JoinSettings()
-        rate = sample_rate_hz
-        self._block = max(1, _samples(s.block_ms, rate))
-        self._silence_power = _db_to_power(s.silence_db)
-        self._voiced_power = _db_to_power(s.voiced_db)
-        self._max_lead_trim = _samples(s.max_lead_trim_ms, rate)
-        self._lead_keep = _samples(s.lead_keep_ms, rate)
-        self._fade_in = _samples(s.fade_in_ms, rate)
-        self._max_hold = _samples(s.max_hold_ms, rate)
-        self._tail_keep = _samples(s.tail_keep_ms, rate)
-        self._fade_out = max(1, _samples(s.fade_out_ms, rate))
-        self._loudness_window = max(1, _samples(s.loudness_window_ms, rate))
-        self._min_loudness = _samples(s.min_loudness_ms, rate)
-        self._max_loudness_hold = _samples(s.max_loudness_hold_ms, rate)
-        self._max_gain = 10.0 ** (s.max_gain_db / 20.0)
+        self.settings = settings if settings is not None else JoinSettings()
+        (
+            self._block,
+            self._silence_power,
+            self._voiced_power,
+            self._max_lead_trim,
+            self._lead_keep,
+            self._fade_in,
+            self._max_hold,
+            self._tail_keep,
+            self._fade_out,
+            self._loudness_window,
+            self._min_loudness,
+            self._max_loudness_hold,
+            self._max_gain,
+        ) = _derived(sample_rate_hz, self.settings)
         # Context reference: voiced power sum and sample count, of the output.
         self._ref_energy = 0.0
         self._ref_samples = 0
         #: Pause (samples) appended by the last :meth:`finish`.
         self.last_pause_samples = 0
         self.last_lead_dropped = 0
-        #: Gain applied to the last segment (1.0 until one is measured).
-        self._pause_ms = 0.0
+        #: The pause after the segment begun last, in ms (its text's, scaled).
+        self.pause_ms = 0.0
         self._reset_segment()
 
     # --- per segment ------------------------------------------------------------------
 
     def _reset_segment(self) -> None:
         self._active = False
-        self._pending = np.zeros(0, dtype=np.float32)  # less than one block
+        self._pending = _EMPTY  # less than one block
         self._received = 0
         self._leading = True
-        self._preroll = np.zeros(0, dtype=np.float32)  # silent blocks before the first sound
+        self._preroll = _EMPTY  # silent blocks before the first sound
         self._lead_dropped = 0
-        self._queue = np.zeros(0, dtype=np.float32)  # accepted, not yet sent
+        self._queue = _EMPTY  # accepted, not yet sent
         self._tail: list[np.ndarray] = []  # accepted blocks not yet joined to _queue
         self._silent_run = 0  # samples of silent blocks at the end of _queue
         self._sent = 0  # samples of this segment sent (for the fade-in)
@@ -259,7 +303,7 @@ class SegmentJoiner:
             self.abandon()
         self._reset_segment()
         self._active = True
-        self._pause_ms = pause_ms_for(text) * self.settings.pause_scale
+        self.pause_ms = pause_ms_for(text) * self.settings.pause_scale
         if self._ref_samples == 0 or not self.settings.normalize_loudness:
             self._gain = 1.0  # the reference segment is sent as it comes
 
@@ -289,7 +333,8 @@ class SegmentJoiner:
                     squares = block_squares(blocks)
             # In float64, as _take_block compares its one block's power.
             self._take_blocks(blocks, squares.astype(np.float64) / self._block)
-        self._pending = data[whole:].copy()  # looked at with the blocks it completes
+        # Looked at with the blocks it completes.
+        self._pending = data[whole:].copy() if whole < data.size else _EMPTY
         return self._release(final=False)
 
     def finish(self, *, pause: bool = True) -> np.ndarray:
@@ -303,11 +348,11 @@ class SegmentJoiner:
         if self._pending.size:
             rest = _sanitized(self._pending)
             self._take_block(rest, float(block_squares(rest[None])[0]) / rest.size)
-            self._pending = np.zeros(0, dtype=np.float32)
+            self._pending = _EMPTY
         self._collect()
         if self._leading:
             # Nothing but silence: drop it all.
-            self._queue = np.zeros(0, dtype=np.float32)
+            self._queue = _EMPTY
             self._silent_run = 0
         # Drop the held trailing silence except a short natural tail.
         # The fade-out needs samples not yet sent: keep at least its length.
@@ -326,7 +371,7 @@ class SegmentJoiner:
         self.last_lead_dropped = self._lead_dropped
         self._reset_segment()
         self.last_pause_samples = (
-            _samples(self._pause_ms, self.sample_rate_hz) if pause and had_audio else 0
+            _samples(self.pause_ms, self.sample_rate_hz) if pause and had_audio else 0
         )
         if not self.last_pause_samples:
             return body
@@ -343,21 +388,22 @@ class SegmentJoiner:
     def _take_blocks(self, blocks: np.ndarray, powers: np.ndarray) -> None:
         """Whole blocks (rows of ``blocks``) and their mean powers, in order: the same as
         :meth:`_take_block` on each, with the blocks after the lead taken together."""
-        listed = powers.tolist()
         i = 0
-        while i < len(listed) and self._leading:
-            self._take_block(blocks[i], listed[i])
-            i += 1
-        if i < len(listed):
-            self._accept_blocks(blocks[i:], powers[i:], listed[i:])
+        if self._leading:
+            listed = powers.tolist()
+            while i < len(listed) and self._leading:
+                self._take_block(blocks[i], listed[i])
+                i += 1
+        if i < powers.size:
+            self._accept_blocks(blocks[i:], powers[i:])
 
-    def _accept_blocks(self, blocks: np.ndarray, powers: np.ndarray, listed: list[float]) -> None:
+    def _accept_blocks(self, blocks: np.ndarray, powers: np.ndarray) -> None:
         """Whole blocks after the lead, at once (a chunk of 100 ms is 10 blocks): their
         samples join the tail as one array, the silent run, the loudness window and the
         gain decision come out as :meth:`_take_block` block by block would leave them
-        (the voiced energy is added in the same order, so to the same last bit)."""
+        (the voiced energy is a running sum in the same order, so to the same last bit)."""
         size = self._block
-        count = len(listed)
+        count = powers.size
         self._tail.append(blocks.reshape(-1))
         accepted = self._accepted
         self._accepted += count * size
@@ -367,23 +413,32 @@ class SegmentJoiner:
         else:
             self._silent_run += count * size
         room = self._loudness_window - self._voiced_samples
-        voiced = (
-            (powers >= self._voiced_power).nonzero()[0][: -(-room // size)].tolist()
-            if room > 0
-            else []
-        )
+        if room <= 0 and self._gain is not None:
+            return  # the window is measured and the gain decided: nothing more to count
+        voiced = (powers >= self._voiced_power).nonzero()[0][: max(0, -(-room // size))]
         decide_at = count  # the block after which the gain is decided (none here)
         if self._gain is None:
-            fills = room > 0 and len(voiced) * size >= room
-            by_voice = voiced[-1] if fills else count
+            fills = room > 0 and voiced.size * size >= room
+            by_voice = int(voiced[-1]) if fills else count
             by_hold = max(0, -(-(self._max_loudness_hold - accepted) // size) - 1)
             decide_at = min(by_voice, by_hold)
-        for index in voiced:
-            if index > decide_at:
+        if voiced.size:
+            # Each voiced block's energy added in turn, as _take_block adds it: a running
+            # sum in float64 (add.accumulate adds in order, no pairwise regrouping).
+            energy = np.add.accumulate(
+                np.concatenate(((self._voiced_energy,), powers[voiced] * size))
+            )
+            # Voiced blocks up to decide_at count before the gain is decided, the rest after.
+            before = int(np.searchsorted(voiced, decide_at, side="right"))
+            if before < voiced.size:
+                self._voiced_energy = float(energy[before])
+                self._voiced_samples += before * size
                 self._decide_gain()
                 decide_at = count
-            self._voiced_energy += listed[index] * size
-            self._voiced_samples += size
+                self._voiced_samples += (voiced.size - before) * size
+            else:
+                self._voiced_samples += voiced.size * size
+            self._voiced_energy = float(energy[-1])
         if decide_at < count:
             self._decide_gain()
 
@@ -402,7 +457,7 @@ class SegmentJoiner:
             self._leading = False
             self._queue = self._preroll
             self._accepted = self._preroll.size
-            self._preroll = np.zeros(0, dtype=np.float32)
+            self._preroll = _EMPTY
         self._tail.append(block)
         self._accepted += block.size
         self._silent_run = self._silent_run + block.size if silent else 0

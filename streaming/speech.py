@@ -30,12 +30,13 @@ Pure and synchronous; one instance per utterance; not thread-safe.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from streaming.audio import FrameChunker, Resampler
-from streaming.joins import JoinSettings, SegmentJoiner, pause_ms_for
+from streaming.joins import JoinSettings, SegmentJoiner
 from streaming.limiter import VolumeLimiter
 from streaming.segment import Segment, Segmenter, SegmenterSettings
 from streaming.stretch import TimeStretcher
@@ -99,6 +100,12 @@ class SpeechSettings:
         """A whole text cut as one push then a flush."""
         segmenter = self.segmenter(whole_text=True)
         return [*segmenter.push(text), *segmenter.flush()]
+
+
+@functools.lru_cache(maxsize=16)
+def _join_settings(pause_scale: float) -> JoinSettings:
+    """The joins' settings for ``pause_scale`` (one object shared by the utterances)."""
+    return JoinSettings(pause_scale=pause_scale)
 
 
 def _sounding(text: str) -> int:
@@ -169,7 +176,7 @@ class SpeechPipeline:
         self.tempo = tempo
         self._stretcher = TimeStretcher(engine_rate_hz, tempo) if tempo != 1.0 else None
         self._joiner = (
-            SegmentJoiner(engine_rate_hz, JoinSettings(pause_scale=settings.pause_scale))
+            SegmentJoiner(engine_rate_hz, _join_settings(settings.pause_scale))
             if settings.shape_joins
             else None
         )
@@ -264,9 +271,11 @@ class SpeechPipeline:
         self._segment = None
         stretched = self._stretcher.flush() if self._stretcher is not None else _NOTHING
         if self._joiner is not None:
-            rest = np.concatenate(
-                (self._joiner.process(stretched), self._joiner.finish(pause=False))
-            )
+            # The stretcher's rest first (none without one: process() would release nothing).
+            held = self._joiner.process(stretched) if stretched.size else _NOTHING
+            rest = self._joiner.finish(pause=False)
+            if held.size:
+                rest = np.concatenate((held, rest))
         else:
             rest = stretched
         body = self._resample(rest)
@@ -283,7 +292,7 @@ class SpeechPipeline:
             round(lead_trim * self.tempo),
             self.output_rate_hz / self.engine_rate_hz / self.tempo,
         )
-        pause = self._pause_samples(segment) if self._segment_samples else 0
+        pause = self._pause_samples() if self._segment_samples else 0
         if self.whole_text:
             frames = self._frames(body)
             self._held_pause = pause
@@ -308,11 +317,11 @@ class SpeechPipeline:
             self._limiter.reset()
         self._chunker.flush()
 
-    def _pause_samples(self, segment: Segment) -> int:
+    def _pause_samples(self) -> int:
+        """The pause after the segment just finished (its text's, from the joiner)."""
         if self._joiner is None:
             return 0
-        pause_ms = pause_ms_for(segment.text) * self.settings.pause_scale
-        return max(0, round(pause_ms * self.output_rate_hz / 1000))
+        return max(0, round(self._joiner.pause_ms * self.output_rate_hz / 1000))
 
     def _resample(self, samples: np.ndarray) -> np.ndarray:
         resampled = self._resampler.process(samples) if self._resampler is not None else samples
@@ -326,7 +335,7 @@ class SpeechPipeline:
             samples = np.concatenate((np.zeros(self._held_pause, np.float32), samples))
             self._held_pause = 0
         frames = self._chunker.push(samples)
-        self.samples += sum(int(frame.size) for frame in frames)
+        self.samples += sum(map(len, frames))  # 1-D: a frame's len is its size
         return frames
 
     def _flush(self) -> list[np.ndarray]:
@@ -337,5 +346,5 @@ class SpeechPipeline:
             short = self._chunker.frame_samples - int(frames[-1].size)
             frames[-1] = np.concatenate((frames[-1], np.zeros(short, frames[-1].dtype)))
             self._held_pause = max(0, self._held_pause - short)
-        self.samples += sum(int(frame.size) for frame in frames)
+        self.samples += sum(map(len, frames))  # 1-D: a frame's len is its size
         return frames
