@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import queue
 import threading
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -121,7 +122,10 @@ class Job:
         self.loop = loop
         self._handoff = handoff
         self._on_end = on_end
-        self._chunks: asyncio.Queue[object] = asyncio.Queue()
+        # What the engine handed over, not yet taken, and the one wait for more: a deque
+        # and a future, not an asyncio.Queue (a chunk through it 0.4 us against 0.08).
+        self._ready: deque[object] = deque()
+        self._waiter: asyncio.Future[None] | None = None
         # What chunks() may wait in all, what it has waited, since when it waits now,
         # and the one timer that checks (_wait).
         self._wait_budget_s = 0.0
@@ -183,13 +187,21 @@ class Job:
     # --- event loop -------------------------------------------------------------------
 
     def receive(self, item: object) -> None:
-        self._chunks.put_nowait(item)
+        self._ready.append(item)
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    @property
+    def handed_over(self) -> list[object]:
+        """What was handed over and not yet taken, in order (for tests and debugging)."""
+        return list(self._ready)
 
     def abandon(self) -> None:
         """Cancel, and end the consumer's iteration now rather than at the engine's next
         step. Call on the event loop; what the engine still delivers is ignored."""
         self.cancel()
-        self._chunks.put_nowait(_END)
+        self.receive(_END)
 
     async def chunks(self, timeout_s: float, *, join_samples: int = 0) -> AsyncIterator[np.ndarray]:
         """Yield the chunks as they are made; raise on engine failure or timeout.
@@ -205,12 +217,13 @@ class Job:
         self._wait_budget_s = timeout_s
         self._waited_s = 0.0
         held: object = None  # taken while joining, not audio: the next item
+        ready = self._ready
         try:
             while True:
                 if held is not None:
                     item, held = held, None
-                elif not self._chunks.empty():  # handed over already: no wait
-                    item = self._chunks.get_nowait()
+                elif ready:  # handed over already: no wait
+                    item = ready.popleft()
                 else:
                     item = await self._wait()
                 if item is _END:
@@ -224,8 +237,8 @@ class Job:
                 if isinstance(item, BaseException):
                     raise item
                 assert isinstance(item, np.ndarray)
-                if join_samples and not self._chunks.empty() and item.size < join_samples:
-                    item, held = _join_ready(item, self._chunks, join_samples)
+                if join_samples and ready and item.size < join_samples:
+                    item, held = _join_ready(item, ready, join_samples)
                 yield item
         finally:
             if self._timer is not None:
@@ -246,8 +259,12 @@ class Job:
             self._timer = self.loop.call_at(since + left_s, self._wait_checked)
         self._waiting_since = since
         try:
-            return await self._chunks.get()
+            while not self._ready:
+                self._waiter = self.loop.create_future()
+                await self._waiter
+            return self._ready.popleft()
         finally:
+            self._waiter = None
             self._waiting_since = None
             self._waited_s += self.loop.time() - since
 
@@ -256,26 +273,26 @@ class Job:
         (nothing queued for it) and has waited it all."""
         self._timer = None
         since = self._waiting_since
-        if since is None or not self._chunks.empty():
+        if since is None or self._ready:
             return  # not waiting (or its wait is over): the next wait arms it again
         now = self.loop.time()
         left_s = self._wait_budget_s - self._waited_s - (now - since)
         if left_s > 0:
             self._timer = self.loop.call_at(now + left_s, self._wait_checked)
         else:
-            self._chunks.put_nowait(_TIMED_OUT)
+            self.receive(_TIMED_OUT)
 
 
 def _join_ready(
-    first: np.ndarray, ready: asyncio.Queue[object], join_samples: int
+    first: np.ndarray, ready: deque[object], join_samples: int
 ) -> tuple[np.ndarray, object]:
     """``first`` and the audio chunks queued after it, joined up to ``join_samples``;
     and the item taken that is not audio (an end, an error), if one was. ``first``
     itself when nothing joined it (a segment's last chunk, its end queued behind it)."""
     parts, size = [first], first.size
     held: object = None
-    while size < join_samples and not ready.empty():
-        item = ready.get_nowait()
+    while size < join_samples and ready:
+        item = ready.popleft()
         if not isinstance(item, np.ndarray):
             held = item
             break

@@ -77,3 +77,43 @@ async def test_audio_queued_as_the_budget_runs_out_is_audio_not_a_timeout() -> N
     job.abandon()  # the engine's end
     await asyncio.wait_for(consumer, 5)
     assert got == [480]
+
+
+async def test_a_waiting_consumer_takes_a_hand_over_whole_and_in_order() -> None:
+    """Chunks handed over in one turn while the consumer waits reach it as one joined
+    chunk (up to ``join_samples``), in order, then the item that is not audio ends it."""
+    job = a_job()
+    got: list[list[float]] = []
+
+    async def consume() -> None:
+        async for chunk in job.chunks(30.0, join_samples=4):
+            got.append(chunk.tolist())
+
+    consumer = asyncio.create_task(consume())
+    await asyncio.sleep(0.01)  # waiting for its first item
+    for value in (1.0, 2.0, 3.0, 4.0, 5.0):
+        job.receive(np.full(2, value, dtype=np.float32))
+    job.receive(RuntimeError("the engine failed"))
+    with pytest.raises(RuntimeError, match="failed"):
+        await asyncio.wait_for(consumer, 5)
+    assert got == [[1, 1, 2, 2], [3, 3, 4, 4], [5, 5]]
+    assert job.handed_over == []
+
+
+async def test_a_consumer_cancelled_while_waiting_leaves_the_job_clean() -> None:
+    """Cancelling the task that waits for audio ends its wait: nothing armed, and later
+    audio is kept for whoever iterates next, not lost to a dead wait."""
+    job = a_job()
+
+    async def consume() -> None:
+        async for _ in job.chunks(30.0):
+            pass
+
+    consumer = asyncio.create_task(consume())
+    await asyncio.sleep(0.01)
+    consumer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await consumer
+    assert job._timer is None and job._waiter is None
+    job.receive(np.zeros(3, dtype=np.float32))
+    assert [item.size for item in job.handed_over] == [3]  # type: ignore[attr-defined]

@@ -253,5 +253,4 @@ async def test_rounds_flushed_while_the_loop_is_busy_share_one_wakeup(coalesce: 
     await asyncio.sleep(0)
     assert handoff.wakeups == (1 if coalesce else 5)
     for job in jobs:
-        got = [job._chunks.get_nowait() for _ in range(job._chunks.qsize())]
-        assert got == list(range(5))
+        assert job.handed_over == list(range(5))
