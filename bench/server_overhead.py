@@ -727,6 +727,11 @@ def measure_all(
                 rows[name].append(measure(other, url, args.streams, args.spread_s))
             finally:
                 stop(other)
+    if args.rounds > 1:  # the spread between rounds: what a difference must beat
+        spread = "; ".join(
+            name + " " + ", ".join(f"{r['cpu_s']:.2f}" for r in runs) for name, runs in rows.items()
+        )
+        print(f"server CPU by round, s: {spread}")
     figures = {
         name: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
         for name, runs in rows.items()
