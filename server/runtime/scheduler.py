@@ -291,11 +291,14 @@ class Scheduler:
     def _collect(self, job: Job) -> None:
         """Deliver what the job's row made; let it leave when it ended or failed."""
         row = self.active[job]
+        audio: list[np.ndarray] = []
         for chunk in row.chunks:
             if isinstance(chunk, WordMarks):
                 job.marks = chunk  # read by the loop once the job has ended
-            else:
-                self._deliver(job, chunk)
+            elif chunk.size:
+                audio.append(chunk)
+        if audio:
+            self._deliver(job, audio)
         row.chunks.clear()
         if row.error is not None:
             self._leave(job)
@@ -305,12 +308,20 @@ class Scheduler:
             self._leave(job)
             self._finish(job)
 
-    def _deliver(self, job: Job, chunk: np.ndarray) -> None:
-        if not chunk.size or job.cancelled:
+    def _deliver(self, job: Job, chunks: list[np.ndarray]) -> None:
+        """A step's chunks of one row (not empty), handed over as one: an engine that
+        makes several a step (an interleaved one within its slice) costs both threads
+        one hand-over, not one a chunk. Each chunk its listener needed before it came is
+        a deadline miss, as were they handed over one by one."""
+        if job.cancelled:
             return
-        if job.playing and time.monotonic() > job.deadline + job.samples / self.rate_hz:
-            self.metrics.deadline_misses.inc()  # its listener ran dry before this audio
-        job.add_audio(chunk)
+        if job.playing:
+            now, due = time.monotonic(), job.deadline + job.samples / self.rate_hz
+            for chunk in chunks:
+                if now > due:
+                    self.metrics.deadline_misses.inc()  # its listener ran dry before it
+                due += chunk.size / self.rate_hz
+        job.add_audio(chunks[0] if len(chunks) == 1 else np.concatenate(chunks))
 
     def _leave_cancelled(self) -> None:
         # A cancelled job leaves at once, not when its deadline comes up.

@@ -1,20 +1,26 @@
 """Chunks handed over together reach the speech path as one: a job's (the engine ran
 ahead of the event loop) and a phrase cache hit's (all ready at once), up to
 ``join_samples``; nothing is waited for, and an end or an error after them still comes
-after their audio."""
+after their audio. A row's chunks of one engine step are handed over as one already."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
 
 from harness.live import TIMEOUT_S
 from server.engines.base import SynthesisRequest, VoiceSpec
+from server.engines.interleave import Interleaver
+from server.metrics import Metrics
+from server.runtime.fallback import FallbackVoice
 from server.runtime.jobs import FELL_BACK, Handoff, Job
 from server.runtime.phrase_cache import CachedJob
 from server.runtime.phrase_store import CachedPhrase
+from server.runtime.scheduler import Scheduler
+from streaming.policy import BatchSettings, StepCosts
 
 CHUNK = 2400  # 100 ms at 24 kHz
 
@@ -114,3 +120,54 @@ async def test_a_lone_chunk_before_its_end_is_passed_on_as_it_is() -> None:
     assert [chunk.size for chunk in got] == [2 * CHUNK, CHUNK]
     assert got[1] is sent[2]
     assert np.array_equal(np.concatenate(got), np.concatenate(sent))
+
+
+class _Chunks:
+    """An engine that interleaves and makes ``count`` chunks at once (free: a 1 s slice
+    takes them all in one step), each a run of its index."""
+
+    name = "chunks"
+    sample_rate_hz = 24_000
+    interleaves = True
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def synthesize(self, request: SynthesisRequest, should_stop: object) -> object:
+        return iter(chunks(self.count))
+
+
+async def test_a_steps_chunks_reach_the_job_as_one_and_each_late_one_is_a_miss() -> None:
+    """The scheduler hands a row's chunks of one step over together (one item, the same
+    samples in order), and counts a deadline miss for each chunk whose listener had run
+    dry before it, as it did handing them over one by one."""
+    loop = asyncio.get_running_loop()
+    metrics, handoff = Metrics(), Handoff()
+    engine = _Chunks(5)
+    scheduler = Scheduler(
+        Interleaver(engine, 1.0),  # type: ignore[arg-type]
+        max_rows=4,
+        rate_hz=24_000,
+        policy=BatchSettings(max_batch=1, prefills_per_step=4),
+        costs=StepCosts(),
+        metrics=metrics,
+        handoff=handoff,
+        fallback=FallbackVoice(None, engine, metrics, handoff),  # type: ignore[arg-type]
+        progress=lambda: None,
+    )
+    # Its listener is playing and ran dry 0.205 s ago: the first three chunks (0-0.3 s of
+    # its audio, due 0.205, 0.105 and 0.005 s ago) come late, the last two in time
+    # (unless this test stalls for ~0.1 s).
+    job = Job(SynthesisRequest("一句话。", VoiceSpec(seed=1)), loop, handoff,
+              deadline=time.monotonic() - 0.205, order=0, playing=True,
+              on_end=lambda job: None)  # fmt: skip
+    misses = metrics.deadline_misses._value.get()
+    scheduler.add(job)
+    while not scheduler.idle:
+        scheduler.run_once()
+    await hand_over(handoff)
+    audio = [item for item in job.handed_over if isinstance(item, np.ndarray)]
+    assert len(audio) == 1
+    assert np.array_equal(audio[0], np.concatenate(chunks(5)))
+    assert job.samples == 5 * CHUNK
+    assert metrics.deadline_misses._value.get() - misses == 3
