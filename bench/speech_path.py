@@ -35,8 +35,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a script: bench.server_overhead is imported below
-    sys.path.insert(0, str(ROOT))
 
 TEXT = "你好，欢迎使用流式语音合成。"
 #: The instant engine's (bench/server_overhead.py): audio per character, its tone.

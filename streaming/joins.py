@@ -37,7 +37,6 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
@@ -200,44 +199,6 @@ def soft_limit(x: np.ndarray, knee: float) -> np.ndarray:
     return out
 
 
-class _Derived(NamedTuple):
-    """A joiner's sizes (samples at its rate) and levels (mean powers)."""
-
-    block: int
-    silence_power: float
-    voiced_power: float
-    max_lead_trim: int
-    lead_keep: int
-    fade_in: int
-    max_hold: int
-    tail_keep: int
-    fade_out: int
-    loudness_window: int
-    min_loudness: int
-    max_loudness_hold: int
-    max_gain: float
-
-
-@functools.lru_cache(maxsize=32)
-def _derived(rate: int, s: JoinSettings) -> _Derived:
-    """Worked out once per rate and settings (a joiner is made per utterance)."""
-    return _Derived(
-        block=max(1, _samples(s.block_ms, rate)),
-        silence_power=_db_to_power(s.silence_db),
-        voiced_power=_db_to_power(s.voiced_db),
-        max_lead_trim=_samples(s.max_lead_trim_ms, rate),
-        lead_keep=_samples(s.lead_keep_ms, rate),
-        fade_in=_samples(s.fade_in_ms, rate),
-        max_hold=_samples(s.max_hold_ms, rate),
-        tail_keep=_samples(s.tail_keep_ms, rate),
-        fade_out=max(1, _samples(s.fade_out_ms, rate)),
-        loudness_window=max(1, _samples(s.loudness_window_ms, rate)),
-        min_loudness=_samples(s.min_loudness_ms, rate),
-        max_loudness_hold=_samples(s.max_loudness_hold_ms, rate),
-        max_gain=10.0 ** (s.max_gain_db / 20.0),
-    )
-
-
 class SegmentJoiner:
     """Shapes the segments of one context as they stream; see the module docstring.
 
@@ -253,22 +214,21 @@ class SegmentJoiner:
         if sample_rate_hz <= 0:
             raise ValueError(f"sample_rate_hz must be positive, got {sample_rate_hz}")
         self.sample_rate_hz = sample_rate_hz
-        self.settings = settings if settings is not None else JoinSettings()
-        (
-            self._block,
-            self._silence_power,
-            self._voiced_power,
-            self._max_lead_trim,
-            self._lead_keep,
-            self._fade_in,
-            self._max_hold,
-            self._tail_keep,
-            self._fade_out,
-            self._loudness_window,
-            self._min_loudness,
-            self._max_loudness_hold,
-            self._max_gain,
-        ) = _derived(sample_rate_hz, self.settings)
+        self.settings = s = settings if settings is not None else JoinSettings()
+        rate = sample_rate_hz
+        self._block = max(1, _samples(s.block_ms, rate))
+        self._silence_power = _db_to_power(s.silence_db)
+        self._voiced_power = _db_to_power(s.voiced_db)
+        self._max_lead_trim = _samples(s.max_lead_trim_ms, rate)
+        self._lead_keep = _samples(s.lead_keep_ms, rate)
+        self._fade_in = _samples(s.fade_in_ms, rate)
+        self._max_hold = _samples(s.max_hold_ms, rate)
+        self._tail_keep = _samples(s.tail_keep_ms, rate)
+        self._fade_out = max(1, _samples(s.fade_out_ms, rate))
+        self._loudness_window = max(1, _samples(s.loudness_window_ms, rate))
+        self._min_loudness = _samples(s.min_loudness_ms, rate)
+        self._max_loudness_hold = _samples(s.max_loudness_hold_ms, rate)
+        self._max_gain = 10.0 ** (s.max_gain_db / 20.0)
         # Context reference: voiced power sum and sample count, of the output.
         self._ref_energy = 0.0
         self._ref_samples = 0
