@@ -348,22 +348,21 @@ class SegmentJoiner:
     def _take_blocks(self, blocks: np.ndarray, powers: np.ndarray) -> None:
         """Whole blocks (rows of ``blocks``) and their mean powers, in order: the same as
         :meth:`_take_block` on each, with the blocks after the lead taken together."""
+        listed = powers.tolist()
         i = 0
-        if self._leading:
-            listed = powers.tolist()
-            while i < len(listed) and self._leading:
-                self._take_block(blocks[i], listed[i])
-                i += 1
-        if i < powers.size:
-            self._accept_blocks(blocks[i:], powers[i:])
+        while i < len(listed) and self._leading:
+            self._take_block(blocks[i], listed[i])
+            i += 1
+        if i < len(listed):
+            self._accept_blocks(blocks[i:], powers[i:], listed[i:])
 
-    def _accept_blocks(self, blocks: np.ndarray, powers: np.ndarray) -> None:
+    def _accept_blocks(self, blocks: np.ndarray, powers: np.ndarray, listed: list[float]) -> None:
         """Whole blocks after the lead, at once (a chunk of 100 ms is 10 blocks): their
         samples join the tail as one array, the silent run, the loudness window and the
         gain decision come out as :meth:`_take_block` block by block would leave them
-        (the voiced energy is a running sum in the same order, so to the same last bit)."""
+        (the voiced energy is added in the same order, so to the same last bit)."""
         size = self._block
-        count = powers.size
+        count = len(listed)
         self._tail.append(blocks.reshape(-1))
         accepted = self._accepted
         self._accepted += count * size
@@ -375,30 +374,23 @@ class SegmentJoiner:
         room = self._loudness_window - self._voiced_samples
         if room <= 0 and self._gain is not None:
             return  # the window is measured and the gain decided: nothing more to count
-        voiced = (powers >= self._voiced_power).nonzero()[0][: max(0, -(-room // size))]
+        voiced = (
+            (powers >= self._voiced_power).nonzero()[0][: -(-room // size)].tolist()
+            if room > 0
+            else []
+        )
         decide_at = count  # the block after which the gain is decided (none here)
         if self._gain is None:
-            fills = room > 0 and voiced.size * size >= room
-            by_voice = int(voiced[-1]) if fills else count
+            fills = room > 0 and len(voiced) * size >= room
+            by_voice = voiced[-1] if fills else count
             by_hold = max(0, -(-(self._max_loudness_hold - accepted) // size) - 1)
             decide_at = min(by_voice, by_hold)
-        if voiced.size:
-            # Each voiced block's energy added in turn, as _take_block adds it: a running
-            # sum in float64 (add.accumulate adds in order, no pairwise regrouping).
-            energy = np.add.accumulate(
-                np.concatenate(((self._voiced_energy,), powers[voiced] * size))
-            )
-            # Voiced blocks up to decide_at count before the gain is decided, the rest after.
-            before = int(np.searchsorted(voiced, decide_at, side="right"))
-            if before < voiced.size:
-                self._voiced_energy = float(energy[before])
-                self._voiced_samples += before * size
+        for index in voiced:
+            if index > decide_at:
                 self._decide_gain()
                 decide_at = count
-                self._voiced_samples += (voiced.size - before) * size
-            else:
-                self._voiced_samples += voiced.size * size
-            self._voiced_energy = float(energy[-1])
+            self._voiced_energy += listed[index] * size
+            self._voiced_samples += size
         if decide_at < count:
             self._decide_gain()
 
