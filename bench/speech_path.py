@@ -15,11 +15,13 @@ per-segment work of every interface, without the server around it.
 
 The figure is the CPU (``time.thread_time``) per utterance, the best and the median of
 ``--rounds`` rounds of ``--utterances`` each; the ratio is the best rounds' (a busy
-machine only ever adds to a round: on this 2-core VM rounds of one tree ran 128-277 us). Every round runs in a child process; with
-``--baseline REF`` the children of this checkout and of ``REF`` (its ``streaming/``, from
-``git archive``) take turns, so the ratio is measured at the same moment on the same
-machine. A 1,000-stream server measurement (``bench/server_overhead.py``) moves by ±10 %
-between identical servers; this one resolves a few microseconds. Ends with one JSON line.
+machine only ever adds to a round: on this 2-core VM one tree's rounds ran 128-277 us).
+Every round runs in a child process; with ``--baseline REF`` the children of this
+checkout and of ``REF`` (its ``streaming/``, from ``git archive``) take turns, so the
+ratio is measured at the same moment on the same machine. Identical servers in the
+1,000-stream measurement (``bench/server_overhead.py``) differ by up to ~10 %; the best
+rounds here tell a few percent (three runs of one change: 0.86-0.93). Ends with one JSON
+line.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ def child(root: str | None, utterances: int, chunk_ms: int) -> dict[str, Any]:
     if out.returncode != 0:
         raise SystemExit(f"a round in {code_root} failed:\n{out.stderr}")
     figures: dict[str, Any] = json.loads(out.stdout.splitlines()[-1])
-    if not figures["streaming"].startswith(code_root):
+    if not Path(figures["streaming"]).is_relative_to(code_root):
         raise SystemExit(f"the round ran {figures['streaming']}, not {code_root}'s streaming")
     return figures
 
