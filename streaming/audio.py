@@ -268,17 +268,11 @@ class FrameChunker:
             incoming = samples.copy()  # frames never alias the caller's array
         frames: list[np.ndarray] = []
         start = 0
-        size = len(incoming)
-        full = self.frame_samples
-        while self._next_frame_samples < full and size - start >= self._next_frame_samples:
+        while len(incoming) - start >= self._next_frame_samples:
             end = start + self._next_frame_samples
             frames.append(incoming[start:end])
             start = end
-            self._next_frame_samples = min(2 * self._next_frame_samples, full)
-        if size - start >= full:  # the ramp is done: whole frames, in one pass
-            end = start + (size - start) // full * full
-            frames += [incoming[i : i + full] for i in range(start, end, full)]
-            start = end
+            self._next_frame_samples = min(2 * self._next_frame_samples, self.frame_samples)
         self._pending = incoming[start:]
         return frames
 
