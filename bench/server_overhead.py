@@ -45,6 +45,15 @@ frame of the sample's stack) and reports each as microseconds of the loop's CPU 
 stream (its share of the samples times the loop's CPU per stream, from /proc);
 ``--profile-raw PATH`` keeps py-spy's samples (``PATH.ours``, ``PATH.before``).
 
+Each server's requests of the kernel are counted too, per stream, from /proc: its write
+system calls (a socket's, and a thread waking the event loop), its threads' context
+switches and its minor page faults. ``--perf`` samples every server (ours, the stack, the
+bare one) with Linux ``perf record`` (999 Hz, user and kernel code) and reports where the
+code each sample was in lives, as microseconds of the server's CPU per stream: the
+Python interpreter, the kernel, NumPy, uvloop, libc, the rest
+(:data:`CODE_PLACES`). What a compiled per-stream path could save is at most the
+interpreter's share beyond the bare server's.
+
 Ends with one JSON line of the headline figures. Goal: CPU <= 2.0x the bare server's,
 added time to first audio p50 <= 100 ms, with 1,000 streams.
 """
@@ -70,7 +79,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.bench_server import cpu_seconds, main_thread_cpu_seconds, settings_overrides
+from harness.bench_server import (
+    cpu_seconds,
+    kernel_counts,
+    main_thread_cpu_seconds,
+    settings_overrides,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -107,6 +121,53 @@ def start_profiler(pid: int, path: Path, rate_hz: int = 250) -> subprocess.Popen
     profiler = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.0)  # attached
     return profiler
+
+
+#: Where the code a ``perf`` sample was in lives (its shared object), the first that matches.
+CODE_PLACES = [
+    ("the Python interpreter", r"^libpython|^python3"),
+    ("the kernel (system calls, sockets, scheduling, page faults)", r"^\[kernel"),
+    ("NumPy", r"^_multiarray|^_umath|^_pocketfft|openblas"),
+    ("uvloop (libuv)", r"^loop\.cpython"),
+    ("libc (memory, strings)", r"^libc\.|^libm\."),
+]
+OTHER_PLACE = "other compiled code (orjson, httptools, the vDSO, ...)"
+
+
+def start_perf(pid: int, path: Path) -> subprocess.Popen[bytes]:
+    """``perf record`` sampling ``pid`` (every thread, user and kernel code, 999 Hz) into
+    ``path`` until SIGINT."""
+    perf = shutil.which("perf")
+    if perf is None:
+        raise SystemExit("--perf needs Linux perf (Debian: apt install linux-perf)")
+    command = [perf, "record", "--quiet", "-F", "999", "-p", str(pid), "-o", str(path)]
+    recorder = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # attached
+    return recorder
+
+
+def code_places(report: str, cpu_us_per_stream: float) -> dict[str, float]:
+    """``perf report --sort dso`` output (``  60.63%  libpython3.11.so.1.0`` lines) as
+    microseconds of CPU per stream by :data:`CODE_PLACES`, the most first."""
+    shares: Counter[str] = Counter()
+    for line in report.splitlines():
+        found = re.match(r"\s*([\d.]+)%\s+(\S+)", line)
+        if found is None:
+            continue
+        dso = found.group(2)
+        place = next((n for n, pattern in CODE_PLACES if re.search(pattern, dso)), OTHER_PLACE)
+        shares[place] += float(found.group(1))
+    total = sum(shares.values()) or 1.0
+    return {k: round(v * cpu_us_per_stream / total) for k, v in shares.most_common()}
+
+
+def perf_code_places(path: Path, cpu_us_per_stream: float) -> dict[str, float]:
+    """The samples ``perf record`` left in ``path`` by :func:`code_places`."""
+    report = subprocess.run(
+        ["perf", "report", "--input", str(path), "--sort", "dso", "--stdio"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return code_places(report.stdout, cpu_us_per_stream)
 
 
 def _category(names: list[str]) -> str:
@@ -470,21 +531,32 @@ def measure(
     profiles: dict[str, float] | None = None,
     keep: Path | None = None,
     rate_hz: int = 250,
+    places: dict[str, float] | None = None,
 ) -> dict[str, float]:
-    """Server CPU over the streams (their connections' handshakes included); with
-    ``profiles`` (a dict to fill), where the event loop's CPU went (py-spy's samples
-    copied to ``keep``, when given)."""
+    """Server CPU and requests of the kernel over the streams (their connections'
+    handshakes included); with ``profiles`` (a dict to fill), where the event loop's CPU
+    went (py-spy's samples copied to ``keep``, when given); with ``places`` (a dict to
+    fill), where the code the server's CPU ran lives (``perf``)."""
     import uvloop
 
     assert process.pid is not None
     uvloop.run(run_streams(url, min(streams, 20), 0.1))  # warm: caches, first connections
     raw = Path(tempfile.mkstemp(suffix=".txt")[1])
     profiler = start_profiler(process.pid, raw, rate_hz) if profiles is not None else None
+    recorded = Path(tempfile.mkstemp(suffix=".perf")[1])
+    recorder = start_perf(process.pid, recorded) if places is not None else None
     before, loop_before = cpu_seconds(process.pid), main_thread_cpu_seconds(process.pid)
+    counts_before = kernel_counts(process.pid)
     collected = gc_collections(url)
     ttfas, audio_bytes = uvloop.run(run_streams(url, streams, spread_s))
     cpu = cpu_seconds(process.pid) - before
     loop_cpu = main_thread_cpu_seconds(process.pid) - loop_before
+    counts = {k: (v - counts_before[k]) / streams for k, v in kernel_counts(process.pid).items()}
+    if recorder is not None and places is not None:
+        recorder.send_signal(signal.SIGINT)
+        recorder.wait(60)
+        places.update(perf_code_places(recorded, cpu * 1e6 / streams))
+    recorded.unlink(missing_ok=True)
     gc_figures = {k: v - collected[k] for k, v in gc_collections(url).items()} if collected else {}
     if profiler is not None and profiles is not None:
         profiler.send_signal(signal.SIGINT)
@@ -505,6 +577,7 @@ def measure(
         "cpu_ms_per_100ms_audio": cpu * 1000 / (audio_s / 0.1),
         "ttfa_p50_ms": percentile(ttfas, 50) * 1000,
         "ttfa_p99_ms": percentile(ttfas, 99) * 1000,
+        **{f"{name}_per_stream": count for name, count in counts.items()},
         **gc_figures,
     }
 
@@ -573,6 +646,12 @@ def report(args: argparse.Namespace, figures: dict[str, dict[str, float]], messa
             f"{name:6}: {row['cpu_ms_per_100ms_audio']:.3f} ms CPU per 100 ms of audio "
             f"({row['cpu_s']:.2f} s for {row['audio_s']:.0f} s of audio{threads}); time to "
             f"first audio p50 {row['ttfa_p50_ms']:.1f} ms, p99 {row['ttfa_p99_ms']:.1f} ms"
+        )
+    for name, row in figures.items():
+        print(
+            f"{name:6}: per stream {row['writes_per_stream']:.1f} write system calls, "
+            f"{row['context_switches_per_stream']:.1f} context switches, "
+            f"{row['page_faults_per_stream']:.1f} page faults"
         )
     for name, row in figures.items():
         if "gc_s" in row:
@@ -655,6 +734,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-raw", metavar="PATH",
                         help="with --profile: keep py-spy's raw samples of each server's last round "
                         "as PATH.ours (PATH.before)")  # fmt: skip
+    parser.add_argument("--perf", action="store_true",
+                        help="where each server's CPU ran: the Python interpreter, the kernel, "
+                        "NumPy, ... (Linux perf)")  # fmt: skip
     parser.add_argument("--smoke", action="store_true",
                         help="40 streams over 0.5 s: checks it runs (the suite runs it)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -697,6 +779,7 @@ def measure_all(
 
     script: list[Any] = []
     profiles: dict[str, dict[str, float]] = {}
+    places: dict[str, dict[str, float]] = {}  # --perf: each server's last round
     rows: dict[str, list[dict[str, float]]] = {n: [] for n in [*variants, "stack", "bare"]}
     for _ in range(args.rounds):
         for name, overrides in variants.items():
@@ -709,11 +792,13 @@ def measure_all(
                     script = uvloop.run(record_script(url))
                 profile: dict[str, float] | None = {} if args.profile else None
                 keep = Path(f"{args.profile_raw}.{name}") if args.profile_raw else None
+                place: dict[str, float] | None = {} if args.perf else None
+                rate = args.profile_rate
                 rows[name].append(
-                    measure(
-                        server, url, args.streams, args.spread_s, profile, keep, args.profile_rate
-                    )
+                    measure(server, url, args.streams, args.spread_s, profile, keep, rate, place)
                 )
+                if place is not None:
+                    places[name] = place
                 if profile is not None:
                     profiles[name] = profile  # the last round's
             finally:  # a failure ends the run, not waiting on a server left running
@@ -724,7 +809,10 @@ def measure_all(
                 if name == "stack":
                     wait_ready(port)
                 url = f"ws://127.0.0.1:{port}"
-                rows[name].append(measure(other, url, args.streams, args.spread_s))
+                place = {} if args.perf else None
+                rows[name].append(measure(other, url, args.streams, args.spread_s, places=place))
+                if place is not None:
+                    places[name] = place
             finally:
                 stop(other)
     if args.rounds > 1:  # the spread between rounds: what a difference must beat
@@ -739,7 +827,21 @@ def measure_all(
     report(args, figures, len(script) - 1)
     if profiles:
         print_profiles(profiles, figures)
+    if places:
+        print_places(places)
     return 0
+
+
+def print_places(places: dict[str, dict[str, float]]) -> None:
+    """Where each server's CPU ran (``--perf``), microseconds per stream, side by side."""
+    names = list(places)
+    print(f"server CPU per stream by where its code lives, us ({', '.join(names)}):")
+    for place in dict.fromkeys(k for each in places.values() for k in each):
+        values = " | ".join(str(places[n].get(place, 0)) for n in names)
+        print(f"| {place} | {values} |")
+    totals = " | ".join(str(round(sum(places[n].values()))) for n in names)
+    print(f"| total | {totals} |")
+    print(json.dumps({"bench": "server_overhead_perf", "us_per_stream": places}))
 
 
 def print_profiles(profiles: dict[str, dict[str, float]], figures: dict[str, Any]) -> None:

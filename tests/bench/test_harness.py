@@ -108,3 +108,41 @@ def test_settings_given_to_a_benchmark_are_read_as_the_server_reads_them() -> No
     assert Settings().replace(**nested).heap.gc_young_threshold == 0
     with pytest.raises(SystemExit, match=r"^--compare: 'bogus' is not a server setting$"):
         settings_overrides(["bogus=1"], "--compare")
+
+
+def test_kernel_counts_are_a_process_s_writes_switches_and_faults_with_its_threads() -> None:
+    """A child that makes 200 writes to a pipe, 30 sleeps in a thread of its own and
+    touches 2,000 fresh pages is counted at least that many write system calls, context
+    switches and page faults between two reads, its running threads together."""
+    from harness.bench_server import kernel_counts
+
+    child_code = (
+        "import os, sys, threading, time\n"
+        "sys.stdin.readline()\n"
+        "for _ in range(200): os.write(1, b'x')\n"
+        "napped, end = threading.Event(), threading.Event()\n"
+        "def nap():\n"
+        "    for _ in range(30): time.sleep(0.001)\n"
+        "    napped.set(); end.wait()\n"  # alive while counted: an ended thread's are gone
+        "t = threading.Thread(target=nap); t.start()\n"
+        "pages = bytearray(2000 * 4096)\n"
+        "for i in range(0, len(pages), 4096): pages[i] = 1\n"
+        "napped.wait(); os.write(2, b'.')\n"
+        "sys.stdin.readline(); end.set(); t.join()\n"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", child_code],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    ) as child:  # fmt: skip
+        assert child.stdin is not None and child.stderr is not None
+        before = kernel_counts(child.pid)
+        child.stdin.write(b"go\n")
+        child.stdin.flush()
+        assert child.stderr.read(1) == b"."  # done, its thread napped and waiting
+        after = kernel_counts(child.pid)
+        written, _ = child.communicate(b"end\n", timeout=30)
+    assert written == b"x" * 200
+    grew = {k: after[k] - before[k] for k in before}
+    assert grew["writes"] >= 201, grew  # its 200 and the "." to stderr
+    assert grew["context_switches"] >= 30, grew
+    assert grew["page_faults"] >= 2000, grew

@@ -35,6 +35,13 @@ def test_smoke_run_measures_ours_the_stack_and_the_bare_server_on_the_same_audio
     assert stack > 0 and abs(stack - of_figures) <= 0.05 * of_figures + 0.01
     for path in ("added_ttfa_ms.p50", "added_ttfa_ms.p99", "ttfa_median_both_ms"):
         figure(report, path)  # present and finite (an added time may be negative)
+    # Requests of the kernel a stream: every server writes its frames (at least one
+    # write a stream: its handshake answer), and the bare one a write a message.
+    for server in ("ours", "stack", "bare"):
+        assert figure(report, f"figures.{server}.writes_per_stream") >= 1
+        assert figure(report, f"figures.{server}.context_switches_per_stream") >= 0
+        assert figure(report, f"figures.{server}.page_faults_per_stream") >= 0
+    assert figure(report, "figures.bare.writes_per_stream") >= 13  # 13 messages, 1 each
 
 
 @pytest.mark.slow
@@ -63,3 +70,35 @@ def test_the_hottest_functions_are_the_event_loops_own_samples(tmp_path: Path) -
     hottest = bench_module("server_overhead.py").hottest
     assert hottest(raw, 100.0) == [("flush (wire.py:9)", 80.0), ("run (a.py:1)", 20.0)]
     assert hottest(raw, 100.0, count=1) == [("flush (wire.py:9)", 80.0)]
+
+
+def test_perf_s_shared_objects_are_summed_by_where_the_code_lives() -> None:
+    """``perf report --sort dso`` lines become microseconds per stream by place (the
+    interpreter, the kernel, NumPy, uvloop, libc, the rest), in proportion to each
+    line's share of the samples; headers and blank lines are skipped."""
+    report = (
+        "# Samples: 4K of event 'cpu-clock:ppp'\n"
+        "#\n"
+        "# Overhead  Shared Object\n"
+        "    50.00%  libpython3.11.so.1.0\n"
+        "    20.00%  [kernel.kallsyms]\n"
+        "     5.00%  _multiarray_umath.cpython-311-x86_64-linux-gnu.so\n"
+        "     5.00%  libscipy_openblas64_-32a4b2a6.so\n"
+        "    10.00%  loop.cpython-311-x86_64-linux-gnu.so\n"
+        "     5.00%  libc.so.6\n"
+        "     5.00%  orjson.cpython-311-x86_64-linux-gnu.so\n"
+        "\n"
+    )
+    places = bench_module("server_overhead.py").code_places(report, 1000.0)
+    assert places == {
+        "the Python interpreter": 500,
+        "the kernel (system calls, sockets, scheduling, page faults)": 200,
+        "NumPy": 100,
+        "uvloop (libuv)": 100,
+        "libc (memory, strings)": 50,
+        "other compiled code (orjson, httptools, the vDSO, ...)": 50,
+    }
+    assert list(places)[:2] == [
+        "the Python interpreter",
+        "the kernel (system calls, sockets, scheduling, page faults)",
+    ]
