@@ -23,7 +23,9 @@ connections are opened first (they stay open together); the streams then start s
 over ``--spread-s``.
 
 ``--baseline REF`` measures, as "before", our server as the git revision ``REF`` has it
-(its ``server/`` and ``streaming/``, from ``git archive``), in the same run, alternating.
+(its ``server/`` and ``streaming/``, from ``git archive``), in the same run, alternating;
+``REF`` may also be a directory holding a ``server/`` and a ``streaming/`` (one that
+``bench/compiled_tree.py`` compiled, say).
 ``--compare NAME=VALUE ...`` measures our server a second time with those settings
 ("before": e.g. ``ws_direct_send=false coalesce_wakeups=false``), in the same run,
 alternating with the defaults for ``--rounds`` rounds (each figure is the median over
@@ -723,7 +725,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare", nargs="*", default=[], metavar="NAME=VALUE",
                         help="also measure our server with these settings (before)")  # fmt: skip
     parser.add_argument("--baseline", metavar="REF",
-                        help="before: our server as git REF has it (e.g. a commit)")  # fmt: skip
+                        help="before: our server as git REF has it (e.g. a commit), or a "
+                        "directory holding its server/ and streaming/")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=1,
                         help="measurements of each server, alternating; medians reported")  # fmt: skip
     parser.add_argument("--profile", action="store_true",
@@ -760,7 +763,11 @@ def main(argv: list[str] | None = None) -> int:
 
 @contextlib.contextmanager
 def checkout(ref: str) -> Iterator[str]:
-    """``server`` and ``streaming`` as git ``ref`` has them, in a temporary directory."""
+    """``server`` and ``streaming`` as git ``ref`` has them, in a temporary directory; or
+    ``ref`` itself, a directory holding them (e.g. one bench/compiled_tree.py made)."""
+    if Path(ref, "server").is_dir() and Path(ref, "streaming").is_dir():
+        yield str(Path(ref).resolve())
+        return
     with tempfile.TemporaryDirectory() as root:
         archive = subprocess.run(
             ["git", "-C", str(ROOT), "archive", ref, "server", "streaming"], capture_output=True

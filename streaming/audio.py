@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import math
 import wave
+from typing import ClassVar
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -131,7 +132,7 @@ class Resampler:
     #: by bench/resampler.py.
     PRODUCT_DTYPE: type[np.floating] = np.float64
     #: The block matrices made so far, by (input rate, output rate, product type).
-    _tables: dict[tuple[int, int, type], np.ndarray] = {}  # noqa: RUF012 (shared on purpose)
+    _tables: ClassVar[dict[tuple[int, int, type], np.ndarray]] = {}
 
     def __init__(self, in_rate_hz: int, out_rate_hz: int) -> None:
         if in_rate_hz <= 0 or out_rate_hz <= 0:
