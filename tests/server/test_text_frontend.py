@@ -199,8 +199,16 @@ CASES: list[tuple[str, str, str]] = [
     # URLs, e-mail, emoji, symbols
     ("url", "访问https://www.example.com/path?q=1。", "访问example点com斜杠 path。"),
     ("url-long-path", "访问https://www.example.com/a/b/c/d?q=1。", "访问example点com。"),
-    ("url-port", "打开http://localhost:8080/api/v1。", "打开localhost冒号 八零八零斜杠 api 斜杠 v一。"),
-    ("url-no-scheme", "源码在github.com/2noise/ChatTTS。", "源码在github点com斜杠 二noise 斜杠 ChatTTS。"),
+    (
+        "url-port",
+        "打开http://localhost:8080/api/v1。",
+        "打开localhost冒号 八零八零斜杠 api 斜杠 v一。",
+    ),
+    (
+        "url-no-scheme",
+        "源码在github.com/2noise/ChatTTS。",
+        "源码在github点com斜杠 二noise 斜杠 ChatTTS。",
+    ),
     ("www", "见www.baidu.com", "见baidu点com"),
     ("email", "邮箱test@example.com", "邮箱test 艾特 example点com"),
     ("emoji", "好的😀", "好的"),

@@ -158,7 +158,9 @@ CASES: list[tuple[str, str, int, int, list[tuple[str, str]]]] = [
 ]  # fmt: skip
 
 
-def segment_all(text: str, config: SegmenterSettings, chunk_size: int | None = None) -> list[Segment]:
+def segment_all(
+    text: str, config: SegmenterSettings, chunk_size: int | None = None
+) -> list[Segment]:
     segmenter = Segmenter(config)
     if chunk_size is None:
         segments = segmenter.push(text)
@@ -290,7 +292,9 @@ def chunked(text: str, cuts: list[int]) -> list[str]:
 
 @settings(max_examples=300, deadline=None)
 @given(text=any_text, config=configs, cuts=st.lists(st.integers(min_value=0), max_size=30))
-def test_any_chunking_equals_one_push(text: str, config: SegmenterSettings, cuts: list[int]) -> None:
+def test_any_chunking_equals_one_push(
+    text: str, config: SegmenterSettings, cuts: list[int]
+) -> None:
     """Random chunks and 1-, 2-, 4-character chunks segment exactly like one push."""
     expected = segment_all(text, config)
     for size in (1, 2, 4):
@@ -448,5 +452,6 @@ def test_length_cuts_go_around_tokens(token: str) -> None:
     for filler in range(0, 24):
         text = "天" * filler + token + "地" * 30
         start, end = filler, filler + len(token)
-        for segment in segment_all(text, SegmenterSettings(max_chars=24, first_min_chars=3), 1)[:-1]:
+        segments = segment_all(text, SegmenterSettings(max_chars=24, first_min_chars=3), 1)
+        for segment in segments[:-1]:
             assert not start < segment.end < end, (text, segment)
