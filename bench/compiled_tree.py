@@ -24,6 +24,8 @@ Ends with one JSON line: the modules compiled and the seconds the build took.
 from __future__ import annotations
 
 import argparse
+import importlib.machinery
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -58,18 +60,24 @@ def write_tree(ref: str, directory: Path) -> None:
 
 
 def compile_modules(directory: Path, modules: list[str]) -> None:
-    """mypyc ``modules`` (paths under ``directory``), the extensions left beside them."""
-    mypyc = shutil.which("mypyc") or str(Path(sys.executable).with_name("mypyc"))
-    if not Path(mypyc).exists():
-        raise SystemExit("needs mypyc (pip install mypy; it comes with the test tools)")
+    """mypyc ``modules`` (paths under ``directory``), the extensions left beside them;
+    SystemExit unless each module has its extension for this Python."""
     missing = [m for m in modules if not (directory / m).is_file()]
     if missing:
         raise SystemExit(f"no such module in the tree: {', '.join(missing)}")
-    built = subprocess.run([mypyc, *modules], cwd=directory, capture_output=True, text=True)
+    if importlib.util.find_spec("mypyc") is None:
+        raise SystemExit("needs mypyc (pip install mypy; it comes with the test tools)")
+    # This Python's mypyc, so that the extensions are this Python's.
+    command = [sys.executable, "-m", "mypyc", *modules]
+    built = subprocess.run(command, cwd=directory, capture_output=True, text=True)
     if built.returncode != 0:
         errors = [line for line in built.stdout.splitlines() if ": error:" in line]
         raise SystemExit("mypyc failed:\n" + "\n".join(errors or built.stderr.splitlines()[-20:]))
     shutil.rmtree(directory / "build", ignore_errors=True)  # its C sources and objects
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]  # .cpython-311-x86_64-linux-gnu.so
+    absent = [m for m in modules if not (directory / m).with_suffix(suffix).is_file()]
+    if absent:
+        raise SystemExit(f"mypyc left no {suffix} for: {', '.join(absent)}")
 
 
 def main(argv: list[str] | None = None) -> int:

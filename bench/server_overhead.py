@@ -50,10 +50,10 @@ stream (its share of the samples times the loop's CPU per stream, from /proc);
 Each server's requests of the kernel are counted too, per stream, from /proc: its write
 system calls (a socket's, and a thread waking the event loop), its threads' context
 switches and its minor page faults. ``--perf`` samples every server (ours, the stack, the
-bare one) with Linux ``perf record`` (999 Hz, user and kernel code) and reports where the
-code each sample was in lives, as microseconds of the server's CPU per stream: the
-Python interpreter, the kernel, NumPy, uvloop, libc, the rest
-(:data:`CODE_PLACES`). What a compiled per-stream path could save is at most the
+bare one) with Linux ``perf record`` (999 Hz, user and kernel code) in each round and
+reports where the code each sample was in lives, as microseconds of the server's CPU per
+stream, the mean over the rounds: the Python interpreter (CPython's own C modules with
+it), the kernel, NumPy, uvloop, libc, the rest (:data:`CODE_PLACES`). What a compiled per-stream path could save is at most the
 interpreter's share beyond the bare server's.
 
 Ends with one JSON line of the headline figures. Goal: CPU <= 2.0x the bare server's,
@@ -125,51 +125,76 @@ def start_profiler(pid: int, path: Path, rate_hz: int = 250) -> subprocess.Popen
     return profiler
 
 
-#: Where the code a ``perf`` sample was in lives (its shared object), the first that matches.
+#: Where the code a ``perf`` sample was in lives (its shared object), the first that
+#: matches: NumPy's extension modules before CPython's own (both ``_name.cpython-...``).
 CODE_PLACES = [
-    ("the Python interpreter", r"^libpython|^python3"),
-    ("the kernel (system calls, sockets, scheduling, page faults)", r"^\[kernel"),
-    ("NumPy", r"^_multiarray|^_umath|^_pocketfft|openblas"),
+    ("NumPy", r"^_multiarray|^_umath|^_pocketfft|^_mt19937|^_generator|^_bounded|openblas"),
+    ("the Python interpreter", r"^libpython|^python3|^_[a-z0-9_]+\.cpython-"),
+    ("the kernel (system calls, sockets, scheduling, page faults)", r"^\["),
     ("uvloop (libuv)", r"^loop\.cpython"),
-    ("libc (memory, strings)", r"^libc\.|^libm\."),
+    ("libc (memory, strings)", r"^lib(c|m|pthread)[.-]"),
 ]
 OTHER_PLACE = "other compiled code (orjson, httptools, the vDSO, ...)"
 
 
-def start_perf(pid: int, path: Path) -> subprocess.Popen[bytes]:
-    """``perf record`` sampling ``pid`` (every thread, user and kernel code, 999 Hz) into
-    ``path`` until SIGINT."""
-    perf = shutil.which("perf")
-    if perf is None:
-        raise SystemExit("--perf needs Linux perf (Debian: apt install linux-perf)")
-    command = [perf, "record", "--quiet", "-F", "999", "-p", str(pid), "-o", str(path)]
-    recorder = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1.0)  # attached
-    return recorder
+class PerfRecording:
+    """``perf record`` sampling process ``pid`` (every thread, user and kernel code,
+    999 Hz) from now until :meth:`stop`; :meth:`close` always, after."""
+
+    def __init__(self, pid: int) -> None:
+        handle, name = tempfile.mkstemp(suffix=".perf")
+        os.close(handle)
+        self.path = Path(name)
+        command = ["perf", "record", "--quiet", "-F", "999", "-p", str(pid), "-o", name]
+        self._recorder = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        time.sleep(1.0)  # attached, or gone
+        if self._recorder.poll() is not None:
+            self.close()
+            raise SystemExit(f"--perf: perf record did not attach to {pid}: {self._said()}")
+
+    def stop(self) -> str:
+        """Stop sampling; ``perf report --sort dso``'s text of what was sampled."""
+        self._recorder.send_signal(signal.SIGINT)
+        self._recorder.wait(60)
+        report = subprocess.run(
+            ["perf", "report", "--input", str(self.path), "--sort", "dso", "--stdio"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if report.returncode != 0:
+            raise SystemExit(f"--perf: perf report failed: {report.stderr.strip()}")
+        if re.search(r"of event '[^']*:u'", report.stdout):
+            print("--perf: perf sampled user code only (kernel.perf_event_paranoid): the "
+                  "kernel's share is left out", file=sys.stderr)  # fmt: skip
+        return report.stdout
+
+    def close(self) -> None:
+        if self._recorder.poll() is None:
+            self._recorder.kill()
+            self._recorder.wait()
+        self.path.unlink(missing_ok=True)
+
+    def _said(self) -> str:
+        assert self._recorder.stderr is not None
+        with self._recorder.stderr:
+            return self._recorder.stderr.read().decode(errors="replace").strip()
 
 
 def code_places(report: str, cpu_us_per_stream: float) -> dict[str, float]:
     """``perf report --sort dso`` output (``  60.63%  libpython3.11.so.1.0`` lines) as
     microseconds of CPU per stream by :data:`CODE_PLACES`, the most first."""
-    shares: Counter[str] = Counter()
+    shares: dict[str, float] = {}
     for line in report.splitlines():
         found = re.match(r"\s*([\d.]+)%\s+(\S+)", line)
         if found is None:
             continue
         dso = found.group(2)
         place = next((n for n, pattern in CODE_PLACES if re.search(pattern, dso)), OTHER_PLACE)
-        shares[place] += float(found.group(1))
+        shares[place] = shares.get(place, 0.0) + float(found.group(1))
     total = sum(shares.values()) or 1.0
-    return {k: round(v * cpu_us_per_stream / total) for k, v in shares.most_common()}
-
-
-def perf_code_places(path: Path, cpu_us_per_stream: float) -> dict[str, float]:
-    """The samples ``perf record`` left in ``path`` by :func:`code_places`."""
-    report = subprocess.run(
-        ["perf", "report", "--input", str(path), "--sort", "dso", "--stdio"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    return code_places(report.stdout, cpu_us_per_stream)
+    ranked = sorted(shares.items(), key=lambda item: -item[1])
+    return {k: round(v * cpu_us_per_stream / total) for k, v in ranked}
 
 
 def _category(names: list[str]) -> str:
@@ -543,22 +568,25 @@ def measure(
 
     assert process.pid is not None
     uvloop.run(run_streams(url, min(streams, 20), 0.1))  # warm: caches, first connections
-    raw = Path(tempfile.mkstemp(suffix=".txt")[1])
-    profiler = start_profiler(process.pid, raw, rate_hz) if profiles is not None else None
-    recorded = Path(tempfile.mkstemp(suffix=".perf")[1])
-    recorder = start_perf(process.pid, recorded) if places is not None else None
-    before, loop_before = cpu_seconds(process.pid), main_thread_cpu_seconds(process.pid)
-    counts_before = kernel_counts(process.pid)
-    collected = gc_collections(url)
-    ttfas, audio_bytes = uvloop.run(run_streams(url, streams, spread_s))
-    cpu = cpu_seconds(process.pid) - before
-    loop_cpu = main_thread_cpu_seconds(process.pid) - loop_before
-    counts = {k: (v - counts_before[k]) / streams for k, v in kernel_counts(process.pid).items()}
-    if recorder is not None and places is not None:
-        recorder.send_signal(signal.SIGINT)
-        recorder.wait(60)
-        places.update(perf_code_places(recorded, cpu * 1e6 / streams))
-    recorded.unlink(missing_ok=True)
+    handle, name = tempfile.mkstemp(suffix=".txt")
+    os.close(handle)
+    raw = Path(name)
+    recording = PerfRecording(process.pid) if places is not None else None
+    try:
+        profiler = start_profiler(process.pid, raw, rate_hz) if profiles is not None else None
+        before, loop_before = cpu_seconds(process.pid), main_thread_cpu_seconds(process.pid)
+        counts_before = kernel_counts(process.pid)
+        collected = gc_collections(url)
+        ttfas, audio_bytes = uvloop.run(run_streams(url, streams, spread_s))
+        cpu = cpu_seconds(process.pid) - before
+        loop_cpu = main_thread_cpu_seconds(process.pid) - loop_before
+        counts = kernel_counts(process.pid)
+        if recording is not None and places is not None:
+            places.update(code_places(recording.stop(), cpu * 1e6 / streams))
+    finally:
+        if recording is not None:
+            recording.close()
+    per_stream = {k: (v - counts_before[k]) / streams for k, v in counts.items()}
     gc_figures = {k: v - collected[k] for k, v in gc_collections(url).items()} if collected else {}
     if profiler is not None and profiles is not None:
         profiler.send_signal(signal.SIGINT)
@@ -579,7 +607,7 @@ def measure(
         "cpu_ms_per_100ms_audio": cpu * 1000 / (audio_s / 0.1),
         "ttfa_p50_ms": percentile(ttfas, 50) * 1000,
         "ttfa_p99_ms": percentile(ttfas, 99) * 1000,
-        **{f"{name}_per_stream": count for name, count in counts.items()},
+        **{f"{name}_per_stream": count for name, count in per_stream.items()},
         **gc_figures,
     }
 
@@ -746,6 +774,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         # Enough streams that the bare server's CPU spans several clock ticks (10 ms).
         args.streams, args.spread_s = 40, 0.5
+    if args.perf and shutil.which("perf") is None:
+        parser.error("--perf needs Linux perf (Debian: apt install linux-perf)")
     if args.compare and args.baseline:
         parser.error("--compare and --baseline both name the before: give one")
     if args.set and args.baseline:
@@ -786,7 +816,7 @@ def measure_all(
 
     script: list[Any] = []
     profiles: dict[str, dict[str, float]] = {}
-    places: dict[str, dict[str, float]] = {}  # --perf: each server's last round
+    places: dict[str, list[dict[str, float]]] = {}  # --perf: each server's rounds
     rows: dict[str, list[dict[str, float]]] = {n: [] for n in [*variants, "stack", "bare"]}
     for _ in range(args.rounds):
         for name, overrides in variants.items():
@@ -805,7 +835,7 @@ def measure_all(
                     measure(server, url, args.streams, args.spread_s, profile, keep, rate, place)
                 )
                 if place is not None:
-                    places[name] = place
+                    places.setdefault(name, []).append(place)
                 if profile is not None:
                     profiles[name] = profile  # the last round's
             finally:  # a failure ends the run, not waiting on a server left running
@@ -819,7 +849,7 @@ def measure_all(
                 place = {} if args.perf else None
                 rows[name].append(measure(other, url, args.streams, args.spread_s, places=place))
                 if place is not None:
-                    places[name] = place
+                    places.setdefault(name, []).append(place)
             finally:
                 stop(other)
     if args.rounds > 1:  # the spread between rounds: what a difference must beat
@@ -835,12 +865,21 @@ def measure_all(
     if profiles:
         print_profiles(profiles, figures)
     if places:
-        print_places(places)
+        print_places({name: mean_places(rounds) for name, rounds in places.items()})
     return 0
 
 
+def mean_places(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """Microseconds a stream by place, the mean over ``rounds`` (a place a round did not
+    see counts 0 there), the most first."""
+    names = dict.fromkeys(k for each in rounds for k in each)
+    means = {k: sum(each.get(k, 0.0) for each in rounds) / len(rounds) for k in names}
+    return {k: round(v) for k, v in sorted(means.items(), key=lambda item: -item[1])}
+
+
 def print_places(places: dict[str, dict[str, float]]) -> None:
-    """Where each server's CPU ran (``--perf``), microseconds per stream, side by side."""
+    """Where each server's CPU ran (``--perf``, the mean over the rounds), microseconds
+    per stream, side by side."""
     names = list(places)
     print(f"server CPU per stream by where its code lives, us ({', '.join(names)}):")
     for place in dict.fromkeys(k for each in places.values() for k in each):

@@ -55,26 +55,32 @@ def main_thread_cpu_seconds(pid: int) -> float:
 def kernel_counts(pid: int) -> dict[str, int]:
     """What process ``pid`` has asked of the kernel so far, its threads and its child
     processes now running together (from /proc; a thread that has ended takes its context
-    switches with it): ``writes``, its system calls that write
-    (``syscw``: write, send and their kin, a socket's and a wake-up's alike);
-    ``context_switches``, its threads' (voluntary or not: a thread that waits for the
-    GIL, a lock or the next event is switched out); ``page_faults``, minor ones."""
+    switches with it): ``writes``, its system calls of the write family (``syscw``:
+    write and writev, a socket's and a wake-up's alike, as uvloop makes them; not
+    send or sendmsg); ``context_switches``, its threads' (voluntary or not: a thread that
+    waits for the GIL, a lock or the next event is switched out); ``page_faults``, minor
+    ones."""
     counts = dict.fromkeys(("writes", "context_switches", "page_faults"), 0)
     for each in _process_tree(pid):
         try:
-            for line in Path(f"/proc/{each}/io").read_text().splitlines():
-                name, _, value = line.partition(":")
-                if name == "syscw":
-                    counts["writes"] += int(value)
+            io = Path(f"/proc/{each}/io").read_text()
             stat = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
-            counts["page_faults"] += int(stat[7])  # minflt, the whole process's
-            for status in Path(f"/proc/{each}/task").glob("*/status"):
-                for line in status.read_text().splitlines():
-                    name, _, value = line.partition(":")
-                    if name.endswith("ctxt_switches"):  # voluntary_ and nonvoluntary_
-                        counts["context_switches"] += int(value)
         except OSError:
             continue  # it ended meanwhile
+        for line in io.splitlines():
+            name, _, value = line.partition(":")
+            if name == "syscw":
+                counts["writes"] += int(value)
+        counts["page_faults"] += int(stat[7])  # minflt (field 10), the whole process's
+        for status in Path(f"/proc/{each}/task").glob("*/status"):
+            try:
+                lines = status.read_text().splitlines()
+            except OSError:
+                continue  # that thread ended meanwhile
+            for line in lines:
+                name, _, value = line.partition(":")
+                if name.endswith("ctxt_switches"):  # voluntary_ and nonvoluntary_
+                    counts["context_switches"] += int(value)
     return counts
 
 

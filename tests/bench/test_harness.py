@@ -125,7 +125,9 @@ def test_kernel_counts_are_a_process_s_writes_switches_and_faults_with_its_threa
         "    for _ in range(30): time.sleep(0.001)\n"
         "    napped.set(); end.wait()\n"  # alive while counted: an ended thread's are gone
         "t = threading.Thread(target=nap); t.start()\n"
-        "pages = bytearray(2000 * 4096)\n"
+        "import mmap\n"
+        "pages = mmap.mmap(-1, 2000 * 4096)\n"
+        "pages.madvise(mmap.MADV_NOHUGEPAGE)\n"  # a fault a 4 KiB page, huge pages or not
         "for i in range(0, len(pages), 4096): pages[i] = 1\n"
         "napped.wait(); os.write(2, b'.')\n"
         "sys.stdin.readline(); end.set(); t.join()\n"
