@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.server_overhead import write_tree
 
 #: The per-stream modules mypyc compiles as they are (see the module docstring).
 MODULES = [
@@ -47,16 +47,6 @@ MODULES = [
     "server/ws/wire.py",
     "server/runtime/scheduler.py",
 ]
-
-
-def write_tree(ref: str, directory: Path) -> None:
-    """``server/`` and ``streaming/`` as git ``ref`` has them, into ``directory``."""
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", ref, "server", "streaming"], capture_output=True
-    )
-    if archive.returncode != 0:
-        raise SystemExit(f"--ref {ref}: {archive.stderr.decode().strip()}")
-    subprocess.run(["tar", "-x", "-C", str(directory)], input=archive.stdout, check=True)
 
 
 def compile_modules(directory: Path, modules: list[str]) -> None:
@@ -93,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{directory} is not empty")
     directory.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    write_tree(args.ref, directory)
+    write_tree(args.ref, directory, flag="--ref")
     print(f"compiling {len(args.modules)} modules of {args.ref} in {directory} ...", flush=True)
     compile_modules(directory, args.modules)
     seconds = time.monotonic() - started

@@ -799,13 +799,19 @@ def checkout(ref: str) -> Iterator[str]:
         yield str(Path(ref).resolve())
         return
     with tempfile.TemporaryDirectory() as root:
-        archive = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", ref, "server", "streaming"], capture_output=True
-        )
-        if archive.returncode != 0:
-            raise SystemExit(f"--baseline {ref}: {archive.stderr.decode().strip()}")
-        subprocess.run(["tar", "-x", "-C", root], input=archive.stdout, check=True)
+        write_tree(ref, root)
         yield root
+
+
+def write_tree(ref: str, directory: str | Path, flag: str = "--baseline") -> None:
+    """``server`` and ``streaming`` as git ``ref`` has them, into ``directory``
+    (SystemExit naming ``flag`` when git has no such revision)."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", ref, "server", "streaming"], capture_output=True
+    )
+    if archive.returncode != 0:
+        raise SystemExit(f"{flag} {ref}: {archive.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", str(directory)], input=archive.stdout, check=True)
 
 
 def measure_all(
@@ -863,9 +869,13 @@ def measure_all(
     }
     report(args, figures, len(script) - 1)
     if profiles:
-        print_profiles(profiles, figures)
+        print_per_stream("event loop CPU per stream", profiles, "server_overhead_profile")
     if places:
-        print_places({name: mean_places(rounds) for name, rounds in places.items()})
+        print_per_stream(
+            "server CPU per stream by where its code lives (the mean over the rounds)",
+            {name: mean_places(rounds) for name, rounds in places.items()},
+            "server_overhead_perf",
+        )
     return 0
 
 
@@ -877,30 +887,17 @@ def mean_places(rounds: list[dict[str, float]]) -> dict[str, float]:
     return {k: round(v) for k, v in sorted(means.items(), key=lambda item: -item[1])}
 
 
-def print_places(places: dict[str, dict[str, float]]) -> None:
-    """Where each server's CPU ran (``--perf``, the mean over the rounds), microseconds
-    per stream, side by side."""
-    names = list(places)
-    print(f"server CPU per stream by where its code lives, us ({', '.join(names)}):")
-    for place in dict.fromkeys(k for each in places.values() for k in each):
-        values = " | ".join(str(places[n].get(place, 0)) for n in names)
-        print(f"| {place} | {values} |")
-    totals = " | ".join(str(round(sum(places[n].values()))) for n in names)
-    print(f"| total | {totals} |")
-    print(json.dumps({"bench": "server_overhead_perf", "us_per_stream": places}))
-
-
-def print_profiles(profiles: dict[str, dict[str, float]], figures: dict[str, Any]) -> None:
-    """Where the event loop's CPU went, microseconds per stream, ours beside before."""
-    names = list(profiles)
-    print(f"event loop CPU per stream, us ({', '.join(names)}):")
-    categories = dict.fromkeys(k for profile in profiles.values() for k in profile)
-    for category in categories:
-        values = " | ".join(str(profiles[n].get(category, 0)) for n in names)
+def print_per_stream(title: str, tables: dict[str, dict[str, float]], bench: str) -> None:
+    """Each server's microseconds a stream by category (``tables``), side by side with
+    their totals, under ``title``; then the JSON line of them, as ``bench``."""
+    names = list(tables)
+    print(f"{title}, us ({', '.join(names)}):")
+    for category in dict.fromkeys(k for table in tables.values() for k in table):
+        values = " | ".join(str(tables[n].get(category, 0)) for n in names)
         print(f"| {category} | {values} |")
-    totals = " | ".join(str(round(sum(profiles[n].values()))) for n in names)
+    totals = " | ".join(str(round(sum(tables[n].values()))) for n in names)
     print(f"| total | {totals} |")
-    print(json.dumps({"bench": "server_overhead_profile", "us_per_stream": profiles}))
+    print(json.dumps({"bench": bench, "us_per_stream": tables}))
 
 
 if __name__ == "__main__":
